@@ -1,0 +1,89 @@
+"""tvm-cocopie: the CoCoPIE / XGen compiler optimizations as a plugin for stock Apache TVM.
+
+Use::
+
+    import tvm, tvm_cocopie
+    print(tvm_cocopie.register())          # adds relax_pipeline="cocopie" to TVM
+    ex = tvm.compile(mod, target={"kind": "llvm", "num-cores": 2}, relax_pipeline="cocopie")
+
+or, from an ONNX file, ``tvm_cocopie.compile("model.onnx")(x)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from . import errors
+from .errors import CocopieError
+
+__version__ = "0.1.0"
+__all__ = [
+    "register",
+    "compile",
+    "from_onnx",
+    "CompiledModel",
+    "PipelineOptions",
+    "errors",
+    "CocopieError",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+@dataclass
+class RegistrationSummary:
+    """What :func:`register` put into TVM, readable with ``print``."""
+
+    pipeline: str
+    newly_registered: bool
+    stages: list = field(default_factory=list)  # [(stage, [pass names])]
+    target: str = ""
+
+    def __str__(self) -> str:
+        state = "registered" if self.newly_registered else "already registered"
+        lines = [
+            f"tvm-cocopie {__version__}: relax pipeline {self.pipeline!r} {state}",
+            f"  use: tvm.compile(mod, target, relax_pipeline={self.pipeline!r})",
+            f"  stages for {self.target}:",
+        ]
+        for stage, names in self.stages:
+            lines.append(f"    {stage:<9} {', '.join(names) if names else '(none)'}")
+        return "\n".join(lines)
+
+
+def register() -> RegistrationSummary:
+    """Make stock TVM use tvm-cocopie: register the ``cocopie`` Relax pipeline.
+
+    Idempotent: a second call changes nothing and says so. Returns a summary of the
+    pipeline's stages and the passes in each, for the host target.
+    """
+    from .pipeline import PIPELINE_NAME, register_pipeline, stage_passes
+    from .target import host_target
+
+    new = register_pipeline()
+    target = host_target()
+    stages = [(name, [_pass_name(p) for p in passes]) for name, passes in stage_passes(target)]
+    return RegistrationSummary(PIPELINE_NAME, new, stages, str(target.export()))
+
+
+def _pass_name(p) -> str:
+    info = getattr(p, "info", None)
+    return str(info.name) if info is not None else type(p).__name__
+
+
+def __getattr__(name):
+    # Lazy re-exports keep `import tvm_cocopie` cheap and free of cycles.
+    if name in ("compile", "CompiledModel"):
+        from . import compiler
+
+        return getattr(compiler, name if name != "compile" else "compile_model")
+    if name == "from_onnx":
+        from .frontend import from_onnx
+
+        return from_onnx
+    if name == "PipelineOptions":
+        from .pipeline import PipelineOptions
+
+        return PipelineOptions
+    raise AttributeError(f"module 'tvm_cocopie' has no attribute {name!r}")

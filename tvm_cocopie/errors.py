@@ -1,0 +1,56 @@
+"""Errors raised by tvm-cocopie.
+
+Every error says what was wrong and what to do about it; none of them is a C++
+backtrace. They all derive from :class:`CocopieError`, so a caller can catch the
+whole family at once.
+"""
+
+from __future__ import annotations
+
+
+class CocopieError(Exception):
+    """Base class of every tvm-cocopie error."""
+
+
+class ModelError(CocopieError):
+    """The model could not be read: missing file, malformed ONNX, wrong type."""
+
+
+class UnsupportedOperatorError(ModelError):
+    """The model holds operators the ONNX frontend cannot import.
+
+    ``ops`` maps ``(op_type, opset)`` to the names of the nodes that use it, so a
+    user sees every unsupported operator at once, not only the first.
+    """
+
+    def __init__(self, message: str, ops: dict | None = None):
+        super().__init__(message)
+        self.ops = dict(ops or {})
+
+
+class InputShapeError(CocopieError):
+    """An input's shape or dtype does not fit what the model declares."""
+
+
+class TargetError(CocopieError):
+    """A target is unknown, malformed, or not supported by this entry point."""
+
+
+class CompilationError(CocopieError):
+    """TVM failed while building the model."""
+
+
+class ModelFetchError(CocopieError):
+    """A real model could not be fetched (package registry unreachable, wheel changed)."""
+
+
+class TuningLogError(CocopieError):
+    """A tuning log is corrupt, truncated, empty, or for another target."""
+
+
+class ScheduleError(CocopieError):
+    """A schedule rule or a transferred schedule failed to apply or to build."""
+
+
+class ToolchainError(CocopieError):
+    """An external tool (qemu, clang, lld) needed for this step is missing or failed."""

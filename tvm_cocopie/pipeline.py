@@ -1,0 +1,147 @@
+"""The ``cocopie`` Relax pipeline: explicit stages where each optimization plugs in.
+
+``tvm.compile(mod, target, relax_pipeline="cocopie")`` (after
+:func:`tvm_cocopie.register`) runs, in order:
+
+======== ==============================================================================
+stage    what runs
+======== ==============================================================================
+dispatch TVM's library dispatch (sampling, sort/scan), as in the stock CPU pipeline
+rewrite  math-property graph rewriting (DNNFusion §3.3) — :mod:`.relay_passes`
+layout   data-layout choice — :mod:`.relay_passes`
+legalize ``LegalizeOps`` with our TOPI computes overriding TVM's (:mod:`.topi`),
+         ``AnnotateTIROpPattern``, ``FoldConstant`` (pre-packs constant weights)
+fusion   operator fusion (DNNFusion §3.4; until then TVM's ``FuseOps``+``FuseTIR``)
+schedule a MetaSchedule database if given, then our schedule rules (:mod:`.schedules`)
+lower    TVM's dataflow lowering and VM finalization, unchanged
+======== ==============================================================================
+
+A stage with nothing registered does what stock TVM does. The stage functions take
+the target and :class:`PipelineOptions`, so each optimization can be switched off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+from . import relay_passes, schedules, topi
+from .errors import TargetError
+from .target import parse_target
+
+log = logging.getLogger(__name__)
+
+PIPELINE_NAME = "cocopie"
+STAGES = ("dispatch", "rewrite", "layout", "legalize", "fusion", "schedule", "lower")
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Switches of the cocopie pipeline; the defaults are what ``"cocopie"`` runs."""
+
+    rewrite: bool = True
+    layout: bool = True
+    custom_legalize: bool = True
+    fuse: bool = True
+    schedule: bool = True
+    #: a MetaSchedule work dir (database_*.json) whose records are applied first
+    database: str | None = None
+
+    def replace(self, **changes) -> PipelineOptions:
+        return dataclasses.replace(self, **changes)
+
+
+def _legalize_stage(target, options: PipelineOptions) -> list:
+    overrides = topi.legalize_overrides(target, options) if options.custom_legalize else {}
+    return [
+        relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+    ]
+
+
+def _schedule_stage(target, options: PipelineOptions) -> list:
+    passes = []
+    if options.database:
+        passes.append(relax.transform.MetaScheduleApplyDatabase(options.database))
+    if options.schedule:
+        rules = schedules.default_rules(target, options)
+        if rules:
+            from tvm.s_tir.dlight import ApplyDefaultSchedule
+
+            passes.append(ApplyDefaultSchedule(*rules))
+    return passes
+
+
+def _lower_stage(target, options: PipelineOptions) -> list:
+    return cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
+
+
+_STAGE_BUILDERS = {
+    "dispatch": lambda target, options: cpu_generic.library_dispatch_passes(target),
+    "rewrite": lambda target, options: (
+        relay_passes.rewrite_passes(target, options) if options.rewrite else []
+    ),
+    "layout": lambda target, options: (
+        relay_passes.layout_passes(target, options) if options.layout else []
+    ),
+    "legalize": _legalize_stage,
+    "fusion": relay_passes.fusion_passes,
+    "schedule": _schedule_stage,
+    "lower": _lower_stage,
+}
+
+
+def stage_passes(target, options: PipelineOptions | None = None) -> list[tuple[str, list]]:
+    """``[(stage name, [passes])]`` of the cocopie pipeline for ``target``."""
+    target = parse_target(target)
+    options = options or PipelineOptions()
+    return [(name, _STAGE_BUILDERS[name](target, options)) for name in STAGES]
+
+
+def cocopie_pipeline(**options) -> tvm.transform.Pass:
+    """The registered pipeline factory: ``relax.get_pipeline("cocopie", **options)``.
+
+    The target is the one ``tvm.compile`` enters (``Target.current()``).
+    """
+    opts = PipelineOptions(**options)
+
+    @tvm.transform.module_pass(opt_level=0, name="CocopiePipeline")
+    def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        target = tvm.target.Target.current(allow_none=True)
+        if target is None:
+            raise TargetError(
+                "the cocopie pipeline needs a target: call tvm.compile(mod, target=...)"
+            )
+        target = parse_target(target)
+        with target:
+            for name, passes in stage_passes(target, opts):
+                start = time.perf_counter()
+                for p in passes:
+                    mod = p(mod)
+                log.debug("stage %s: %d passes, %.2fs", name, len(passes),
+                          time.perf_counter() - start)
+        return mod
+
+    return _pipeline
+
+
+def register_pipeline() -> bool:
+    """Register ``cocopie`` in TVM's pipeline map; ``False`` if it already was."""
+    from tvm.relax import pipeline as relax_pipeline
+
+    current = relax_pipeline.PIPELINE_MAP.get(PIPELINE_NAME)
+    if current is cocopie_pipeline:
+        return False
+    if current is not None:
+        log.warning("replacing a foreign pipeline registered as %r", PIPELINE_NAME)
+        relax_pipeline.PIPELINE_MAP[PIPELINE_NAME] = cocopie_pipeline
+        return True
+    relax_pipeline.register_pipeline(PIPELINE_NAME)(cocopie_pipeline)
+    return True
