@@ -54,3 +54,17 @@ class ScheduleError(CocopieError):
 
 class ToolchainError(CocopieError):
     """An external tool (qemu, clang, lld) needed for this step is missing or failed."""
+
+
+def _register_with_tvm_ffi() -> None:
+    """Let our errors keep their class when raised inside a TVM pass and re-raised by FFI."""
+    try:
+        import tvm_ffi
+    except ImportError:  # pragma: no cover - tvm-ffi is a hard dependency
+        return
+    for cls in (CocopieError, ModelError, UnsupportedOperatorError, InputShapeError, TargetError,
+                CompilationError, ModelFetchError, TuningLogError, ScheduleError, ToolchainError):
+        tvm_ffi.register_error(cls.__name__, cls)
+
+
+_register_with_tvm_ffi()

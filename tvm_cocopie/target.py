@@ -80,7 +80,7 @@ def _as_dict(target: Any) -> dict:
         config = dict(target)
     elif isinstance(target, str):
         text = target.strip()
-        if not text.startswith("{"):
+        if not text.startswith(("{", "[")):
             if " " in text or text.startswith("-"):
                 raise TargetError(
                     f"target strings like {text!r} are no longer accepted by TVM 0.27: give a "

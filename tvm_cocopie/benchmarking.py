@@ -1,0 +1,165 @@
+"""Measurement helpers shared by the benchmark scripts and the demo.
+
+The rules of DESIGN.md ("Benchmarks"): contenders run side by side in one process,
+interleaved (A, B, C, A, B, C, ...), so that machine noise hits them alike; we report
+medians and ratios; results are written atomically as one JSON object
+``{"bench", "machine", "records", "summary"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+
+def machine_info(threads: int | None = None) -> dict:
+    """The facts a reader needs to interpret a benchmark file."""
+    import tvm
+
+    info = {
+        "cpu": _cpu_model(),
+        "llvm_cpu": str(tvm.target.codegen.llvm_get_system_cpu()),
+        "cores": len(os.sched_getaffinity(0)),
+        "threads": threads,
+        "python": platform.python_version(),
+        "tvm": tvm.__version__,
+        "numpy": np.__version__,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    try:
+        import onnxruntime
+
+        info["onnxruntime"] = onnxruntime.__version__
+    except ImportError:
+        info["onnxruntime"] = None
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def interleaved_times(
+    contenders: Mapping[str, Callable[[], object]],
+    repeat: int = 10,
+    warmup: int = 1,
+    max_seconds: float | None = None,
+) -> dict[str, list[float]]:
+    """Run each contender ``repeat`` times, round-robin, after ``warmup`` rounds.
+
+    Returns ``{name: [milliseconds, ...]}``. With ``max_seconds`` the rounds stop
+    early once that much time has passed (at least three rounds are kept).
+    """
+    for _ in range(warmup):
+        for fn in contenders.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    start = time.perf_counter()
+    for i in range(repeat):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+        if max_seconds is not None and i >= 2 and time.perf_counter() - start > max_seconds:
+            break
+    return times
+
+
+def median(values: Iterable[float]) -> float:
+    return float(statistics.median(list(values)))
+
+
+def geomean(values: Iterable[float]) -> float:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return float("nan")
+    return float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
+
+
+def max_abs_error(a, b) -> float:
+    """Largest absolute difference over all outputs (lists are compared pairwise)."""
+    if isinstance(a, (list, tuple)):
+        return max((max_abs_error(x, y) for x, y in zip(a, b)), default=0.0)
+    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+
+
+def max_rel_error(a, b) -> float:
+    """Max abs error divided by the reference's largest magnitude (scale-free)."""
+    if isinstance(a, (list, tuple)):
+        return max((max_rel_error(x, y) for x, y in zip(a, b)), default=0.0)
+    scale = float(np.max(np.abs(np.asarray(b, dtype=np.float64)))) or 1.0
+    return max_abs_error(a, b) / scale
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=False, default=_json_default)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def bench_result(name: str, records: list, summary: dict, threads: int | None = None) -> dict:
+    """The JSON shape of DESIGN.md."""
+    return {"bench": name, "machine": machine_info(threads), "records": records, "summary": summary}
+
+
+def ort_session(model, threads: int):
+    """An ONNX Runtime CPU session with ``threads`` intra-op threads (the yardstick)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_runner(session, inputs: Mapping[str, np.ndarray]) -> Callable[[], list]:
+    return lambda: session.run(None, dict(inputs))
+
+
+def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """A plain-text table: ``columns`` are (key, header, format)."""
+    cells = [[h for _, h, _ in columns]]
+    for row in rows:
+        cells.append([
+            (fmt.format(row[k]) if row.get(k) is not None else "-") for k, _, fmt in columns
+        ])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
+             for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

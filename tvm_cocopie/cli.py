@@ -1,0 +1,138 @@
+"""The ``tvm-cocopie`` command line.
+
+    tvm-cocopie demo [--model NAME] [--json PATH]
+    tvm-cocopie compile MODEL.onnx --target JSON [--shape NAME=1,3,224,224] -o OUT.so
+    tvm-cocopie bench NAME [ARGS...]        # runs scripts/bench_NAME.py
+    tvm-cocopie info                         # what register() puts into TVM
+
+Errors from tvm-cocopie are printed as one readable line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import CocopieError
+
+log = logging.getLogger("tvm_cocopie.cli")
+
+
+def _parse_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--shape wants NAME=D0,D1,..., got {text!r}")
+    try:
+        return name, [int(d) for d in dims.split(",") if d]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape dims must be integers: {text!r}") from None
+
+
+def cmd_demo(args) -> int:
+    from . import register
+    from .benchmarking import bench_result, write_json_atomic
+    from .e2e import compare_workload, summarize, table
+    from .models import DEFAULT_MODEL
+    from .target import host_target
+    from .workloads import get_workload
+
+    print(register())
+    name = args.model or DEFAULT_MODEL
+    print(f"\nbuilding {name} (embedded zoo model, deterministic weights) ...")
+    wl = get_workload(name, image_size=args.image_size)
+    target = host_target(args.threads)
+    print(f"compiling with stock TVM and with cocopie for {target.export()['mcpu']}, "
+          f"then timing against ONNX Runtime ({args.threads} threads) ...")
+    rec = compare_workload(wl, target, args.threads, repeat=args.repeat, max_seconds=30.0)
+    print()
+    print(table([rec]))
+    print(f"\ncocopie is {1 / rec['cocopie_over_tvm']:.1f}x faster than stock TVM and "
+          f"{rec['cocopie_over_ort']:.2f}x ONNX Runtime's latency; max abs error vs ONNX "
+          f"Runtime {rec['max_abs_err']:.2e}")
+    if args.json:
+        write_json_atomic(args.json, bench_result("demo", [rec], summarize([rec]), args.threads))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from .compiler import compile_model
+
+    shapes = dict(args.shape or [])
+    compiled = compile_model(args.model, target=args.target, shapes=shapes or None,
+                             pipeline=args.pipeline)
+    out = compiled.export_library(args.output)
+    print(f"wrote {out} ({out.stat().st_size} bytes) in {compiled.compile_seconds:.1f}s; "
+          f"load it with tvm.runtime.load_module and relax.VirtualMachine")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    script = scripts / f"bench_{args.name}.py"
+    if not script.is_file():
+        known = sorted(p.stem[len("bench_"):] for p in scripts.glob("bench_*.py"))
+        raise CocopieError(
+            f"no benchmark named {args.name!r} (looked for {script}); known: {known}. "
+            "Benchmarks ship with the source checkout, not the wheel."
+        )
+    return subprocess.call([sys.executable, str(script), *args.rest])
+
+
+def cmd_info(args) -> int:
+    from . import register
+
+    print(register())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tvm-cocopie", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="compile the embedded default model, compare with ORT")
+    demo.add_argument("--model", help="zoo model name (default: resnet18)")
+    demo.add_argument("--image-size", type=int, default=None)
+    demo.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    demo.add_argument("--repeat", type=int, default=5)
+    demo.add_argument("--json", metavar="PATH")
+    demo.set_defaults(func=cmd_demo)
+
+    comp = sub.add_parser("compile", help="compile an ONNX model to a shared library")
+    comp.add_argument("model", help="MODEL.onnx")
+    comp.add_argument("--target", default=None, help='JSON dict, e.g. \'{"kind": "llvm"}\'')
+    comp.add_argument("--shape", action="append", type=_parse_shape,
+                      help="fix an input shape: NAME=1,3,224,224 (repeatable)")
+    comp.add_argument("--pipeline", default="cocopie", help="cocopie (default) or default")
+    comp.add_argument("-o", "--output", required=True, help="OUT.so")
+    comp.set_defaults(func=cmd_compile)
+
+    bench = sub.add_parser("bench", help="run scripts/bench_NAME.py with the given arguments")
+    bench.add_argument("name", help="e2e, kernels, ...")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=cmd_bench)
+
+    info = sub.add_parser("info", help="register and show the cocopie pipeline")
+    info.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "threads", None):
+        os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    try:
+        return args.func(args)
+    except CocopieError as err:
+        print(f"tvm-cocopie: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

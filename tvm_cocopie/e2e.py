@@ -1,0 +1,75 @@
+"""One model, three contenders: ONNX Runtime, stock TVM, tvm-cocopie.
+
+The comparison behind ``tvm-cocopie demo`` and ``scripts/bench_e2e.py``: compile the
+workload with stock TVM's default pipeline and with the cocopie pipeline, check both
+against ONNX Runtime, then time all three interleaved (medians).
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import benchmarking as bm
+from .compiler import compile_model
+from .workloads import Workload
+
+COLUMNS = [
+    ("model", "model", "{}"), ("ort_ms", "ORT ms", "{:.2f}"), ("tvm_ms", "TVM ms", "{:.2f}"),
+    ("cocopie_ms", "cocopie ms", "{:.2f}"), ("cocopie_over_ort", "cocopie/ORT", "{:.2f}"),
+    ("cocopie_over_tvm", "cocopie/TVM", "{:.3f}"), ("max_abs_err", "max abs err", "{:.2e}"),
+    ("cocopie_compile_s", "compile s", "{:.1f}"),
+]
+
+
+def compare_workload(wl: Workload, target, threads: int, repeat: int = 10,
+                     max_seconds: float | None = 60.0, stock: bool = True) -> dict:
+    """Compile, check and time ``wl``; return one benchmark record."""
+    sess = bm.ort_session(wl.model, threads)
+    ref = sess.run(None, wl.inputs)
+    builds = {}
+    t0 = time.perf_counter()
+    builds["cocopie"] = compile_model(wl.model, target, shapes=wl.shapes)
+    cocopie_compile = time.perf_counter() - t0
+    if stock:
+        builds["tvm"] = compile_model(wl.model, target, shapes=wl.shapes, pipeline="default")
+    outs = {k: _as_list(b(**wl.inputs)) for k, b in builds.items()}
+    contenders = {"ort": bm.ort_runner(sess, wl.inputs)}
+    contenders.update({k: (lambda b=b: b(**wl.inputs)) for k, b in builds.items()})
+    times = bm.interleaved_times(contenders, repeat=repeat, warmup=1, max_seconds=max_seconds)
+    rec = {
+        "model": wl.name,
+        "input_shapes": wl.shapes,
+        "ort_ms": bm.median(times["ort"]),
+        "tvm_ms": bm.median(times["tvm"]) if "tvm" in times else None,
+        "cocopie_ms": bm.median(times["cocopie"]),
+        "max_abs_err": bm.max_abs_error(outs["cocopie"], ref),
+        "max_rel_err": bm.max_rel_error(outs["cocopie"], ref),
+        "tvm_max_abs_err": bm.max_abs_error(outs["tvm"], ref) if "tvm" in outs else None,
+        "cocopie_compile_s": round(cocopie_compile, 2),
+        "rounds": len(times["ort"]),
+    }
+    rec["cocopie_over_ort"] = rec["cocopie_ms"] / rec["ort_ms"]
+    rec["cocopie_over_tvm"] = rec["cocopie_ms"] / rec["tvm_ms"] if rec["tvm_ms"] else None
+    return rec
+
+
+def summarize(records: list[dict]) -> dict:
+    """The summary keys the e2e issue asks for, over the records that ran."""
+    done = [r for r in records if "skipped" not in r]
+    return {
+        "models": len(done),
+        "skipped": [r["model"] for r in records if "skipped" in r],
+        "geomean_cocopie_over_ort": bm.geomean(r["cocopie_over_ort"] for r in done),
+        "geomean_cocopie_over_tvm": bm.geomean(r["cocopie_over_tvm"] for r in done),
+        "max_abs_err": max((r["max_abs_err"] for r in done), default=None),
+        "max_rel_err": max((r["max_rel_err"] for r in done), default=None),
+        "max_compile_s": max((r["cocopie_compile_s"] for r in done), default=None),
+    }
+
+
+def table(records: list[dict]) -> str:
+    return bm.format_table([r for r in records if "skipped" not in r], COLUMNS)
+
+
+def _as_list(out):
+    return out if isinstance(out, list) else [out]
