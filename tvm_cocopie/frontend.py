@@ -21,6 +21,7 @@ import tvm
 from onnx import TensorProto
 
 from .errors import InputShapeError, ModelError, UnsupportedOperatorError
+from .onnx_folding import fold_constants
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def graph_inputs(proto: onnx.ModelProto) -> dict[str, tuple[list, str]]:
         ttype = value.type.tensor_type
         dims: list = []
         for i, d in enumerate(ttype.shape.dim):
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:  # some exporters write -1
                 dims.append(int(d.dim_value))
             else:
                 dims.append(d.dim_param or f"?{i}")
@@ -169,6 +170,8 @@ def from_onnx(
 
     ``shapes`` fixes symbolic input dims (``{"x": [1, 3, 224, 224]}``); unset symbolic
     dims stay symbolic. Weights become constants unless ``keep_params_in_input``.
+    Shape arithmetic that the fixed shapes make constant is folded first
+    (:mod:`.onnx_folding`), which TVM's importer needs for models such as PP-OCR's.
     """
     proto = load_model(model)
     missing = unsupported_operators(proto)
@@ -186,6 +189,7 @@ def from_onnx(
             ops=missing,
         )
     shapes = check_shapes(proto, shapes)
+    proto, _ = fold_constants(proto, shapes)
     from tvm.relax.frontend.onnx import from_onnx as stock_from_onnx
 
     with warnings.catch_warnings():

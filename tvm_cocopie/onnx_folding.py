@@ -1,0 +1,154 @@
+"""Fold the shape arithmetic of an ONNX model once its input shapes are fixed.
+
+Exporters (paddle2onnx, torch.onnx) write shape computations into the graph:
+``Shape -> Slice -> Concat -> Reshape``. With symbolic input dims they are real
+computation; with fixed dims they are constants, but TVM's Relax importer cannot
+always see that (``Reshape`` then receives a tensor where it needs a shape, and the
+import fails). This pass makes the model's input dims static, runs ONNX shape
+inference, and replaces every node whose result is known at compile time — ``Shape``
+of a statically-shaped tensor, or any deterministic node whose inputs are all
+constants — by an initializer, evaluated with ONNX's own reference implementation
+(``onnx.reference``). Nodes with subgraphs and random ops are never folded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+log = logging.getLogger(__name__)
+
+#: Outputs larger than this many elements stay in the graph (no constant blow-up).
+MAX_FOLDED_ELEMENTS = 1 << 20
+_NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct"}
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs in ``shapes`` have those static dims."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for value in out.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            for d, size in zip(dims, shapes[value.name]):
+                d.Clear()
+                d.dim_value = int(size)
+    return out
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    result = {}
+    for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        ttype = value.type.tensor_type
+        if not ttype.HasField("shape"):
+            continue
+        dims = ttype.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            result[value.name] = [int(d.dim_value) for d in dims]
+    return result
+
+
+def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray], opset: int) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" for i in range(len(inputs))]
+    clone = onnx.NodeProto()
+    clone.CopyFrom(node)
+    del clone.input[:]
+    clone.input.extend(n if orig else "" for n, orig in zip(names, node.input))
+    evaluator = ReferenceEvaluator(clone, opsets={"": opset})
+    feeds = {n: v for n, v, orig in zip(names, inputs, node.input) if orig}
+    return list(evaluator.run(None, feeds))
+
+
+def fold_constants(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None,
+                   opset: int | None = None, max_rounds: int = 8) -> tuple[onnx.ModelProto, int]:
+    """Fix ``shapes`` and fold every compile-time-known node; return (model, nodes folded).
+
+    Folding repeats (up to ``max_rounds``): a folded shape lets shape inference see
+    through the ``Reshape`` it feeds, which makes the next ``Shape`` foldable.
+    """
+    if shapes:
+        model = fix_input_shapes(model, shapes)
+    total = 0
+    for _ in range(max_rounds):
+        model, folded = _fold_once(model, opset)
+        total += folded
+        if not folded:
+            break
+    return model, total
+
+
+def _fold_once(model: onnx.ModelProto, opset: int | None) -> tuple[onnx.ModelProto, int]:
+    if opset is None:
+        opset = next((e.version for e in model.opset_import if e.domain in ("", "ai.onnx")), 1)
+    static = _static_shapes(model)
+    consts: dict[str, np.ndarray] = {
+        t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+    }
+    kept, folded = [], 0
+    for node in model.graph.node:
+        values = _fold_node(node, consts, static, opset)
+        if values is None:
+            kept.append(node)
+            continue
+        folded += 1
+        consts.update(zip(node.output, values))
+    if not folded:
+        return model, 0
+    used = {name for node in kept for name in node.input} | {o.name for o in model.graph.output}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(v), name) for name, v in consts.items() if name in used
+    )
+    graph_inputs = [v for v in out.graph.input if v.name in used or v.name not in consts]
+    del out.graph.input[:]
+    out.graph.input.extend(graph_inputs)
+    log.info("folded %d compile-time nodes of %d", folded, len(model.graph.node))
+    return out, folded
+
+
+def _fold_node(node, consts, static, opset) -> list[np.ndarray] | None:
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER_FOLD:
+        return None
+    if node.op_type == "Constant":
+        return _evaluate(node, [], opset)
+    if node.op_type == "Shape" and node.input[0] in static:
+        shape = np.array(static[node.input[0]], dtype=np.int64)
+        start = _int_attr(node, "start", 0)
+        end = _int_attr(node, "end", None)
+        return [shape[start:end]]
+    if node.op_type == "Size" and node.input[0] in static:
+        return [np.array(int(np.prod(static[node.input[0]])), dtype=np.int64)]
+    if not all((not name) or name in consts for name in node.input):
+        return None
+    if not node.input:
+        return None
+    sizes = [static.get(o) for o in node.output]
+    if any(s is not None and int(np.prod(s)) > MAX_FOLDED_ELEMENTS for s in sizes):
+        return None
+    try:
+        values = _evaluate(node, [consts.get(n) for n in node.input], opset)
+    except Exception as err:  # an op the reference cannot run: leave it to TVM
+        log.debug("not folding %s (%s): %s", node.name, node.op_type, err)
+        return None
+    if any(np.asarray(v).size > MAX_FOLDED_ELEMENTS for v in values):
+        return None
+    return values
+
+
+def _int_attr(node, name, default):
+    for attr in node.attribute:
+        if attr.name == name:
+            return int(attr.i)
+    return default
