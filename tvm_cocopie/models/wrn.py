@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import onnx
 
@@ -98,7 +99,8 @@ def wide_resnet(*, depth: int = 40, widen: int = 2, groups: int | str | None = N
     return gb.model(f"{name}: WRN-{depth}-{widen} with {kind}, random weights (seed {seed})")
 
 
-def _variant(groups: int | str | None):
+def _variant(groups: int | str | None) -> Callable[..., onnx.ModelProto]:
+    """The zoo builder of WRN-40-2 with G(``groups``) convs (None: standard)."""
     def build(*, batch: int = 1, seed: int = 0, image_size: int = 32, num_classes: int = 10,
               dynamic_batch: bool = False) -> onnx.ModelProto:
         return wide_resnet(depth=40, widen=2, groups=groups, batch=batch, seed=seed,
