@@ -59,8 +59,10 @@ RAPIDOCR_MODELS: dict[str, tuple[str, str]] = {
 }
 
 #: Static input shapes for testing. Every model declares one input ``x``, NCHW float32
-#: with batch, height and width dynamic. RapidOCR feeds the detector images resized
-#: to multiples of 32 (its FPN needs it), the recognizer text lines of height 48
+#: with batch, height and width dynamic (det: named dims ``p2o.DynamicDimension.*``;
+#: rec: a named batch and width, an unset height; cls: batch ``-1``, height and width
+#: unset). RapidOCR feeds the detector images resized to multiples of 32 (its FPN
+#: needs it), the recognizer text lines of height 48
 #: (``rec_img_shape [3, 48, 320]``) and the classifier ``[3, 48, 192]``.
 REAL_MODEL_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "det": {"x": (1, 3, 320, 320)},
