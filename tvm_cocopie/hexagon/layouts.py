@@ -1,0 +1,172 @@
+"""GCD²'s data layouts for HVX int8 matrices, and the transforms between them.
+
+Seed 004, §4.3, Fig. 4.2: each multiply instruction wants its operand vectors in a
+layout of its own. A matrix ``X[M, K]`` (rows = spatial positions or matrix rows,
+columns = channels) is cut into panels of ``R = 128 / v`` rows; within a panel, groups
+of ``v`` adjacent columns are stored row by row, so one 128-byte vector holds ``R``
+rows times ``v`` columns:
+
+- ``1-column`` (``vmpy``,  ``v = 1``, 128-row panels): a vector is one column;
+- ``2-column`` (``vmpa``,  ``v = 2``, 64-row panels): two columns interleaved;
+- ``4-column`` (``vrmpy``, ``v = 4``, 32-row panels): four columns interleaved.
+
+Packed shape ``(P, G, R, v)`` with ``P = ceil(M / R)`` panels and ``G`` column groups;
+element ``X[p*R + r, g*v + j]`` sits at ``[p, g, r, j]``. Rows and columns past the
+matrix are padding (the "Total Data Size w/ Pad" of Table 4.2). Columns are padded to
+``col_multiple`` (what the instruction consumes per step).
+
+The weights are compile-time constants; each instruction reads them as 32-bit
+scalars ``Rt`` holding 4 bytes, packed here by :func:`pack_weights`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hvx import VBYTES
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A GCD² layout: ``cols`` adjacent columns per vector, ``rows = 128 / cols``."""
+
+    name: str
+    cols: int
+    col_multiple: int
+
+    @property
+    def rows(self) -> int:
+        return VBYTES // self.cols
+
+    def padded(self, m: int, k: int) -> tuple:
+        """``(rows, columns)`` after padding."""
+        return round_up(m, self.rows), round_up(k, self.col_multiple)
+
+    def shape(self, m: int, k: int) -> tuple:
+        """The packed shape ``(P, G, R, v)`` of an ``m x k`` matrix."""
+        mp, kp = self.padded(m, k)
+        return (mp // self.rows, kp // self.cols, self.rows, self.cols)
+
+    def nbytes(self, m: int, k: int) -> int:
+        return int(np.prod(self.shape(m, k)))
+
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        """Row-major ``[M, K]`` to packed ``(P, G, R, v)``, zero padded."""
+        m, k = x.shape
+        mp, kp = self.padded(m, k)
+        full = np.zeros((mp, kp), dtype=x.dtype)
+        full[:m, :k] = x
+        p, g, r, v = self.shape(m, k)
+        return np.ascontiguousarray(full.reshape(p, r, g, v).transpose(0, 2, 1, 3))
+
+    def unpack(self, packed: np.ndarray, m: int, k: int) -> np.ndarray:
+        """Packed ``(P, G, R, v)`` back to row-major ``[M, K]``."""
+        p, g, r, v = packed.shape
+        return np.ascontiguousarray(packed.transpose(0, 2, 1, 3).reshape(p * r, g * v)[:m, :k])
+
+
+ONE_COLUMN = Layout("1-column", cols=1, col_multiple=2)
+TWO_COLUMN = Layout("2-column", cols=2, col_multiple=4)
+FOUR_COLUMN = Layout("4-column", cols=4, col_multiple=4)
+
+#: The layout each GCD² instruction wants (inputs and outputs alike).
+LAYOUT_OF = {"vmpy": ONE_COLUMN, "vmpa": TWO_COLUMN, "vrmpy": FOUR_COLUMN}
+VARIANTS = tuple(LAYOUT_OF)
+
+
+def _words(b0, b1, b2, b3) -> np.ndarray:
+    """Four int8 arrays to int32 words holding them little-endian (``Rt.b[0..3]``)."""
+    stacked = np.stack([b0, b1, b2, b3], axis=-1).astype(np.int8)
+    return np.ascontiguousarray(stacked).view("<i4")[..., 0].astype(np.int32)
+
+
+def pack_weights(w: np.ndarray, variant: str) -> np.ndarray:
+    """Weights ``int8 [K, N]`` as the ``Rt`` words the variant's kernel reads.
+
+    - ``vmpy``: ``[Kp, Np]``, each word the weight ``w[k, n]`` four times
+      (``vmpybus`` takes byte ``i % 4`` of ``Rt`` for lane ``i``);
+    - ``vmpa``: ``[Kp/4, Np]``, bytes ``w[4g], w[4g+2], w[4g+1], w[4g+3]`` of column ``n``
+      (``Vuu.v[0]`` holds columns ``4g, 4g+1``, ``Vuu.v[1]`` columns ``4g+2, 4g+3``);
+    - ``vrmpy``: ``[Kp/4, Np]``, bytes ``w[4g .. 4g+3]`` of column ``n``.
+
+    ``Kp`` and ``Np`` are ``K`` and ``N`` padded to the layout's column multiple;
+    padded weights are zero, so padding columns of the input never contribute.
+    """
+    layout = LAYOUT_OF[variant]
+    k, n = w.shape
+    kp, np_ = round_up(k, layout.col_multiple), round_up(n, layout.col_multiple)
+    full = np.zeros((kp, np_), dtype=np.int8)
+    full[:k, :n] = w
+    if variant == "vmpy":
+        return _words(full, full, full, full)
+    q = full.reshape(kp // 4, 4, np_)
+    if variant == "vmpa":
+        return _words(q[:, 0], q[:, 2], q[:, 1], q[:, 3])
+    return _words(q[:, 0], q[:, 1], q[:, 2], q[:, 3])
+
+
+def pad_bias(bias: np.ndarray, variant: str) -> np.ndarray:
+    """Bias ``int32 [N]`` padded with zeros to the output layout's column multiple."""
+    n = bias.shape[0]
+    out = np.zeros(round_up(n, LAYOUT_OF[variant].col_multiple), dtype=np.int32)
+    out[:n] = bias
+    return out
+
+
+# ------------------------------------------------------------- transforms on the device
+
+
+def _source_index(layout: Layout, row, col):
+    return (row // layout.rows, col // layout.cols, row % layout.rows, col % layout.cols)
+
+
+def convert_func(src: Layout | None, dst: Layout | None, m: int, k: int):
+    """A PrimFunc ``(x, y)`` converting an ``m x k`` uint8 matrix between layouts.
+
+    ``None`` stands for plain row-major ``[m, k]``. Padding in the destination is
+    zero. The loops are vectorized by TVM; on HVX these transforms cost gathers, and
+    their packet counts are what GCD²'s layout selection weighs (§4.4.1).
+    """
+    import tvm
+    from tvm import te, tirx
+
+    src_shape = (m, k) if src is None else src.shape(m, k)
+    x = te.placeholder(src_shape, "uint8", name="x")
+
+    def read(row, col):
+        if src is None:
+            return x[row, col]
+        return x[_source_index(src, row, col)]
+
+    if dst is None:
+        y = te.compute((m, k), lambda i, j: read(i, j), name="y")
+    else:
+
+        def body(p, g, r, j):
+            row, col = p * dst.rows + r, g * dst.cols + j
+            return tirx.if_then_else(
+                tirx.all(row < m, col < k),
+                read(tirx.min(row, m - 1), tirx.min(col, k - 1)),
+                tirx.const(0, "uint8"),
+            )
+
+        y = te.compute(dst.shape(m, k), body, name="y")
+    func = te.create_prim_func([x, y])
+    sch = tvm.s_tir.Schedule(func)
+    block = sch.get_sblock("y")
+    loops = sch.get_loops(block)
+    inner = loops[-1] if dst is None else sch.fuse(loops[-2], loops[-1])
+    if dst is None:
+        inner = sch.split(inner, factors=[None, min(k, VBYTES)])[-1]
+    sch.vectorize(inner)
+    return sch.mod["main"]
