@@ -1,0 +1,98 @@
+"""GCD²'s int8 convolutions (1x1, 3x3, 7x7/2, depthwise) on HVX under qemu-hexagon."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_cocopie.hexagon import conv2d, depthwise, layouts, reference, toolchain
+from tvm_cocopie.hexagon.int8_compute import Requant
+
+needs_toolchain = pytest.mark.skipif(
+    not toolchain.available(),
+    reason=f"Hexagon emulation toolchain not installed ({', '.join(toolchain.missing_tools())}); "
+    "`make apt` installs qemu-user-static, clang-14 and lld-14",
+)
+
+
+def _data(h, w, c, o, k, seed, wmax, depthwise_=False):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, (1, h, w, c)).astype("uint8")
+    wshape = (k, k, c) if depthwise_ else (k, k, c, o)
+    wt = rng.integers(-wmax, wmax + 1, wshape).astype("int8")
+    b = rng.integers(-4000, 4000, c if depthwise_ else o).astype("int32")
+    taps = k * k * (1 if depthwise_ else c)
+    return x, wt, b, Requant.from_scale(1.0 / (50 * taps), zero_point=5)
+
+
+def _run(func, variant, x, w_words, bias):
+    from tvm_cocopie.hexagon import runner
+
+    return runner.run(
+        {"conv": func},
+        [("conv", ["x", "w", "bias", "y"])],
+        {"x": x, "w": w_words, "bias": layouts.pad_bias(bias, variant)},
+        ["y"],
+        count_packets=True,
+    )
+
+
+CONVS = [
+    # (H, W, C, O, kernel, stride, pad)
+    (9, 7, 16, 5, 1, 1, 0),  # 1x1, awkward sizes
+    (13, 11, 6, 10, 3, 1, 1),  # 3x3 same padding
+    (15, 17, 3, 8, 7, 2, 3),  # 7x7 stride 2 stem
+    (10, 10, 8, 8, 3, 2, 1),  # 3x3 stride 2
+]
+
+
+def test_geometry_of_a_resnet_stem():
+    geo = conv2d.ConvGeometry(224, 224, 7, 2, 3)
+    assert (geo.out_h, geo.out_w, geo.phases, geo.grid_w) == (112, 112, 4, 115)
+    assert geo.tap(3, 4) == (1 * 2 + 0, 1 * 115 + 2)
+
+
+def test_pack_and_unpack_are_inverse_on_the_grid():
+    geo = conv2d.ConvGeometry(5, 6, 3, 1, 1)
+    x = np.arange(5 * 6 * 3, dtype=np.uint8).reshape(1, 5, 6, 3)
+    packed = conv2d.pack_input(x, geo, "vrmpy")
+    # a 1x1 identity "conv" on the same grid reads row (i+1)*Wq + j+1 for pixel (i, j)
+    rows = packed[0].transpose(1, 0, 2).reshape(packed.shape[2], -1)
+    assert rows[(2 + 1) * geo.grid_w + (4 + 1), :3].tolist() == x[0, 2, 4].tolist()
+
+
+@needs_toolchain
+@pytest.mark.parametrize("variant", layouts.VARIANTS)
+@pytest.mark.parametrize("shape", CONVS, ids=lambda s: "h{}w{}c{}o{}k{}s{}p{}".format(*s))
+def test_conv2d_bit_exact(variant, shape):
+    h, w, c, o, k, s, p = shape
+    x, wt, b, rq = _data(h, w, c, o, k, seed=sum(shape), wmax=64)
+    geo = conv2d.ConvGeometry(h, w, k, s, p)
+    res = _run(
+        conv2d.conv2d(variant, geo, c, o, rq),
+        variant,
+        conv2d.pack_input(x, geo, variant),
+        conv2d.pack_conv_weights(wt, variant),
+        b,
+    )
+    y = conv2d.unpack_output(res.outputs["y"], geo, o)
+    np.testing.assert_array_equal(y, reference.qconv2d_nhwc(x, wt, b, rq, s, p))
+    assert res.packets[0] > 0
+
+
+@needs_toolchain
+@pytest.mark.parametrize("variant", layouts.VARIANTS)
+@pytest.mark.parametrize("shape", [(10, 9, 6, 3, 1, 1), (11, 12, 16, 3, 2, 1), (6, 5, 4, 5, 1, 2)])
+def test_depthwise_bit_exact(variant, shape):
+    h, w, c, k, s, p = shape
+    x, wt, b, rq = _data(h, w, c, c, k, seed=sum(shape), wmax=127, depthwise_=True)
+    geo = conv2d.ConvGeometry(h, w, k, s, p)
+    res = _run(
+        depthwise.depthwise_conv2d(variant, geo, c, rq),
+        variant,
+        conv2d.pack_input(x, geo, variant),
+        depthwise.pack_dw_weights(wt, variant),
+        b,
+    )
+    y = conv2d.unpack_output(res.outputs["y"], geo, c)
+    np.testing.assert_array_equal(y, reference.qdepthwise_conv2d_nhwc(x, wt, b, rq, s, p))
