@@ -1,0 +1,265 @@
+#!/usr/bin/env python
+"""Hexagon HVX int8 kernels in packets: GCD²'s Table 4.2 in our numbers, and stock TVM.
+
+Under ``qemu-hexagon`` (V66, 128-byte HVX) every kernel runs on random data, is
+checked bit for bit against numpy, and its executed VLIW packets are counted
+(deterministic, so one run each). Reports:
+
+- Table 4.2 (seed 004, ch. 4): MatMul M=K=N in {32, 64, 96, 128}: packets of the
+  ``vmpa`` and ``vrmpy`` kernels normalized to ``vmpy``, the winner, and total data
+  size with padding normalized to ``vmpy``, next to the thesis' numbers;
+- stock TVM's default lowering of the same int8 matmul / conv for the same target
+  against the best GCD² variant (``speedup = stock packets / ours``);
+- convolutions (1x1, 3x3, 7x7/2, depthwise 3x3) in the three layouts;
+- on-device layout transforms (the edge costs of GCD²'s layout selection).
+
+JSON (``--json PATH``): ``{"bench": "hexagon", "machine", "records", "summary"}``;
+records ``{op, impl, shape, packets, exact, ...}``; summary keys ``table_4_2``,
+``thesis_table_4_2``, ``speedup_vs_stock`` (per operator), ``geomean_speedup_vs_stock``,
+``all_exact``.
+
+    python scripts/bench_hexagon.py --quick --json bench_hexagon.json
+"""
+
+import argparse
+import logging
+import sys
+
+log = logging.getLogger("bench_hexagon")
+
+#: seed 004, Table 4.2: latency and data size with padding, normalized to vmpy.
+THESIS_TABLE_4_2 = {
+    32: {
+        "latency": {"vmpy": 1.00, "vmpa": 0.79, "vrmpy": 0.63},
+        "data": {"vmpy": 1.00, "vmpa": 0.56, "vrmpy": 0.33},
+    },
+    64: {
+        "latency": {"vmpy": 1.00, "vmpa": 0.69, "vrmpy": 0.76},
+        "data": {"vmpy": 1.00, "vmpa": 0.60, "vrmpy": 0.60},
+    },
+    96: {
+        "latency": {"vmpy": 1.00, "vmpa": 1.06, "vrmpy": 0.89},
+        "data": {"vmpy": 1.00, "vmpa": 1.00, "vrmpy": 0.82},
+    },
+    128: {
+        "latency": {"vmpy": 1.00, "vmpa": 1.10, "vrmpy": 1.23},
+        "data": {"vmpy": 1.00, "vmpa": 1.00, "vrmpy": 1.00},
+    },
+}
+
+VARIANTS = ("vmpy", "vmpa", "vrmpy")
+
+# (H, W, C, O, kernel, stride, pad, depthwise): ResNet-50's Table 4.3 kinds, scaled so
+# that stock TVM's scalar code finishes under the emulator in seconds.
+QUICK_CONVS = [
+    (14, 14, 32, 32, 1, 1, 0, False),
+    (8, 8, 16, 16, 3, 1, 1, False),
+]
+FULL_CONVS = [
+    (28, 28, 64, 64, 1, 1, 0, False),
+    (14, 14, 64, 64, 3, 1, 1, False),
+    (32, 32, 3, 32, 7, 2, 3, False),
+    (28, 28, 32, 32, 3, 1, 1, True),
+]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="sizes 32 and 64, two small convs")
+    p.add_argument("--sizes", help="comma-separated M=K=N sizes (default 32,64,96,128)")
+    p.add_argument("--no-stock", action="store_true", help="skip stock TVM (slow to emulate)")
+    p.add_argument("--no-conv", action="store_true", help="matmul only")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulated run")
+    p.add_argument("--json", metavar="PATH", help="write results here")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def _measure(records, fn, *args, **kwargs):
+    rec = fn(*args, **kwargs)
+    log.info(
+        "%-16s %-24s %-26s %10d packets %s",
+        rec["op"],
+        rec["impl"],
+        rec["shape"],
+        rec["packets"],
+        "exact" if rec["exact"] else "MISMATCH",
+    )
+    records.append(rec)
+    return rec
+
+
+def table_4_2(records, sizes):
+    rows = {}
+    for s in sizes:
+        recs = {r["impl"]: r for r in records if r["op"] == "matmul" and r["shape"] == [s] * 3}
+        base = recs["vmpy"]
+        lat = {v: recs[v]["packets"] / base["packets"] for v in VARIANTS}
+        data = {v: recs[v]["data_bytes"] / base["data_bytes"] for v in VARIANTS}
+        rows[s] = {
+            "latency": {v: round(x, 3) for v, x in lat.items()},
+            "data": {v: round(x, 3) for v, x in data.items()},
+            "winner": min(VARIANTS, key=lambda v: lat[v]),
+            "thesis_winner": min(VARIANTS, key=lambda v: THESIS_TABLE_4_2[s]["latency"][v])
+            if s in THESIS_TABLE_4_2
+            else None,
+        }
+    return rows
+
+
+def stock_speedups(records):
+    out = []
+    keyed = {}
+    for r in records:
+        if r["op"] != "layout_transform":
+            keyed.setdefault((r["op"], tuple(r["shape"])), {})[r["impl"]] = r
+    for (op, shape), impls in keyed.items():
+        if "stock" not in impls:
+            continue
+        ours = {k: v for k, v in impls.items() if k in VARIANTS}
+        best = min(ours, key=lambda k: ours[k]["packets"])
+        out.append(
+            {
+                "op": op,
+                "shape": list(shape),
+                "stock_packets": impls["stock"]["packets"],
+                "best": best,
+                "best_packets": ours[best]["packets"],
+                "speedup": round(impls["stock"]["packets"] / ours[best]["packets"], 2),
+            }
+        )
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    log.setLevel(logging.INFO)
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.hexagon import layouts, measure, toolchain
+    from tvm_cocopie.target import HEXAGON_V66
+
+    if not toolchain.available():
+        log.error("missing %s; `make apt` installs them", ", ".join(toolchain.missing_tools()))
+        return 2
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else [32, 64]
+        if args.quick
+        else [32, 64, 96, 128]
+    )
+    convs = [] if args.no_conv else QUICK_CONVS if args.quick else FULL_CONVS
+    t = {"timeout": args.timeout}
+    records: list = []
+    for s in sizes:
+        for v in VARIANTS:
+            _measure(records, measure.gcd2_matmul, v, s, s, s, **t)
+        if not args.no_stock:
+            _measure(records, measure.stock_matmul, s, s, s, **t)
+    for h, w, c, o, k, st, pad, dw in convs:
+        for v in VARIANTS:
+            _measure(records, measure.gcd2_conv, v, h, w, c, o, k, st, pad, dw, **t)
+        if not args.no_stock:
+            _measure(records, measure.stock_conv, h, w, c, o, k, st, pad, dw, **t)
+    m = sizes[0]
+    chain = [None, layouts.ONE_COLUMN, layouts.TWO_COLUMN, layouts.FOUR_COLUMN]
+    for src in chain:
+        for dst in chain:
+            if src is not dst and (src is None or dst is None or not args.quick):
+                _measure(records, measure.layout_transform, src, dst, m, m, **t)
+
+    table = table_4_2(records, sizes)
+    speedups = stock_speedups(records)
+    summary = {
+        "table_4_2": table,
+        "thesis_table_4_2": {s: THESIS_TABLE_4_2[s] for s in sizes if s in THESIS_TABLE_4_2},
+        "speedup_vs_stock": speedups,
+        "geomean_speedup_vs_stock": round(bm.geomean(r["speedup"] for r in speedups), 2)
+        if speedups
+        else None,
+        "all_exact": all(r["exact"] for r in records),
+        "unit": "executed VLIW packets under qemu-hexagon (-singlestep -d exec,nochain)",
+    }
+    _report(table, speedups, summary)
+    if args.json:
+        result = bm.bench_result("hexagon", records, summary)
+        result["machine"].update(_emulator_info(HEXAGON_V66))
+        bm.write_json_atomic(args.json, result)
+    return 0 if summary["all_exact"] else 1
+
+
+def _emulator_info(target) -> dict:
+    import subprocess
+
+    from tvm_cocopie.hexagon.toolchain import toolchain
+
+    tc = toolchain()
+    version = subprocess.run(
+        [tc.qemu, "--version"], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    return {
+        "hexagon_target": target,
+        "emulator": version[0] if version else tc.qemu,
+        "measure": "packets",
+    }
+
+
+def _report(table, speedups, summary) -> None:
+    from tvm_cocopie import benchmarking as bm
+
+    rows = []
+    for s, row in table.items():
+        thesis = THESIS_TABLE_4_2.get(s, {}).get("latency", {})
+        rows.append(
+            {
+                "size": s,
+                **{f"lat_{v}": row["latency"][v] for v in VARIANTS},
+                **{f"data_{v}": row["data"][v] for v in VARIANTS},
+                "winner": row["winner"],
+                "thesis": " ".join(f"{thesis[v]:.2f}" for v in VARIANTS) if thesis else "-",
+                "thesis_winner": row["thesis_winner"] or "-",
+            }
+        )
+    print("Table 4.2 (MatMul M=K=N), packets and data size normalized to vmpy")
+    print(
+        bm.format_table(
+            rows,
+            [
+                ("size", "M=K=N", "{}"),
+                ("lat_vmpy", "vmpy", "{:.2f}"),
+                ("lat_vmpa", "vmpa", "{:.2f}"),
+                ("lat_vrmpy", "vrmpy", "{:.2f}"),
+                ("winner", "winner", "{}"),
+                ("data_vmpy", "data vmpy", "{:.2f}"),
+                ("data_vmpa", "vmpa", "{:.2f}"),
+                ("data_vrmpy", "vrmpy", "{:.2f}"),
+                ("thesis", "thesis latency", "{}"),
+                ("thesis_winner", "thesis winner", "{}"),
+            ],
+        )
+    )
+    if speedups:
+        print("\nStock TVM lowering vs GCD² kernels (packets)")
+        print(
+            bm.format_table(
+                speedups,
+                [
+                    ("op", "op", "{}"),
+                    ("shape", "shape", "{}"),
+                    ("stock_packets", "stock", "{}"),
+                    ("best", "best", "{}"),
+                    ("best_packets", "packets", "{}"),
+                    ("speedup", "x", "{:.1f}"),
+                ],
+            )
+        )
+        print(f"geomean speedup over stock TVM: {summary['geomean_speedup_vs_stock']}x")
+    print(f"all results bit-exact: {summary['all_exact']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
