@@ -151,3 +151,24 @@ def test_layout_transforms_on_device():
         func = layouts.convert_func(src, dst, m, k)
         (out,), _ = runner.run_func(func, [packed(src), np.zeros_like(packed(dst))])
         np.testing.assert_array_equal(out, packed(dst))
+
+
+@needs_toolchain
+@pytest.mark.parametrize("shape", [(37, 53), (130, 9)], ids=lambda s: "x".join(map(str, s)))
+def test_repack_between_gcd2_layouts_moves_whole_vectors(shape):
+    from tvm_cocopie.hexagon import runner
+
+    m, k = shape
+    x = np.random.default_rng(1).integers(0, 256, (m, k)).astype("uint8")
+    gcd2 = [layouts.ONE_COLUMN, layouts.TWO_COLUMN, layouts.FOUR_COLUMN]
+    for src, dst in itertools.permutations(gcd2, 2):
+        res = runner.run(
+            {"repack": layouts.repack_func(src, dst, m, k)},
+            [("repack", ["x", "y"])],
+            {"x": src.pack(x)},
+            ["y"],
+            count_packets=True,
+        )
+        np.testing.assert_array_equal(dst.unpack(res.outputs["y"], m, k), x)
+        vectors = int(np.prod(dst.shape(m, k)[:2]))
+        assert res.packets[0] <= 60 + 10 * vectors, (src.name, dst.name, res.packets)

@@ -133,12 +133,16 @@ def _source_index(layout: Layout, row, col):
 def convert_func(src: Layout | None, dst: Layout | None, m: int, k: int):
     """A PrimFunc ``(x, y)`` converting an ``m x k`` uint8 matrix between layouts.
 
-    ``None`` stands for plain row-major ``[m, k]``. Padding in the destination is
-    zero. The loops are vectorized by TVM; on HVX these transforms cost gathers, and
-    their packet counts are what GCD²'s layout selection weighs (§4.4.1).
+    ``None`` stands for plain row-major ``[m, k]``. Between two GCD² layouts this is
+    :func:`repack_func` (whole-vector shuffles). From or to row-major it is a TE
+    compute vectorized by TVM, which costs gathers on HVX; destination padding is zero.
+    Their packet counts are the edge costs of GCD²'s layout selection (§4.4.1).
     """
     import tvm
     from tvm import te, tirx
+
+    if src is not None and dst is not None:
+        return repack_func(src, dst, m, k)
 
     src_shape = (m, k) if src is None else src.shape(m, k)
     x = te.placeholder(src_shape, "uint8", name="x")
@@ -170,3 +174,99 @@ def convert_func(src: Layout | None, dst: Layout | None, m: int, k: int):
         inner = sch.split(inner, factors=[None, min(k, VBYTES)])[-1]
     sch.vectorize(inner)
     return sch.mod["main"]
+
+
+def _superblock(src: Layout, dst: Layout):
+    """The repeating unit of a packed-to-packed transform.
+
+    ``(rows, cols, sources, moves)``: a block of ``rows x cols`` elements holds
+    ``sources`` = [(panel offset, group offset)] of source vectors and, for each
+    destination vector ``(panel offset, group offset)``, the 128 indices of its bytes in
+    the concatenation of the source vectors.
+    """
+    rows, cols = max(src.rows, dst.rows), max(src.cols, dst.cols)
+    per_row = cols // src.cols
+    sources = [(i, j) for i in range(rows // src.rows) for j in range(per_row)]
+    moves = {}
+    for a in range(rows // dst.rows):
+        for c in range(cols // dst.cols):
+            idx = []
+            for d in range(VBYTES):
+                row, col = a * dst.rows + d // dst.cols, c * dst.cols + d % dst.cols
+                i, j = row // src.rows, col // src.cols
+                byte = (row % src.rows) * src.cols + col % src.cols
+                idx.append((i * per_row + j) * VBYTES + byte)
+            moves[(a, c)] = idx
+    return rows, cols, sources, moves
+
+
+def repack_func(src: Layout, dst: Layout, m: int, k: int):
+    """A PrimFunc ``(x, y)`` moving an ``m x k`` matrix from one GCD² layout to another.
+
+    Works on whole vectors: each block of ``max(R) x max(v)`` elements is loaded as
+    whole source vectors and permuted with one constant shuffle per destination vector
+    (LLVM lowers it to HVX ``vdelta`` / ``vshuff`` / ``vdeal`` networks). Padding is
+    carried over, not cleared: padded rows are never read back and padded columns meet
+    zero weights (:func:`pack_weights`). Source vectors past the source's padding read
+    as zeros.
+    """
+    from tvm import tirx
+
+    from .tirgen import T, kernel, ramp
+
+    if src == dst:
+        raise ValueError("source and destination layouts are the same")
+    x_shape, y_shape = src.shape(m, k), dst.shape(m, k)
+    rows, cols, sources, moves = _superblock(src, dst)
+    y_rows, y_cols = y_shape[0] * dst.rows, y_shape[1] * dst.cols
+    full_r, full_c = (
+        min(y_rows, x_shape[0] * src.rows) // rows,
+        min(y_cols, x_shape[1] * src.cols) // cols,
+    )
+    zero = tirx.Broadcast(tirx.const(0, "uint8"), VBYTES)
+
+    def block(br, bc, partial_r: bool, partial_c: bool):
+        vecs = []
+        for i, j in sources:
+            ps, gs = br * (rows // src.rows) + i, bc * (cols // src.cols) + j
+            inside = (not partial_r or _static(ps) < x_shape[0]) and (
+                not partial_c or _static(gs) < x_shape[1]
+            )
+            vecs.append(x.vload([ps, gs, 0, 0], "uint8x128") if inside else zero)
+        for (a, c), idx in moves.items():
+            pd, gd = br * (rows // dst.rows) + a, bc * (cols // dst.cols) + c
+            if (partial_r and _static(pd) >= y_shape[0]) or (
+                partial_c and _static(gd) >= y_shape[1]
+            ):
+                continue
+            value = tirx.Shuffle(vecs, [tirx.const(i, "int32") for i in idx])
+            T.buffer_store(y, value, [pd, gd, 0, ramp(0, VBYTES)])
+
+    n_r, n_c = -(-y_rows // rows), -(-y_cols // cols)
+    with kernel(
+        f"repack_{src.cols}to{dst.cols}", [("x", x_shape, "uint8"), ("y", y_shape, "uint8")]
+    ) as (
+        (x, y),
+        out,
+    ):
+        if full_r and full_c:
+            with T.grid(full_r, full_c) as (br, bc):
+                block(br, bc, False, False)
+        if full_r:
+            for bc in range(full_c, n_c):
+                with T.serial(full_r) as br:
+                    block(br, bc, False, True)
+        for br in range(full_r, n_r):
+            if full_c:
+                with T.serial(full_c) as bc:
+                    block(br, bc, True, False)
+            for bc in range(full_c, n_c):
+                block(br, bc, True, True)
+    return out[0]
+
+
+def _static(value) -> int:
+    """A Python int from an index that is static on the edges of :func:`repack_func`."""
+    if isinstance(value, int):
+        return value
+    raise TypeError(f"{value} is not a static index")
