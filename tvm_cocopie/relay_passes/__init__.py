@@ -25,7 +25,9 @@ def rewrite_passes(target: tvm.target.Target, options) -> list:
 
 def layout_passes(target: tvm.target.Target, options) -> list:
     """Layout-choice passes, run after rewriting and before legalization."""
-    return []
+    from .layout import layout_passes_for
+
+    return layout_passes_for(target)
 
 
 def fusion_passes(target: tvm.target.Target, options) -> list:

@@ -4,14 +4,31 @@ A rule is a small class with ``apply(func, target, tunable)`` returning a
 ``tvm.s_tir.Schedule`` (or a list of them when ``tunable``) or ``None`` when it does
 not apply; rules are tried in order and the first that applies wins.
 ``default_rules(target)`` is the ordered list the cocopie pipeline applies after
-fusion.
+fusion:
+
+1. :class:`~.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
+   (dense, grouped, depthwise) with their fused epilogues;
+2. :class:`~.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
+3. :class:`~.fallback.Fallback`: parallel + vectorized loops for everything else.
+
+Every rule catches its own failures (logged as warnings) and answers ``None``, so a
+function a rule cannot handle falls through to the next, never breaking the build.
 """
 
 from __future__ import annotations
 
 import tvm
 
+from ..target import is_hexagon
+from .conv2d_nchwc import Conv2dNCHWc
+from .fallback import Fallback
+from .matmul_packed import MatmulPacked
+
+__all__ = ["Conv2dNCHWc", "Fallback", "MatmulPacked", "default_rules"]
+
 
 def default_rules(target: tvm.target.Target, options) -> list:
     """The ordered schedule rules for ``target`` (empty: stock TVM's untouched loops)."""
-    return []
+    if target.kind.name != "llvm" or is_hexagon(target):
+        return []
+    return [Conv2dNCHWc(), MatmulPacked(), Fallback()]

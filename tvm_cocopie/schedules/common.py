@@ -1,0 +1,215 @@
+"""Helpers shared by the schedule rules: block inspection, safe application, epilogues.
+
+Nothing here decides a tile: the rules do. These helpers answer questions about a
+PrimFunc (which blocks, which are spatial, extents), apply primitives without
+leaving a half-transformed schedule behind, and implement the one epilogue recipe
+every register-tiled kernel uses: inline the element-wise consumers into the block
+that writes the function's result, give the anchor a local accumulator, and compute
+that result tile by tile under the anchor's tile loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight
+
+from ..target import CpuInfo, cpu_info
+
+log = logging.getLogger(__name__)
+
+DATA_PAR = tirx.IterVar.DataPar
+REDUCE = tirx.IterVar.CommReduce
+
+
+class CpuRule(dlight.ScheduleRule):
+    """A dlight rule for LLVM CPU targets that never raises.
+
+    Subclasses implement :meth:`schedule` on a fresh ``Schedule``; an exception there
+    is logged (warning) and the rule answers ``None``, so the next rule (in the end
+    the fallback) gets the function and the build never breaks because of a rule.
+    """
+
+    name = "cpu-rule"
+
+    def is_target_available(self, target: tvm.target.Target) -> bool:
+        return target.kind.name == "llvm"
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        try:
+            result = self.schedule(sch, cpu_info(target), tunable)
+        except Exception as err:  # noqa: BLE001 - a rule must not break the build: fall back
+            log.warning("%s could not schedule %s: %s", self.name, _func_name(func),
+                        str(err).strip().splitlines()[-1] if str(err).strip() else repr(err))
+            return None
+        return result
+
+    def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        """The schedule (or list of them when ``tunable``), or ``None``: not for this rule."""
+        raise NotImplementedError
+
+
+def _func_name(func) -> str:
+    """A readable name: the global symbol, else the blocks' names."""
+    attrs = func.attrs
+    if attrs is not None and "global_symbol" in attrs:
+        return str(attrs["global_symbol"])
+    try:
+        names = [str(sch_b) for sch_b in _block_names(func)]
+    except Exception:  # noqa: BLE001 - naming is best effort
+        names = []
+    return "PrimFunc(" + ",".join(names[:4]) + ")"
+
+
+def _block_names(func) -> list[str]:
+    sch = s_tir.Schedule(func)
+    return [sch.get(b).name_hint for b in root_blocks(sch)]
+
+
+def root_blocks(sch: s_tir.Schedule) -> list:
+    """The blocks directly under the root block, in program order."""
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def annotated_blocks(sch: s_tir.Schedule, key: str) -> list:
+    """The root-level blocks whose annotations hold ``key``."""
+    return [b for b in root_blocks(sch) if key in sch.get(b).annotations]
+
+
+def iter_types(sch: s_tir.Schedule, block) -> list[int]:
+    return [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+
+
+def is_spatial(sch: s_tir.Schedule, block) -> bool:
+    return all(t == DATA_PAR for t in iter_types(sch, block))
+
+
+def const_extent(sch: s_tir.Schedule, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else None
+
+
+def writes_output(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` writes a buffer of the function's signature."""
+    params = list(sch.mod["main"].params)
+    return any(w.source.same_as(p) for w in sch.get(block).writes for p in params)
+
+
+def try_apply(sch: s_tir.Schedule, fn: Callable[[s_tir.Schedule], object]):
+    """Run ``fn(sch)`` on a copy; return the copy if it worked, else ``None``.
+
+    Schedule primitives check before they mutate, but a recipe of several
+    primitives can fail halfway; working on a copy never leaves a half-done
+    schedule behind.
+    """
+    trial = sch.copy()
+    try:
+        fn(trial)
+    except Exception as err:  # noqa: BLE001 - any primitive may refuse
+        log.debug("schedule step skipped: %s", str(err).strip().splitlines()[-1:])
+        return None
+    return trial
+
+
+def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int, max_full: int = 64) -> bool:
+    """Vectorize ``loop`` (whole if short, else an inner split of ``lanes``)."""
+    ext = const_extent(sch, loop)
+    if ext is None or ext < 2:
+        return False
+    if ext <= max_full:
+        sch.vectorize(loop)
+        return True
+    if ext % lanes == 0:
+        _, inner = sch.split(loop, [None, lanes])
+        sch.vectorize(inner)
+        return True
+    return False
+
+
+def inline_consumers(sch: s_tir.Schedule, anchor) -> object | None:
+    """Inline the blocks after ``anchor`` into the last one; return that last block.
+
+    ``None`` if the anchor has no consumers (it writes the result itself).
+    """
+    blocks = root_blocks(sch)
+    names = [sch.get(b).name_hint for b in blocks]
+    index = names.index(sch.get(anchor).name_hint)
+    after = blocks[index + 1:]
+    if not after:
+        return None
+    for block in after[:-1]:
+        sch.compute_inline(block)
+    return after[-1]
+
+
+def inline_prologue(sch: s_tir.Schedule, anchor) -> list:
+    """Inline producers of producers of ``anchor``; return the blocks left before it.
+
+    The blocks that feed the anchor directly (a padded input, a packed layout) stay
+    materialized: inlining them into the anchor would put their index arithmetic and
+    conditions in the innermost loop.
+    """
+    blocks = root_blocks(sch)
+    names = [sch.get(b).name_hint for b in blocks]
+    anchor_name = sch.get(anchor).name_hint
+    kept = []
+    for block in blocks[: names.index(anchor_name)]:
+        consumers = [sch.get(c).name_hint for c in sch.get_consumers(block)]
+        if anchor_name in consumers or not is_spatial(sch, block):
+            kept.append(block)
+            continue
+        try:
+            sch.compute_inline(block)  # checks before it mutates
+        except Exception:  # noqa: BLE001 - an output, or an opaque access: keep it
+            kept.append(block)
+    return kept
+
+
+def parallel_spatial(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
+    """Parallelize the outer loops of a spatial block and vectorize its innermost loop."""
+    lanes = info.f32_lanes
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    if len(loops) == 1:
+        ext = const_extent(sch, loops[0])
+        if ext is not None and ext >= 4 * lanes and ext % lanes == 0:
+            outer, inner = sch.split(loops[0], [None, lanes])
+            sch.vectorize(inner)
+            fuse_parallel(sch, [outer], info)
+        else:
+            fuse_parallel(sch, loops, info)
+        return
+    vectorize_inner(sch, loops[-1], lanes)
+    fuse_parallel(sch, loops[:-1], info)
+
+
+def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo):
+    """Fuse the leading ``loops`` until they give enough parallel iterations; parallelize.
+
+    Returns the fused loop (``None`` for no loops). Enough is 8 iterations per core,
+    so that a static split over the thread pool stays balanced.
+    """
+    if not loops:
+        return None
+    want = max(1, info.num_cores) * 8
+    chosen = []
+    total = 1
+    for loop in loops:
+        chosen.append(loop)
+        ext = const_extent(sch, loop)
+        if ext is None:
+            break
+        total *= ext
+        if total >= want:
+            break
+    fused = sch.fuse(*chosen) if len(chosen) > 1 else chosen[0]
+    if info.num_cores > 1:
+        sch.parallel(fused)
+    return fused

@@ -1,0 +1,162 @@
+"""Register-blocked schedule of the NCHW[x]c convolutions (dense, grouped, depthwise).
+
+The compute (:mod:`tvm_cocopie.topi.conv2d_nchwc`) has already chosen the register
+tile and written it in the block annotation, together with the padding that makes
+every tile full. The loop nest this rule builds, for a dense conv::
+
+    parallel  n, oc // r, tile rows        (fused; enough iterations for all cores)
+      serial  tile columns                 <- the epilogue is computed here, per tile
+        rco, ry, rx                        reduction over input chunks and the window
+          rci        (unrolled)            one input channel of the chunk
+            ocr      (unrolled, r)         r weight vectors of the tile
+              yi, xi (unrolled, th x tw)   output pixels: one broadcast each
+                oi   (vectorized)          SIMD lanes: FMA into an accumulator
+
+The ``r x th x tw`` accumulators live in a ``local`` buffer that LLVM keeps in
+vector registers. Consumers of the conv (bias, batch-norm scale/shift, ReLU/ReLU6,
+clip, HardSwish, sigmoid, residual add, layout change back to NCHW...) are inlined
+into the block that writes the function's result, and that block runs under the
+tile loop, on the tile just computed, while it is in L1. The padded input and any
+layout packing stay separate, parallel, vectorized passes.
+
+Depthwise convs use the same nest without ``rco``/``rci``/``ocr``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from ..target import CpuInfo
+from ..topi.conv2d_nchwc import ANNOTATION
+from .common import (
+    CpuRule,
+    annotated_blocks,
+    const_extent,
+    fuse_parallel,
+    inline_consumers,
+    inline_prologue,
+    parallel_spatial,
+    vectorize_inner,
+)
+
+
+@dataclass(frozen=True)
+class ConvKnobs:
+    """The schedule's free choices (the tile itself is fixed by the compute)."""
+
+    kind: str  # "conv" or "depthwise"
+    r: int
+    th: int
+    tw: int
+    flat: bool
+    ow: int
+    unroll_channel: bool = True  # unroll the rci loop (conv) / the window (depthwise)
+
+    @classmethod
+    def from_annotation(cls, ann) -> ConvKnobs:
+        return cls(str(ann["kind"]), int(ann["r"]), int(ann["th"]), int(ann["tw"]),
+                   bool(int(ann["flat"])), int(ann["ow"]))
+
+
+def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
+    """Iterate the result block over ``p = y * OW + x`` like the flattened conv."""
+    ndim = len(sch.get(final).iter_vars)
+    if ndim == 5:
+        sch.transform_block_layout(final, lambda n, c, y, x, i: (n, c, y * ow + x, i))
+    elif ndim == 4:
+        sch.transform_block_layout(final, lambda n, c, y, x: (n, c, y * ow + x))
+    else:
+        raise ValueError(f"result block of rank {ndim} after a flattened conv")
+
+
+def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
+    """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
+    for block in inline_prologue(sch, anchor):
+        parallel_spatial(sch, block, info)
+    final = inline_consumers(sch, anchor)
+    if final is None:
+        final = sch.cache_write(anchor, 0, "local")
+    else:
+        if knobs.flat:
+            flatten_final(sch, final, knobs.ow)
+        sch.set_scope(anchor, 0, "local")
+
+    loops = sch.get_loops(anchor)
+    if knobs.kind == "conv":
+        n, oc, *spatial, oi, rco, ry, rx, rci = loops
+        reductions = [rco, ry, rx, rci]
+    else:
+        n, oc, *spatial, oi, ry, rx = loops
+        reductions = [ry, rx]
+        rci = None
+    inner = []
+    if knobs.r > 1:
+        oc, ocr = sch.split(oc, [None, knobs.r])
+        inner.append(ocr)
+    if knobs.flat:
+        (p,) = spatial
+        po, pi = sch.split(p, [None, knobs.tw])
+        outer, tile = [po], [pi]
+    else:
+        y, x = spatial
+        yo, yi = sch.split(y, [None, knobs.th])
+        xo, xi = sch.split(x, [None, knobs.tw])
+        outer, tile = [yo, xo], [yi, xi]
+    inner += tile
+    sch.reorder(n, oc, *outer, *reductions, *inner, oi)
+
+    par_loops = [n, oc, *outer[:-1]]
+    attach = outer[-1]
+    par_iters = 1
+    for loop in par_loops:
+        par_iters *= const_extent(sch, loop) or 1
+    if par_iters < 4 * max(1, info.num_cores):
+        attach = fuse_parallel(sch, [*par_loops, attach], info)
+    else:
+        fuse_parallel(sch, par_loops, info)
+
+    sch.reverse_compute_at(final, attach)
+    final_loops = sch.get_loops(final)
+    vectorize_inner(sch, final_loops[-1], info.f32_lanes)
+
+    for loop in inner:
+        sch.unroll(loop)
+    if knobs.unroll_channel:
+        if rci is not None:
+            sch.unroll(rci)
+        else:
+            for loop in reductions:
+                sch.unroll(loop)
+    sch.vectorize(oi)
+    sch.decompose_reduction(anchor, reductions[0])
+    return sch
+
+
+class Conv2dNCHWc(CpuRule):
+    """Schedules PrimFuncs holding one ``cocopie.conv2d_nchwc``-annotated block."""
+
+    name = "conv2d_nchwc"
+
+    def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        anchors = annotated_blocks(sch, ANNOTATION)
+        if len(anchors) != 1:
+            return None
+        anchor = anchors[0]
+        name = sch.get(anchor).name_hint
+        knobs = ConvKnobs.from_annotation(sch.get(anchor).annotations[ANNOTATION])
+        if not tunable:
+            return schedule_conv(sch, anchor, knobs, info)
+        spaces = []
+        for unroll in (True, False):
+            trial = sch.copy()
+            spaces.append(schedule_conv(trial, trial.get_sblock(name),
+                                        _replace(knobs, unroll_channel=unroll), info))
+        return spaces
+
+
+def _replace(knobs: ConvKnobs, **changes) -> ConvKnobs:
+    from dataclasses import replace
+
+    return replace(knobs, **changes)
