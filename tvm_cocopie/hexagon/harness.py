@@ -24,13 +24,17 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Bumped whenever the generated C changes meaning (part of the build cache key).
-HARNESS_VERSION = 1
+HARNESS_VERSION = 2
 
 #: Buffers are aligned to this many bytes (two HVX vectors).
 ALIGN = 256
 
 #: The name of the marker function the packet counter looks for.
 MARK_SYMBOL = "cocopie_mark"
+
+#: The section of the harness's runtime library (memset, division...), counted with
+#: the kernel because kernels call it.
+LIBC_SECTION = ".text.cocopie_libc"
 
 _DL_CODES = {"i": 0, "u": 1, "f": 2}  # kDLInt, kDLUInt, kDLFloat
 
@@ -140,35 +144,49 @@ static void cp_put_int(int fd, long v) {
   cp_puts(fd, buf + i);
 }
 
-/* LLVM may turn loops into these calls; nothing else provides them here. */
-void* memset(void* dst, int c, size_t n) {
+/* The runtime library a kernel may call (LLVM turns loops into memset/memcpy; Hexagon
+   has no divide instruction). It lives in its own section, which the packet counter
+   counts as part of the kernel, as a device's libc would be. */
+#define CP_LIBC __attribute__((section(".text.cocopie_libc")))
+
+CP_LIBC void* memset(void* dst, int c, size_t n) {
   unsigned char* d = (unsigned char*)dst;
+  while (n && ((uintptr_t)d & 7)) {
+    *d++ = (unsigned char)c;
+    n--;
+  }
+  uint64_t word = (unsigned char)c * 0x0101010101010101ULL;
+  for (; n >= 8; n -= 8, d += 8) *(uint64_t*)d = word;
   while (n--) *d++ = (unsigned char)c;
   return dst;
 }
-void* memcpy(void* dst, const void* src, size_t n) {
+CP_LIBC void* memcpy(void* dst, const void* src, size_t n) {
   unsigned char* d = (unsigned char*)dst;
   const unsigned char* s = (const unsigned char*)src;
+  if ((((uintptr_t)d ^ (uintptr_t)s) & 7) == 0) {
+    while (n && ((uintptr_t)d & 7)) {
+      *d++ = *s++;
+      n--;
+    }
+    for (; n >= 8; n -= 8, d += 8, s += 8) *(uint64_t*)d = *(const uint64_t*)s;
+  }
   while (n--) *d++ = *s++;
   return dst;
 }
-void* memmove(void* dst, const void* src, size_t n) {
+CP_LIBC void* memmove(void* dst, const void* src, size_t n) {
   unsigned char* d = (unsigned char*)dst;
   const unsigned char* s = (const unsigned char*)src;
-  if (d < s) {
-    while (n--) *d++ = *s++;
-  } else {
-    while (n--) d[n] = s[n];
-  }
+  if (d <= s || d >= s + n) return memcpy(dst, src, n);
+  while (n--) d[n] = s[n];
   return dst;
 }
-void* __hexagon_memcpy_likely_aligned_min32bytes_mult8bytes(void* d, const void* s, size_t n) {
+CP_LIBC void* __hexagon_memcpy_likely_aligned_min32bytes_mult8bytes(void* d, const void* s, size_t n) {
   return memcpy(d, s, n);
 }
 
-/* Integer division helpers the Hexagon backend calls (no hardware divide). */
-static unsigned long long cp_udivmod(unsigned long long n, unsigned long long d,
-                                     unsigned long long* rem) {
+/* Integer division helpers the Hexagon backend calls. */
+CP_LIBC static unsigned long long cp_udivmod(unsigned long long n, unsigned long long d,
+                                             unsigned long long* rem) {
   unsigned long long q = 0, r = 0;
   for (int i = 63; i >= 0; i--) {
     r = (r << 1) | ((n >> i) & 1);
@@ -180,31 +198,35 @@ static unsigned long long cp_udivmod(unsigned long long n, unsigned long long d,
   *rem = r;
   return q;
 }
-unsigned long long __hexagon_udivdi3(unsigned long long n, unsigned long long d) {
+CP_LIBC unsigned long long __hexagon_udivdi3(unsigned long long n, unsigned long long d) {
   unsigned long long r;
   return cp_udivmod(n, d, &r);
 }
-unsigned long long __hexagon_umoddi3(unsigned long long n, unsigned long long d) {
+CP_LIBC unsigned long long __hexagon_umoddi3(unsigned long long n, unsigned long long d) {
   unsigned long long r;
   cp_udivmod(n, d, &r);
   return r;
 }
-long long __hexagon_divdi3(long long n, long long d) {
+CP_LIBC long long __hexagon_divdi3(long long n, long long d) {
   unsigned long long r;
   unsigned long long q = cp_udivmod(n < 0 ? -(unsigned long long)n : (unsigned long long)n,
                                     d < 0 ? -(unsigned long long)d : (unsigned long long)d, &r);
   return ((n < 0) != (d < 0)) ? -(long long)q : (long long)q;
 }
-long long __hexagon_moddi3(long long n, long long d) {
+CP_LIBC long long __hexagon_moddi3(long long n, long long d) {
   unsigned long long r;
   cp_udivmod(n < 0 ? -(unsigned long long)n : (unsigned long long)n,
              d < 0 ? -(unsigned long long)d : (unsigned long long)d, &r);
   return n < 0 ? -(long long)r : (long long)r;
 }
-unsigned int __hexagon_udivsi3(unsigned int n, unsigned int d) { return (unsigned int)__hexagon_udivdi3(n, d); }
-unsigned int __hexagon_umodsi3(unsigned int n, unsigned int d) { return (unsigned int)__hexagon_umoddi3(n, d); }
-int __hexagon_divsi3(int n, int d) { return (int)__hexagon_divdi3(n, d); }
-int __hexagon_modsi3(int n, int d) { return (int)__hexagon_moddi3(n, d); }
+CP_LIBC unsigned int __hexagon_udivsi3(unsigned int n, unsigned int d) {
+  return (unsigned int)__hexagon_udivdi3(n, d);
+}
+CP_LIBC unsigned int __hexagon_umodsi3(unsigned int n, unsigned int d) {
+  return (unsigned int)__hexagon_umoddi3(n, d);
+}
+CP_LIBC int __hexagon_divsi3(int n, int d) { return (int)__hexagon_divdi3(n, d); }
+CP_LIBC int __hexagon_modsi3(int n, int d) { return (int)__hexagon_moddi3(n, d); }
 
 /* Scratch memory for kernels: a bump allocator whose frees pop the newest block. */
 static unsigned char cp_workspace[CP_WORKSPACE_BYTES] __attribute__((aligned(CP_ALIGN)));

@@ -42,7 +42,7 @@ from .toolchain import toolchain
 
 log = logging.getLogger(__name__)
 
-RUNNER_VERSION = 1
+RUNNER_VERSION = 2
 
 CLANG_FLAGS = (
     "--target=hexagon-unknown-linux-musl",
@@ -102,7 +102,7 @@ class HexagonProgram:
 
     directory: Path
     spec: harness.ProgramSpec
-    kernel_range: tuple  # (lo, hi) addresses of the TVM object's code
+    kernel_ranges: tuple  # ((lo, hi), ...) code counted as the kernels' (see parse_map)
     mark_addr: int
     cached: bool = False
     info: dict = field(default_factory=dict)
@@ -240,22 +240,27 @@ _MAP_SYMBOL = re.compile(r"^\s*([0-9a-f]+)\s+[0-9a-f]+\s+[0-9a-f]+\s+\d+\s+(\S+)
 
 
 def parse_map(text: str, obj_name: str = _KERNEL_OBJECT):
-    """From an lld map file: the kernel object's code range and every symbol's address."""
-    lo, hi, symbols = None, None, {}
+    """From an lld map file: the code ranges to count, and every symbol's address.
+
+    The ranges are the kernel object's code sections and the harness's runtime library
+    section (:data:`.harness.LIBC_SECTION`), as ``[(start, end)]``.
+    """
+    ranges, symbols, kernel_code = [], {}, False
     for line in text.splitlines():
         m = _MAP_SECTION.match(line)
         if m:
-            if os.path.basename(m.group(3)) == obj_name and int(m.group(2), 16) > 0:
-                start, size = int(m.group(1), 16), int(m.group(2), 16)
-                lo = start if lo is None else min(lo, start)
-                hi = start + size if hi is None else max(hi, start + size)
+            start, size = int(m.group(1), 16), int(m.group(2), 16)
+            obj, section = os.path.basename(m.group(3)), m.group(4)
+            if size and (obj == obj_name or section == harness.LIBC_SECTION):
+                ranges.append((start, start + size))
+                kernel_code = kernel_code or obj == obj_name
             continue
         m = _MAP_SYMBOL.match(line)
         if m:
             symbols[m.group(2)] = int(m.group(1), 16)
-    if lo is None:
+    if not kernel_code:
         raise ToolchainError(f"the link map names no code from {obj_name}; the kernel is empty?")
-    return (lo, hi), symbols
+    return sorted(ranges), symbols
 
 
 def _compile_object(mod, target, path: Path) -> None:
@@ -303,9 +308,8 @@ def build(
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
         log.debug("hexagon program %s from cache", key)
-        return HexagonProgram(
-            final, spec, tuple(meta["kernel_range"]), meta["mark_addr"], True, meta
-        )
+        ranges = tuple(tuple(r) for r in meta["kernel_ranges"])
+        return HexagonProgram(final, spec, ranges, meta["mark_addr"], True, meta)
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
@@ -334,12 +338,12 @@ def build(
             "ld.lld-14 (linking the harness with the kernels)",
             work,
         )
-        kernel_range, symbols = parse_map((work / "program.map").read_text())
+        kernel_ranges, symbols = parse_map((work / "program.map").read_text())
         if harness.MARK_SYMBOL not in symbols:
             raise ToolchainError("the link map lacks the harness marker; cannot count packets")
         meta = {
             "key": key,
-            "kernel_range": list(kernel_range),
+            "kernel_ranges": [list(r) for r in kernel_ranges],
             "mark_addr": symbols[harness.MARK_SYMBOL],
             "kernels": sorted(str(g.name_hint) for g in mod.functions),
             "tvm_seconds": round(tvm_seconds, 3),
@@ -354,7 +358,7 @@ def build(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return HexagonProgram(final, spec, kernel_range, meta["mark_addr"], False, meta)
+    return HexagonProgram(final, spec, tuple(kernel_ranges), meta["mark_addr"], False, meta)
 
 
 # ------------------------------------------------------------------------------- run
@@ -392,8 +396,8 @@ def _read_outputs(spec: harness.ProgramSpec, path: Path) -> dict:
 def _qemu_command(program: HexagonProgram, fifo: Path | None) -> list:
     cmd = [toolchain().qemu]
     if fifo is not None:
-        lo, hi = program.kernel_range
-        ranges = f"0x{lo:x}..0x{hi - 1:x},0x{program.mark_addr:x}+0x1"
+        spans = [f"0x{lo:x}..0x{hi - 1:x}" for lo, hi in program.kernel_ranges]
+        ranges = ",".join([*spans, f"0x{program.mark_addr:x}+0x1"])
         cmd += ["-singlestep", "-d", "exec,nochain", "-dfilter", ranges, "-D", str(fifo)]
     return cmd + [str(program.elf)]
 
