@@ -74,6 +74,7 @@ def test_vector_add_round_trip_and_chain():
     # Same kernel, same sizes: same packets; nothing of the kernel runs outside calls.
     assert res.packets[0] == res.packets[1] > 0
     assert res.packets_outside_calls == 0
+    assert res.packets_by_func() == {"vadd": 2 * res.packets[0]}
     again = runner.run({"vadd": _vadd()}, calls, {"a": b, "b": a}, ["c", "d"], count_packets=True)
     assert again.packets == res.packets
 

@@ -117,6 +117,9 @@ def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, 
     return {
         "op": "dwconv2d" if dw else "conv2d",
         "impl": variant,
+        "layout": layouts.LAYOUT_OF[variant].name,
+        # depthwise has no channel reduction: every layout multiplies with vmpy
+        "instruction": "vmpy" if dw else variant,
         "shape": [h, w_, c, o, kernel, stride, pad],
         "packets": res.packets[0],
         "exact": bool(np.array_equal(y, ref)),

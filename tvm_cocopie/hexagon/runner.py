@@ -83,15 +83,16 @@ class RunResult:
     """Outputs by buffer name; packets per call when counted; the emulator's stderr."""
 
     outputs: dict
+    calls: tuple = ()
     packets: list | None = None
     packets_outside_calls: int = 0
     stderr: str = ""
     seconds: float = 0.0
 
-    def packets_by_func(self, calls) -> dict:
-        """Sum the per-call packet counts by kernel name."""
+    def packets_by_func(self) -> dict:
+        """Per-call packet counts summed by kernel name."""
         total: dict = {}
-        for call, n in zip(calls, self.packets or []):
+        for call, n in zip(self.calls, self.packets or []):
             total[call.func] = total.get(call.func, 0) + n
         return total
 
@@ -470,7 +471,7 @@ def _execute(program: HexagonProgram, inputs: dict, count_packets: bool, timeout
                 f"stderr:\n{stderr.strip()[-4000:]}"
             )
         outputs = _read_outputs(program.spec, tmp / "outputs.bin")
-    result = RunResult(outputs, stderr=stderr, seconds=seconds)
+    result = RunResult(outputs, program.spec.calls, stderr=stderr, seconds=seconds)
     if count_packets:
         result.packets = counter.finish()
         result.packets_outside_calls = counter.before_first_mark + counter.after_last_mark
