@@ -130,3 +130,25 @@ def test_build_cache_key_is_stable():
     spec = runner.program_spec(mod, [("vadd", ["a", "b", "c"])], ["a", "b"], ["c"])
     assert spec.buffer("c").shape == (1000,) and spec.buffer("c").dtype == "int32"
     assert isinstance(mod, tvm.IRModule)
+
+
+@needs_toolchain
+def test_packets_are_attributed_per_call_and_exclude_the_harness():
+    from tvm_cocopie.hexagon import runner
+
+    a = np.arange(1000, dtype="int32")
+    alone = runner.run(
+        {"vadd": _vadd()}, [("vadd", ["a", "a", "c"])], {"a": a}, ["c"], count_packets=True
+    )
+    # A second, bigger kernel and 64x more input data around the same call.
+    big = np.arange(64000, dtype="int32")
+    both = runner.run(
+        {"vadd": _vadd(), "vbig": _vadd(64000)},
+        [("vbig", ["x", "x", "y"]), ("vadd", ["a", "a", "c"])],
+        {"x": big, "a": a},
+        ["c", "y"],
+        count_packets=True,
+    )
+    assert both.packets[1] == alone.packets[0]
+    assert both.packets[0] > 30 * alone.packets[0]
+    np.testing.assert_array_equal(both.outputs["y"], 2 * big)
