@@ -172,3 +172,37 @@ def test_repack_between_gcd2_layouts_moves_whole_vectors(shape):
         np.testing.assert_array_equal(dst.unpack(res.outputs["y"], m, k), x)
         vectors = int(np.prod(dst.shape(m, k)[:2]))
         assert res.packets[0] <= 60 + 10 * vectors, (src.name, dst.name, res.packets)
+
+
+@needs_toolchain
+def test_two_layer_chain_with_a_layout_change_in_one_program():
+    """y = mm_vmpa(repack_4to2(mm_vrmpy(x))): GCD²'s layout edges, one packet count each."""
+    from tvm_cocopie.hexagon import runner
+
+    m, k, n1, n2 = 45, 24, 20, 12
+    x, w1, b1, rq1 = _problem(m, k, n1, seed=5)
+    _, w2, b2, rq2 = _problem(m, n1, n2, seed=6)
+    four, two = layouts.FOUR_COLUMN, layouts.TWO_COLUMN
+    funcs = {
+        "mm1": matmul.matmul("vrmpy", m, k, n1, rq1),
+        "repack": layouts.repack_func(four, two, m, n1),
+        "mm2": matmul.matmul("vmpa", m, n1, n2, rq2),
+    }
+    calls = [
+        ("mm1", ["x", "w1", "b1", "h4"]),
+        ("repack", ["h4", "h2"]),
+        ("mm2", ["h2", "w2", "b2", "y"]),
+    ]
+    inputs = {
+        "x": four.pack(x),
+        "w1": layouts.pack_weights(w1, "vrmpy"),
+        "b1": layouts.pad_bias(b1, "vrmpy"),
+        "w2": layouts.pack_weights(w2, "vmpa"),
+        "b2": layouts.pad_bias(b2, "vmpa"),
+    }
+    res = runner.run(funcs, calls, inputs, ["y"], count_packets=True)
+    hidden = reference.qmatmul(x, w1, b1, rq1)
+    np.testing.assert_array_equal(
+        two.unpack(res.outputs["y"], m, n2), reference.qmatmul(hidden, w2, b2, rq2)
+    )
+    assert len(res.packets) == 3 and min(res.packets) > 0
