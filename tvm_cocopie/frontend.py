@@ -1,7 +1,8 @@
 """ONNX import: read a model, check it, and hand it to TVM's Relax ONNX frontend.
 
-TVM's own importer (``tvm.relax.frontend.onnx.from_onnx``) does the conversion. This
-module puts a careful door in front of it: a malformed file, an input shape that
+TVM's own importer (``tvm.relax.frontend.onnx``) does the conversion, with the
+converters of :mod:`tvm_cocopie.onnx_ops` laid over its stock map (operators it
+lacks, fixes, newer opsets). This module puts a careful door in front of it: a malformed file, an input shape that
 does not fit, or operators the importer lacks become
 :mod:`tvm_cocopie.errors` exceptions that say what is wrong and what to do, and all
 unsupported operators of a model are reported at once, with their opset and nodes.
@@ -94,11 +95,12 @@ def unsupported_operators(proto: onnx.ModelProto, convert_map: Mapping | None = 
     """Every operator of ``proto`` the importer cannot convert.
 
     Returns ``{(op_type, domain, opset): [node names]}``, subgraphs included.
+    ``convert_map`` defaults to the extended map of :mod:`tvm_cocopie.onnx_ops`.
     """
     if convert_map is None:
-        from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+        from .onnx_ops import converter_map
 
-        convert_map = _get_convert_map()
+        convert_map = converter_map()
     opsets = {e.domain or "ai.onnx": int(e.version) for e in proto.opset_import}
     missing: dict[tuple, list[str]] = {}
     for index, node in enumerate(_iter_nodes(proto.graph)):
@@ -190,14 +192,16 @@ def from_onnx(
         )
     shapes = check_shapes(proto, shapes)
     proto, _ = fold_constants(proto, shapes)
-    from tvm.relax.frontend.onnx import from_onnx as stock_from_onnx
+    from .onnx_ops import import_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # checker warnings and renames are already handled
         try:
-            mod = stock_from_onnx(
+            mod = import_model(
                 proto, shape_dict=shapes or None, keep_params_in_input=keep_params_in_input
             )
+        except UnsupportedOperatorError:
+            raise
         except Exception as err:
             text = str(err).strip().splitlines()
             first = next((ln for ln in reversed(text) if ln.strip()), type(err).__name__)

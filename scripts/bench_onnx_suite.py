@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""ONNX backend-suite coverage: stock TVM vs tvm-cocopie vs ONNX Runtime.
+
+Runs ONNX's own backend node cases (``onnx.backend.test.case.node``, 1884 in
+onnx 1.23) and the ``light`` models (AlexNet ... ZFNet-512) for each contender, each
+case in an isolated worker process with a timeout (a TVM segfault costs that case,
+not the run), and counts passes under ONNX's own output comparison.
+
+JSON (``--json PATH``, written atomically after every batch): records
+``{case, kind, group, contender, status, stage, error, ops, opset, seconds}``;
+summary ``cocopie_pass``, ``stock_tvm_pass``, ``ort_pass``,
+``pass_rate_of_ort_passing`` (cocopie passes among the cases ONNX Runtime passes,
+goal >= 0.95), ``light_models_failed`` (goal 0), and the failing cases grouped by
+op and by error.
+
+    python scripts/bench_onnx_suite.py --quick --json onnx_suite.json
+    python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json   # all cases
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+
+log = logging.getLogger("bench_onnx_suite")
+
+CONTENDER_KEYS = {"cocopie": "cocopie_pass", "stock": "stock_tvm_pass", "ort": "ort_pass"}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="a stratified subset: one case per operator, one light model")
+    p.add_argument("--cases", help="comma-separated case names or regexes (re.search)")
+    p.add_argument("--contenders", default="cocopie,stock,ort",
+                   help="comma-separated subset of cocopie,stock,ort")
+    p.add_argument("--no-light", action="store_true", help="skip the light models")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds per case")
+    p.add_argument("--pipeline", default="default",
+                   help="Relax pipeline of the cocopie contender (default or cocopie)")
+    p.add_argument("--reuse", metavar="PATH",
+                   help="take stock/ort records from this earlier JSON instead of re-running")
+    p.add_argument("--json", metavar="PATH", help="write results here (atomically)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def primary_op(name: str, ops: list[str]) -> str:
+    """The operator a case is about (``test_lstm_with_peepholes`` -> ``LSTM``)."""
+    import re
+
+    stem = name.removeprefix("test_")
+    for op in ops:
+        snake = re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op).lower()
+        if stem.startswith((op.lower(), snake)):
+            return op
+    return ops[-1] if ops else "?"
+
+
+def select_cases(cases, quick: bool, patterns: str | None):
+    import re
+
+    from tvm_cocopie.onnx_ops.conformance import case_ops
+
+    groups: dict[str, list] = defaultdict(list)
+    for case in cases:
+        groups[primary_op(case.name, case_ops(case.proto()))].append(case)
+    if patterns:
+        regexes = [re.compile(p) for p in patterns.split(",") if p]
+        return [c for c in cases if any(r.search(c.name) for r in regexes)], groups
+    if quick:  # stratified: the first non-expanded case of every operator, by name
+        picked = []
+        for op in sorted(groups):
+            members = sorted(groups[op], key=lambda c: ("_expanded" in c.name, c.name))
+            picked.append(members[0])
+        return picked, groups
+    return list(cases), groups
+
+
+def summarize(records: list[dict], group_of: dict[str, str]) -> dict:
+    status: dict[str, dict[str, str]] = defaultdict(dict)
+    errors: dict[str, str] = {}
+    for r in records:
+        status[r["contender"]][r["case"]] = r["status"]
+        if r["contender"] == "cocopie" and r["status"] != "pass":
+            errors[r["case"]] = r.get("error", "")
+    summary: dict = {}
+    for contender, key in CONTENDER_KEYS.items():
+        results = status.get(contender, {})
+        summary[key] = sum(s == "pass" for s in results.values()) if results else None
+        summary[key.replace("_pass", "_run")] = len(results) if results else None
+    ours, ort = status.get("cocopie", {}), status.get("ort", {})
+    ort_passing = [c for c, s in ort.items() if s == "pass" and c in ours]
+    summary["ort_passing_cases"] = len(ort_passing)
+    summary["pass_rate_of_ort_passing"] = (
+        round(sum(ours[c] == "pass" for c in ort_passing) / len(ort_passing), 4)
+        if ort_passing else None)
+    stock = status.get("stock", {})
+    summary["stock_pass_rate_of_ort_passing"] = (
+        round(sum(stock.get(c) == "pass" for c in ort_passing) / len(ort_passing), 4)
+        if ort_passing and stock else None)
+    light = {r["case"] for r in records if r["kind"] == "light"}
+    summary["light_models"] = sorted(light)
+    summary["light_models_failed"] = sorted(c for c in light if ours.get(c) != "pass")
+    summary["light_models_failed_count"] = len(summary["light_models_failed"])
+    failing = [c for c, s in ours.items() if s != "pass"]
+    summary["cocopie_failing_ort_passing"] = sorted(c for c in failing if ort.get(c) == "pass")
+    by_op = Counter(group_of.get(c, "?") for c in failing)
+    summary["cocopie_failures_by_op"] = dict(by_op.most_common())
+    by_error = Counter(_error_class(errors[c]) for c in failing)
+    summary["cocopie_failures_by_error"] = dict(by_error.most_common(40))
+    summary["crashes"] = sorted({(r["contender"], r["case"]) for r in records
+                                 if r["status"] in ("crash", "timeout")})
+    return summary
+
+
+def _error_class(error: str) -> str:
+    import re
+
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", error)
+    text = re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", text)
+    return text[:120]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from tqdm import tqdm
+
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.onnx_ops.conformance import IsolatedRunner, light_cases, node_cases
+
+    contenders = [c for c in args.contenders.split(",") if c]
+    unknown = set(contenders) - set(CONTENDER_KEYS)
+    if unknown:
+        print(f"unknown contender(s) {sorted(unknown)}; pick from {list(CONTENDER_KEYS)}",
+              file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    cases = node_cases()
+    selected, groups = select_cases(cases, args.quick, args.cases)
+    if not args.no_light:
+        lights = light_cases(["test_bvlc_alexnet"] if args.quick else None)
+        if args.cases:
+            import re
+
+            lights = [c for c in lights
+                      if any(re.search(p, c.name) for p in args.cases.split(",") if p)]
+        selected += lights
+        for case in lights:
+            groups[f"light:{case.name}"].append(case)
+    group_of = {c.name: op for op, members in groups.items() for c in members}
+
+    reused: list[dict] = []
+    if args.reuse:
+        import json
+
+        with open(args.reuse) as fh:
+            previous = json.load(fh)["records"]
+        names = {c.name for c in selected}
+        reused = [r for r in previous if r["contender"] != "cocopie" and r["case"] in names]
+        have = {(r["case"], r["contender"]) for r in reused}
+        log.info("reusing %d stock/ort records from %s", len(reused), args.reuse)
+    else:
+        have = set()
+    tasks = [(case, c) for case in selected for c in contenders if (case.name, c) not in have]
+    records = list(reused)
+
+    def save():
+        summary = summarize(records, group_of)
+        summary.update(cases=len(selected), quick=args.quick, jobs=args.jobs,
+                       pipeline=args.pipeline, timeout=args.timeout,
+                       seconds=round(time.perf_counter() - start, 1))
+        if args.json:
+            bm.write_json_atomic(args.json, bm.bench_result("onnx_suite", records, summary,
+                                                            threads=1))
+        return summary
+
+    runner = IsolatedRunner(jobs=args.jobs, timeout=args.timeout, pipeline=args.pipeline)
+    bar = tqdm(total=len(tasks), desc="onnx cases", unit="case", file=sys.stderr)
+    last_save = time.monotonic()
+    for record in runner.run(tasks):
+        record["group"] = group_of.get(record["case"], "?")
+        records.append(record)
+        bar.update(1)
+        if time.monotonic() - last_save > 30:
+            save()
+            last_save = time.monotonic()
+    bar.close()
+    for r in records:
+        r.setdefault("group", group_of.get(r["case"], "?"))
+    summary = save()
+    lines = [f"{k}: {summary[k]}" for k in ("cases", "cocopie_pass", "stock_tvm_pass", "ort_pass",
+                                             "pass_rate_of_ort_passing",
+                                             "light_models_failed", "seconds")]
+    print("\n".join(lines))
+    top = list(summary["cocopie_failures_by_op"].items())[:25]
+    print("cocopie failures by op:", ", ".join(f"{op} {n}" for op, n in top))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    sys.exit(main())
