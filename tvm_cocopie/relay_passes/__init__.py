@@ -20,7 +20,9 @@ from tvm import relax
 
 def rewrite_passes(target: tvm.target.Target, options) -> list:
     """Math-property rewriting passes, run on the imported Relax graph."""
-    return []
+    from .rewriting import MathPropertyRewrite
+
+    return [MathPropertyRewrite()]
 
 
 def layout_passes(target: tvm.target.Target, options) -> list:

@@ -1,0 +1,98 @@
+"""Math-property graph rewriting (DNNFusion, seeds/004 §3.3, Table 3.4) on Relax.
+
+Rules are data (:class:`~.rule.Rule`: pattern, replacement, preconditions, a test
+example), grouped in modules named for their idea:
+
+- :mod:`.associative`, :mod:`.distributive`, :mod:`.commutative`: the three
+  mathematical properties of the thesis (Table 3.4 rows, corrected where printed
+  wrong, and their siblings);
+- :mod:`.identity`, :mod:`.folding`, :mod:`.layout`: what an inference graph
+  optimizer is expected to do besides (identities, BN/scale/pad folding into conv
+  and dense, constant subgraphs, transpose/reshape/squeeze/slice chains).
+
+:mod:`.engine` applies them greedily by cost (:mod:`.cost`: FLOPs, then bytes moved).
+
+>>> from tvm_cocopie.relay_passes.rewriting import MathPropertyRewrite
+>>> mod = MathPropertyRewrite()(mod)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+
+from . import associative, commutative, distributive, folding, identity, layout
+from .engine import RewriteStats, rewrite_module
+from .rule import CATEGORIES, Rule
+
+log = logging.getLogger(__name__)
+
+#: every rule, in a stable order
+RULES: tuple[Rule, ...] = tuple(
+    associative.RULES + distributive.RULES + commutative.RULES + identity.RULES
+    + folding.RULES + layout.RULES
+)
+EXCLUDED = commutative.EXCLUDED
+
+
+def _check_unique(rules) -> None:
+    names = [r.name for r in rules]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ValueError(f"duplicate rule names: {sorted(dup)}")
+    bad = [r.name for r in rules if r.category not in CATEGORIES]
+    if bad:
+        raise ValueError(f"rules with unknown category: {bad}")
+
+
+_check_unique(RULES)
+
+
+def rules_by_category() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {c: [] for c in CATEGORIES}
+    for r in RULES:
+        out[r.category].append(r.name)
+    return out
+
+
+def get_rules(names=None, categories=None) -> tuple[Rule, ...]:
+    """The rules with these names and/or in these categories (all by default)."""
+    from ...errors import CocopieError
+
+    rules = RULES
+    if categories is not None:
+        unknown = set(categories) - set(CATEGORIES)
+        if unknown:
+            raise CocopieError(f"unknown rule categories {sorted(unknown)}; known: {CATEGORIES}")
+        rules = tuple(r for r in rules if r.category in categories)
+    if names is not None:
+        known = {r.name for r in RULES}
+        unknown = set(names) - known
+        if unknown:
+            raise CocopieError(f"unknown rewrite rules {sorted(unknown)}; see "
+                               "tvm_cocopie.relay_passes.rewriting.RULES")
+        rules = tuple(r for r in rules if r.name in names)
+    return rules
+
+
+def MathPropertyRewrite(rules=None, max_rounds: int = 200) -> tvm.transform.Pass:
+    """The rewrite-stage pass: apply ``rules`` (all by default) greedily to every
+    Relax function. The last run's statistics are in ``MathPropertyRewrite.last_stats``."""
+    chosen = tuple(rules) if rules is not None else RULES
+
+    @tvm.transform.module_pass(opt_level=0, name="MathPropertyRewrite")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        new_mod, stats = rewrite_module(mod, chosen, max_rounds)
+        MathPropertyRewrite.last_stats = stats
+        log.info("rewriting: %d rounds, %d rewrites, FLOPs %d -> %d", stats.rounds,
+                 sum(stats.applied.values()), stats.before.flops, stats.after.flops)
+        return new_mod
+
+    return _pass
+
+
+MathPropertyRewrite.last_stats = None
+
+__all__ = ["EXCLUDED", "RULES", "MathPropertyRewrite", "RewriteStats", "Rule", "get_rules",
+           "rewrite_module", "rules_by_category"]
