@@ -56,8 +56,13 @@ def layout_passes_for(target: tvm.target.Target) -> list:
 
     if target.kind.name != "llvm" or is_hexagon(target):
         return []
+    from .layout_constants import fold_layout_constants
+    from .layout_lift import lift_elementwise_tir
+
     return [
+        lift_elementwise_tir,
         relax.transform.DecomposeOpsForInference(),
         blocked_layout(target),
         relax.transform.Normalize(),
+        fold_layout_constants,
     ]
