@@ -28,7 +28,7 @@ def finite_product(a: str, b: str, invert_b: bool = False):
         x, y = m.np(a).astype(np.float64), m.np(b).astype(np.float64)
         with np.errstate(all="ignore"):
             z = (x / y) if invert_b else (x * y)
-        z32 = z.astype(m.dtype(a))
+            z32 = z.astype(m.dtype(a))
         finite = np.all(np.isfinite(z32))
         keeps = np.all((z32 != 0) | (x == 0) | (y == 0 if not invert_b else False))
         return bool(finite and keeps)
