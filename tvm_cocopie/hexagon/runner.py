@@ -171,7 +171,9 @@ def _param_buffers(func) -> list:
     return specs
 
 
-def program_spec(mod, calls, inputs, outputs, workspace_bytes=64 << 20) -> harness.ProgramSpec:
+def program_spec(
+    mod, calls, inputs, outputs, workspace_bytes=64 << 20, offsets=None
+) -> harness.ProgramSpec:
     """Infer every buffer's shape and dtype from the kernels' signatures."""
     buffers: dict = {}
     call_specs = []
@@ -192,8 +194,19 @@ def program_spec(mod, calls, inputs, outputs, workspace_bytes=64 << 20) -> harne
     for name in list(inputs) + list(outputs):
         if name not in buffers:
             raise ValueError(f"{name!r} is not an argument of any call")
+    placed = None
+    if offsets is not None:
+        missing = [n for n in buffers if n not in offsets]
+        if missing:
+            raise ValueError(f"the memory plan places no buffer {missing}")
+        placed = tuple(int(offsets[n]) for n in buffers)
     return harness.ProgramSpec(
-        tuple(buffers.values()), tuple(inputs), tuple(outputs), tuple(call_specs), workspace_bytes
+        tuple(buffers.values()),
+        tuple(inputs),
+        tuple(outputs),
+        tuple(call_specs),
+        workspace_bytes,
+        placed,
     )
 
 
@@ -289,18 +302,20 @@ def build(
     *,
     workspace_bytes: int = 64 << 20,
     cache_dir: str | os.PathLike | None = None,
+    offsets: dict | None = None,
 ) -> HexagonProgram:
     """Compile ``funcs`` for Hexagon V66 and link them with a harness making ``calls``.
 
     ``calls`` is a list of ``(kernel name, [buffer names])``; buffers shared between
     calls are the same memory, so a chain (layout transform, kernel, transform back)
     runs as one program. ``inputs`` name the buffers read from the input file, in order;
-    ``outputs`` the buffers returned. Other buffers start zeroed.
+    ``outputs`` the buffers returned. Other buffers start zeroed unless ``offsets``
+    (buffer name -> arena offset, a static memory plan) lets them share memory.
     """
     tc = toolchain()
     target = hexagon_target()
     mod = normalize_module(funcs)
-    spec = program_spec(mod, calls, inputs, outputs, workspace_bytes)
+    spec = program_spec(mod, calls, inputs, outputs, workspace_bytes, offsets)
     c_source = harness.generate(spec)
     key = _cache_key(mod, target, c_source, tc)
     root = Path(cache_dir) if cache_dir else cache_root()
