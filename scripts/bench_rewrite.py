@@ -1,0 +1,320 @@
+#!/usr/bin/env python
+"""Math-property graph rewriting (DNNFusion §3.3): rules, FLOPs, kernels, latency.
+
+Part 1, the rule table: every rule is applied to its generated example graph, checked
+for a numeric match (stock TVM build of both versions), for its precondition guard,
+and for its FLOP accounting. Part 2, per model (zoo, PP-OCR, and generated graphs
+holding the thesis' Table 3.4 patterns): FLOPs and operator count before and after
+rewriting, fused kernel count with and without it, end-to-end latency of the cocopie
+pipeline with ``options={"rewrite": False}`` vs default (interleaved, medians), and
+the max error of both against ONNX Runtime.
+
+JSON (``--json PATH``): records ``{"kind": "rule", ...}`` and ``{"kind": "model",
+model, flops_before, flops_after, flop_ratio, ops_before, ops_after, kernels_without,
+kernels_with, ms_without, ms_with, speedup, max_rel_err, ...}``; summary ``rules``,
+``rules_tested``, ``categories``, ``geomean_flop_ratio``, ``geomean_speedup``,
+``max_rel_err``.
+
+    python scripts/bench_rewrite.py --quick --json bench_rewrite.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+log = logging.getLogger("bench_rewrite")
+
+QUICK_MODELS = ["table34", "bn_pad_cnn", "resnet18", "mobilenetv2"]
+FULL_MODELS = ["table34", "bn_pad_cnn", "resnet18", "resnet50", "mobilenetv2", "vgg16",
+               "bert_encoder", "ppocr_det", "ppocr_cls", "ppocr_rec"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="4 small models, few runs (< 2 min)")
+    p.add_argument("--models", help="comma-separated: zoo names, ppocr_*, table34, bn_pad_cnn")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--repeat", type=int, default=None)
+    p.add_argument("--no-rules", action="store_true", help="skip the rule-table part")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- generated graphs
+
+def table34_model(size: int = 64):
+    """An ONNX graph holding the rows of Table 3.4 (m x n tensors, m = n = size)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = TensorProto.FLOAT
+    n = helper.make_node
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [
+        n("Abs", ["b_in"], ["B"]),
+        # Recip(A) ⊙ Recip(A⊙B)
+        n("Reciprocal", ["A"], ["rA"]), n("Mul", ["A", "B"], ["AB"]),
+        n("Reciprocal", ["AB"], ["rAB"]), n("Mul", ["rA", "rAB"], ["y1"]),
+        # (A⊙√B)⊙(√B⊙C)
+        n("Sqrt", ["B"], ["sB"]), n("Mul", ["A", "sB"], ["AsB"]), n("Mul", ["sB", "C"], ["sBC"]),
+        n("Mul", ["AsB", "sBC"], ["y2"]),
+        # Abs(A)⊙B⊙Abs(C)
+        n("Abs", ["A"], ["aA"]), n("Abs", ["C"], ["aC"]), n("Mul", ["aA", "B"], ["aAB"]),
+        n("Mul", ["aAB", "aC"], ["y3"]),
+        # (A⊙ReduceSum(B))⊙(ReduceSum(B)⊙C)
+        n("ReduceSum", ["B", "axes"], ["rsB"], keepdims=1), n("Mul", ["A", "rsB"], ["ArsB"]),
+        n("Mul", ["rsB", "C"], ["rsBC"]), n("Mul", ["ArsB", "rsBC"], ["y4"]),
+        # A⊙C + A⊙B
+        n("Mul", ["A", "C"], ["AC"]), n("Mul", ["A", "B"], ["AB2"]), n("Add", ["AC", "AB2"], ["y5"]),
+        # Square(A+B) - (A+B)⊙C
+        n("Add", ["A", "B"], ["S"]), n("Mul", ["S", "S"], ["S2"]), n("Mul", ["S", "C"], ["SC"]),
+        n("Sub", ["S2", "SC"], ["y6"]),
+        # ReduceProd(Exp(A)). ReduceSum(BitShift(I)) is left to the rule table: ONNX
+        # BitShift takes unsigned ints only, and ONNX Runtime has no unsigned ReduceSum.
+        n("Exp", ["A"], ["eA"]), n("ReduceProd", ["eA"], ["y7"], axes=[1], keepdims=1),
+    ]
+    shape = [size, size]
+    inputs = [helper.make_tensor_value_info(k, f, shape) for k in ("A", "b_in", "C")]
+    outs = [helper.make_tensor_value_info(f"y{i}", f, None) for i in range(1, 8)]
+    graph = helper.make_graph(nodes, "table34", inputs, outs, [axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    model = onnx.shape_inference.infer_shapes(model)
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.uniform(0.5, 1.5, shape).astype(np.float32) for k in ("A", "b_in", "C")}
+    feeds["A"] = (feeds["A"] / size).astype(np.float32)  # keep ReduceProd(Exp) finite
+    return model, feeds
+
+
+def bn_pad_cnn_model(size: int = 56):
+    """A small CNN with the simplifications a user expects: Pad before Conv, BN after,
+    a division by a constant, a double transpose and a reshape chain."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape, pos=False):
+        arr = rng.uniform(0.5, 1.5, shape) if pos else rng.standard_normal(shape) * 0.2
+        return numpy_helper.from_array(arr.astype(np.float32), name)
+
+    n = helper.make_node
+    inits = [w("W1", 32, 3, 3, 3), w("W2", 32, 32, 3, 3), w("g1", 32, pos=True), w("b1", 32),
+             w("m1", 32), w("v1", 32, pos=True), w("g2", 32, pos=True), w("b2", 32), w("m2", 32),
+             w("v2", 32, pos=True),
+             numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.array(4.0, np.float32), "four"),
+             numpy_helper.from_array(np.array([1, 32, -1], np.int64), "shp1"),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shp2")]
+    nodes = [
+        n("Pad", ["x", "pads"], ["xp"]), n("Conv", ["xp", "W1"], ["c1"]),
+        n("BatchNormalization", ["c1", "g1", "b1", "m1", "v1"], ["n1"]),
+        n("Relu", ["n1"], ["r1"]), n("Div", ["r1", "four"], ["d1"]),
+        n("Conv", ["d1", "W2"], ["c2"], pads=[1, 1, 1, 1]),
+        n("BatchNormalization", ["c2", "g2", "b2", "m2", "v2"], ["n2"]),
+        n("Relu", ["n2"], ["r2"]),
+        n("Transpose", ["r2"], ["t1"], perm=[0, 2, 3, 1]), n("Transpose", ["t1"], ["t2"], perm=[0, 3, 1, 2]),
+        n("Reshape", ["t2", "shp1"], ["q1"]), n("Reshape", ["q1", "shp2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "bn_pad_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    model = onnx.shape_inference.infer_shapes(model)
+    return model, {"x": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+
+
+def load(name: str, image_size: int | None):
+    from tvm_cocopie.workloads import get_workload
+
+    if name == "table34":
+        return table34_model(64 if image_size is None or image_size <= 64 else image_size)
+    if name == "bn_pad_cnn":
+        return bn_pad_cnn_model(image_size or 56)
+    wl = get_workload(name, image_size=image_size)
+    return wl.model, wl.inputs
+
+
+# --------------------------------------------------------------------------- measurements
+
+def rule_records() -> list[dict]:
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from tvm_cocopie.relay_passes import rewriting as rw
+    from tvm_cocopie.relay_passes.rewriting.cost import module_cost
+    from tvm_cocopie.relay_passes.rewriting.examples import build_example
+
+    out = []
+    for rule in rw.RULES:
+        rec = {"kind": "rule", "rule": rule.name, "category": rule.category}
+        mod, inputs = build_example(rule)
+        new, stats = rw.rewrite_module(mod, [rule])
+        rec["matches"] = stats.applied[rule.name] >= 1
+        before, after = module_cost(mod), module_cost(new)
+        rec.update(flops_before=before.flops, flops_after=after.flops,
+                   flop_accounting=stats.before == before and stats.after == after
+                   and (before - after).positive())
+        both = tvm.IRModule({"main": mod["main"],
+                             "rw": new["main"].with_attr("global_symbol", "rw")})
+        vm = relax.VirtualMachine(tvm.compile(both, target="llvm"), tvm.cpu())
+        res = []
+        for fname, fn in (("main", mod["main"]), ("rw", new["main"])):
+            res.append(vm[fname](*[tvm.runtime.tensor(inputs[p.name]) for p in fn.params]).numpy())
+        scale = float(np.max(np.abs(res[0]))) or 1.0
+        rec["max_rel_err"] = float(np.max(np.abs(res[1].astype(np.float64) - res[0]))) / scale
+        if rule.counter is not None:
+            cmod, _ = build_example(rule, rule.counter)
+            rec["guard_holds"] = rw.rewrite_module(cmod, [rule])[1].applied[rule.name] == 0
+        rec["ok"] = bool(rec["matches"] and rec["flop_accounting"] and rec["max_rel_err"] <= 1e-5
+                         and rec.get("guard_holds", True))
+        out.append(rec)
+    return out
+
+
+def count_kernels(mod, target, rewrite: bool) -> int:
+    """PrimFuncs left after the cocopie pipeline's fusion stage."""
+    import tvm
+
+    from tvm_cocopie.pipeline import PipelineOptions, stage_passes
+
+    opts = PipelineOptions(rewrite=rewrite)
+    with target:
+        for name, passes in stage_passes(target, opts):
+            if name in ("schedule", "lower"):
+                break
+            for p in passes:
+                mod = p(mod)
+    return sum(1 for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def model_record(name, model, feeds, target, threads, repeat) -> dict:
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.compiler import compile_model
+    from tvm_cocopie.frontend import from_onnx
+    from tvm_cocopie.relay_passes import rewriting as rw
+    from tvm_cocopie.relay_passes.rewriting.cost import module_cost
+    from tvm_cocopie.target import parse_target
+
+    shapes = {k: list(v.shape) for k, v in feeds.items()}
+    mod = from_onnx(model, shapes=shapes)
+    t0 = time.perf_counter()
+    new, stats = rw.rewrite_module(mod, rw.RULES)
+    rewrite_s = time.perf_counter() - t0
+    before, after = module_cost(mod), module_cost(new)
+    tgt = parse_target(target)
+    rec = {
+        "kind": "model", "model": name, "input_shapes": shapes,
+        "flops_before": before.flops, "flops_after": after.flops,
+        "flop_ratio": after.flops / before.flops if before.flops else 1.0,
+        "bytes_before": before.bytes, "bytes_after": after.bytes,
+        "ops_before": before.ops, "ops_after": after.ops,
+        "partitions": stats.partitions, "rewrites": sum(stats.applied.values()),
+        "rules_applied": dict(stats.applied), "rewrite_s": round(rewrite_s, 3),
+        "kernels_without": count_kernels(mod, tgt, False),
+        "kernels_with": count_kernels(mod, tgt, True),
+    }
+    ref = bm.ort_session(model, threads).run(None, feeds)
+    builds = {
+        "without": compile_model(model, target, shapes=shapes, options={"rewrite": False}),
+        "with": compile_model(model, target, shapes=shapes),
+    }
+    for key, b in builds.items():
+        out = b(**feeds)
+        rec[f"max_rel_err_{key}"] = bm.max_rel_error(out if isinstance(out, list) else [out], ref)
+    times = bm.interleaved_times({k: (lambda b=b: b(**feeds)) for k, b in builds.items()},
+                                 repeat=repeat, warmup=1, max_seconds=20.0)
+    rec["ms_without"], rec["ms_with"] = bm.median(times["without"]), bm.median(times["with"])
+    rec["speedup"] = rec["ms_without"] / rec["ms_with"]
+    rec["rounds"] = len(times["with"])
+    rec["max_rel_err"] = rec["max_rel_err_with"]
+    rec["matches_ort"] = rec["max_rel_err"] <= 1e-3
+    return rec
+
+
+def summarize(records: list[dict]) -> dict:
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.relay_passes import rewriting as rw
+
+    rules = [r for r in records if r["kind"] == "rule"]
+    models = [r for r in records if r["kind"] == "model" and "skipped" not in r]
+    return {
+        "rules": len(rw.RULES),
+        "rules_tested": sum(1 for r in rules if r["ok"]),
+        "categories": {k: len(v) for k, v in rw.rules_by_category().items()},
+        "excluded_rules": rw.EXCLUDED,
+        "models": len(models),
+        "geomean_flop_ratio": bm.geomean(r["flop_ratio"] for r in models),
+        "geomean_speedup": bm.geomean(r["speedup"] for r in models),
+        "kernels_without": sum(r["kernels_without"] for r in models),
+        "kernels_with": sum(r["kernels_with"] for r in models),
+        "max_rel_err": max((r["max_rel_err"] for r in models), default=None),
+        "all_match_ort": all(r["matches_ort"] for r in models),
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    import tvm_cocopie
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.errors import ModelFetchError
+    from tvm_cocopie.target import host_target
+
+    tvm_cocopie.register()
+    models = (args.models.split(",") if args.models
+              else QUICK_MODELS if args.quick else FULL_MODELS)
+    image_size = args.image_size or (48 if args.quick else None)
+    repeat = args.repeat or (4 if args.quick else 20)
+    target = {"kind": "llvm", "mcpu": host_target().attrs["mcpu"], "num-cores": args.threads}
+    records: list[dict] = []
+
+    def save():
+        summary = summarize(records)
+        summary.update(threads=args.threads, repeat=repeat, image_size=image_size)
+        if args.json:
+            bm.write_json_atomic(args.json, bm.bench_result("rewrite", records, summary,
+                                                            args.threads))
+        return summary
+
+    if not args.no_rules:
+        t0 = time.perf_counter()
+        records.extend(rule_records())
+        log.info("rule table: %.1fs", time.perf_counter() - t0)
+        save()
+    for name in models:
+        try:
+            model, feeds = load(name, image_size)
+        except ModelFetchError as err:
+            log.warning("skipping %s: %s", name, err)
+            records.append({"kind": "model", "model": name, "skipped": str(err)})
+            continue
+        rec = model_record(name, model, feeds, target, args.threads, repeat)
+        records.append(rec)
+        print(f"{name:14s} FLOPs {rec['flops_before']:>12d} -> {rec['flops_after']:>12d} "
+              f"({rec['flop_ratio']:.3f})  ops {rec['ops_before']} -> {rec['ops_after']}  "
+              f"kernels {rec['kernels_without']} -> {rec['kernels_with']}  "
+              f"{rec['ms_without']:.2f} -> {rec['ms_with']:.2f} ms ({rec['speedup']:.2f}x)  "
+              f"err {rec['max_rel_err']:.1e}", flush=True)
+        save()
+    summary = save()
+    print(f"rules {summary['rules']} ({summary['rules_tested']} pass their tests) "
+          f"{summary['categories']}")
+    print(f"geomean FLOP ratio {summary['geomean_flop_ratio']:.3f}, geomean speedup "
+          f"{summary['geomean_speedup']:.3f}, all match ORT: {summary['all_match_ort']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
