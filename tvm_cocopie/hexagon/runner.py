@@ -515,10 +515,17 @@ def run(
     timeout: float | None = None,
     workspace_bytes: int = 64 << 20,
     cache_dir=None,
+    offsets: dict | None = None,
 ) -> RunResult:
     """Build (or fetch from the cache) and run once; see :func:`build` for the arguments."""
     program = build(
-        funcs, calls, list(inputs), outputs, workspace_bytes=workspace_bytes, cache_dir=cache_dir
+        funcs,
+        calls,
+        list(inputs),
+        outputs,
+        workspace_bytes=workspace_bytes,
+        cache_dir=cache_dir,
+        offsets=offsets,
     )
     return program.run(inputs, count_packets=count_packets, timeout=timeout)
 

@@ -125,8 +125,19 @@ def _timed(method):
 
 @_timed
 def local_select(graph: Graph):
-    """Every operator takes its cheapest plan, transforms ignored."""
-    return {n.name: min(n.plans, key=n.plans.get) for n in graph.nodes}, 1
+    """Every operator takes its cheapest plan, transforms ignored.
+
+    Ties (layout-agnostic operators such as adds and pools cost the same in every
+    layout) go to the first predecessor's plan, so local choice never transforms
+    for nothing.
+    """
+    plan: dict = {}
+    for n in graph.nodes:
+        best = min(n.plans.values())
+        ties = [p for p, c in n.plans.items() if c == best]
+        follow = plan.get(n.preds[0]) if n.preds else None
+        plan[n.name] = follow if follow in ties else ties[0]
+    return plan, 1
 
 
 @_timed

@@ -1,0 +1,55 @@
+"""A whole int8 CNN as one Hexagon program: static plan, memory plan, bit-exact output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_cocopie.hexagon import executor, memplan, toolchain
+
+needs_toolchain = pytest.mark.skipif(
+    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
+)
+
+
+def test_quantized_chain_tracks_the_float_model():
+    net = executor.quantize(executor.mobilenetv2_head(16), seed=1)
+    ref = executor.reference_forward(net)
+    flt = executor.float_forward(net)
+    assert ref.dtype == np.uint8 and ref.shape == flt.shape
+    assert np.abs(ref * net.output_scale - flt).max() <= 0.1 * flt.max()
+
+
+def test_memory_plan_shares_dead_buffers_and_never_overlaps_live_ones():
+    calls = [("a", ["x", "t1"]), ("b", ["t1", "t2"]), ("c", ["t2", "t3"]), ("d", ["t3", "y"])]
+    sizes = {"x": 1000, "t1": 5000, "t2": 5000, "t3": 5000, "y": 100}
+    mp = memplan.plan(calls, ["x"], ["y"], sizes)
+    memplan.check(mp, sizes)
+    assert mp.offsets["t1"] == mp.offsets["t3"]
+    assert mp.arena_bytes < mp.naive_bytes
+
+
+@needs_toolchain
+@pytest.mark.parametrize(
+    "plan",
+    [None, {"stem": "vmpy", "b0_0_dw": "vmpa", "b0_0_project": "vrmpy"}],
+    ids=["selected", "mixed-layouts"],
+)
+def test_mobilenetv2_head_runs_bit_exact_as_one_program(plan):
+    layers = executor.mobilenetv2_head(16)
+    if plan is not None:
+        layers = layers[:4]  # stem, dw, project
+    net = executor.quantize(layers, seed=0)
+    res = executor.run_network(net, plan)
+    assert res.exact
+    assert res.total_packets == sum(res.packets) > 0
+    assert res.arena_bytes < res.naive_bytes
+
+
+@needs_toolchain
+def test_vmpa_is_refused_for_full_range_weights():
+    from tvm_cocopie.errors import CocopieError
+
+    net = executor.quantize(executor.resnet50_stem_chain(16)[:2], seed=0)
+    with pytest.raises(CocopieError, match="vmpa"):
+        executor.compile_network(net, {"stem": "vmpa"})

@@ -1,0 +1,404 @@
+"""A static executor: a whole int8 CNN as one Hexagon program (seed 004, §4.4.4).
+
+GCD² compiles a model ahead of time: every operator gets an execution plan (layout and
+instruction, :mod:`.selection`), every tensor a place in memory, and the kernels run in
+order. Here the same holds under ``qemu-hexagon``:
+
+1. :func:`quantize` builds a chain of convolutions and depthwise convolutions
+   (:class:`.networks.Layer`), draws float weights, runs a numpy float forward pass
+   and quantizes per tensor (uint8 activations after ReLU, zero point 0; int8
+   symmetric weights; int32 bias; :class:`.int8_compute.Requant` per layer);
+2. :func:`compile_network` picks a plan per layer (global selection over the cost
+   model, or given), and emits the kernels: the layer kernels of :mod:`.conv2d` /
+   :mod:`.depthwise`, and between them *regrid* kernels that move a layer's output
+   grid into the next layer's padded, phase-split input grid in the next layer's
+   layout (a layout change and re-padding in one gather). A 1x1 stride-1 layer in
+   the same layout reads its producer's grid directly (no regrid);
+3. a static memory plan (:mod:`.memplan`) gives every tensor an arena offset;
+   tensors whose lifetimes do not overlap share memory;
+4. :func:`run_network` runs the program once and checks the output bit for bit
+   against the numpy int8 reference (:mod:`.reference`).
+
+Simplifications (stated, not hidden): chains only (no residual adds), ReLU after
+every layer (MobileNetV2's linear projections are clipped at 0 in both the float and
+the int8 model), batch 1, the input image arrives as NHWC uint8 and is regridded on
+the device like any other tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CocopieError
+from . import memplan, reference
+from .conv2d import ConvGeometry, pack_conv_weights
+from .depthwise import pack_dw_weights
+from .int8_compute import Requant
+from .layouts import LAYOUT_OF, pad_bias
+from .matmul import vmpa_exact
+from .networks import Layer
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------ quantization
+
+
+@dataclass
+class QLayer:
+    """A quantized layer: the layer, int8 weights, int32 bias, requantization."""
+
+    layer: Layer
+    weights: np.ndarray  # int8, HWIO (conv) or HWC (dwconv)
+    bias: np.ndarray  # int32
+    rq: Requant
+    float_weights: np.ndarray = None
+    float_bias: np.ndarray = None
+
+
+@dataclass
+class QNetwork:
+    """A quantized chain and its float counterpart's input."""
+
+    layers: list
+    image: np.ndarray  # float [1, H, W, C] in [0, 1)
+    input_scale: float
+    output_scale: float
+
+    @property
+    def image_q(self) -> np.ndarray:
+        return np.clip(np.round(self.image / self.input_scale), 0, 255).astype(np.uint8)
+
+
+def _float_layer(x, lay: Layer, w, b):
+    k, s, p = lay.k, lay.s, lay.p
+    g = lay.geometry
+    xp = np.pad(x[0], ((p, p), (p, p), (0, 0)))
+    acc = np.zeros((g.out_h, g.out_w, lay.o))
+    for dy in range(k):
+        for dx in range(k):
+            win = xp[dy : dy + s * g.out_h : s, dx : dx + s * g.out_w : s]
+            acc += win @ w[dy, dx] if lay.op == "conv" else win * w[dy, dx]
+    return np.maximum(acc + b, 0)[None]
+
+
+def quantize(layers, seed: int = 0) -> QNetwork:
+    """Random float weights for a chain of ``conv`` / ``dwconv`` layers, quantized with
+    per-tensor scales from one numpy float forward pass."""
+    body = [lay for lay in layers if lay.op != "input"]
+    for lay in body:
+        if lay.op not in ("conv", "dwconv"):
+            raise CocopieError(f"the executor runs conv and dwconv chains; {lay.name} is {lay.op}")
+    rng = np.random.default_rng(seed)
+    first = body[0]
+    image = rng.random((1, first.h, first.w, first.c))
+    s_x = 1.0 / 255
+    x = image
+    out = []
+    for lay in body:
+        fan_in = lay.k * lay.k * (lay.c if lay.op == "conv" else 1)
+        shape = (lay.k, lay.k, lay.c, lay.o) if lay.op == "conv" else (lay.k, lay.k, lay.c)
+        w = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        b = rng.standard_normal(lay.o) * 0.1
+        y = _float_layer(x, lay, w, b)
+        s_w = np.abs(w).max() / 127
+        s_y = max(float(y.max()), 1e-6) / 255
+        wq = np.clip(np.round(w / s_w), -127, 127).astype(np.int8)
+        bq = np.round(b / (s_x * s_w)).astype(np.int32)
+        rq = Requant.from_scale(s_x * s_w / s_y)
+        out.append(QLayer(lay, wq, bq, rq, w, b))
+        x, s_x = y, s_y
+    return QNetwork(out, image, 1.0 / 255, s_x)
+
+
+def reference_forward(net: QNetwork) -> np.ndarray:
+    """The numpy int8 reference of the whole chain."""
+    x = net.image_q
+    for q in net.layers:
+        lay = q.layer
+        if lay.op == "conv":
+            x = reference.qconv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
+        else:
+            x = reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
+    return x
+
+
+def float_forward(net: QNetwork) -> np.ndarray:
+    x = net.image
+    for q in net.layers:
+        x = _float_layer(x, q.layer, q.float_weights, q.float_bias)
+    return x
+
+
+# ------------------------------------------------------------------ tensors on device
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation on the device: NHWC, or an output grid ``(G, rows, v)`` of width
+    ``wq`` whose first ``w`` columns of each of ``h`` grid rows are valid."""
+
+    name: str
+    h: int
+    w: int
+    c: int
+    variant: str | None = None  # None: NHWC
+    wq: int = 0
+    shape: tuple = ()
+
+    def read(self, x, i, j, ch):
+        if self.variant is None:
+            return x[0, i, j, ch]
+        v = LAYOUT_OF[self.variant].cols
+        return x[ch // v, i * self.wq + j, ch % v]
+
+
+def _vectorize_inner(func, lanes=128):
+    import tvm
+
+    sch = tvm.s_tir.Schedule(func)
+    block = sch.get_sblock("y")
+    loops = sch.get_loops(block)
+    inner = sch.fuse(loops[-2], loops[-1])
+    extent = int(sch.get(inner).extent)
+    if extent % lanes == 0:
+        sch.vectorize(sch.split(inner, factors=[None, lanes])[-1])
+    return sch.mod["main"]
+
+
+def regrid_func(src: Tensor, geo: ConvGeometry, variant: str):
+    """A PrimFunc ``(x, y)``: ``src`` into the padded, phase-split input grid of a
+    ``geo`` convolution in ``variant``'s layout (zero padding written explicitly)."""
+    from tvm import te, tirx
+
+    lay = LAYOUT_OF[variant]
+    shape = geo.in_shape(variant, src.c)
+    x = te.placeholder(src.shape, "uint8", name="x")
+    s, p, gw = geo.stride, geo.pad, geo.grid_w
+
+    def body(ph, g, r, j):
+        gi, gj = r // gw, r % gw
+        i = gi * s + ph // s - p
+        jj = gj * s + ph % s - p
+        ch = g * lay.cols + j
+        ok = tirx.all(i >= 0, i < src.h, jj >= 0, jj < src.w, ch < src.c, gi < geo.grid_h)
+        value = src.read(
+            x,
+            tirx.max(tirx.min(i, src.h - 1), 0),
+            tirx.max(tirx.min(jj, src.w - 1), 0),
+            tirx.min(ch, src.c - 1),
+        )
+        return tirx.if_then_else(ok, value, tirx.const(0, "uint8"))
+
+    y = te.compute(shape, body, name="y")
+    return _vectorize_inner(te.create_prim_func([x, y]))
+
+
+def unpack_func(src: Tensor):
+    """A PrimFunc ``(x, y)``: an output grid back to NHWC ``[1, h, w, c]``."""
+    from tvm import te
+
+    x = te.placeholder(src.shape, "uint8", name="x")
+    y = te.compute((1, src.h, src.w, src.c), lambda n, i, j, ch: src.read(x, i, j, ch), name="y")
+    return te.create_prim_func([x, y])
+
+
+# ------------------------------------------------------------------ compilation
+
+
+@dataclass
+class Program:
+    """Kernels, calls, buffers and the memory plan of a compiled network."""
+
+    funcs: dict
+    calls: list
+    inputs: dict  # name -> array
+    output: str
+    out_tensor: Tensor
+    plan: dict  # layer name -> variant
+    memory: memplan.MemoryPlan = None
+    roles: list = field(default_factory=list)  # per call: (layer name, "kernel"|"regrid"|...)
+
+
+def choose_plans(net: QNetwork, model=None) -> dict:
+    """GCD²'s global selection over the chain (cost model, nothing run)."""
+    from .networks import selection_graph
+    from .selection import global_select
+
+    first = net.layers[0].layer
+    layers = [Layer("input", "input", (), first.h, first.w, first.c, first.c)]
+    prev = "input"
+    exact = {}
+    for q in net.layers:
+        lay = q.layer
+        layers.append(
+            Layer(lay.name, lay.op, (prev,), lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p)
+        )
+        exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
+        prev = lay.name
+    graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False))
+    sel = global_select(graph)
+    return {k: v for k, v in sel.plan.items() if k != "input"}
+
+
+def _vmpa_ok(w: np.ndarray) -> bool:
+    return all(vmpa_exact(w[dy, dx]) for dy in range(w.shape[0]) for dx in range(w.shape[1]))
+
+
+def compile_network(net: QNetwork, plan: dict | None = None, model=None) -> Program:
+    """Kernels and calls of the whole chain, and its static memory plan."""
+    from .conv2d import conv2d
+    from .depthwise import depthwise_conv2d
+
+    plan = dict(plan or choose_plans(net, model))
+    first = net.layers[0].layer
+    cur = Tensor("image", first.h, first.w, first.c, None, 0, (1, first.h, first.w, first.c))
+    funcs, calls, roles = {}, [], []
+    inputs = {"image": net.image_q}
+    aliases = {}
+    for idx, q in enumerate(net.layers):
+        lay = q.layer
+        variant = plan[lay.name]
+        if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):
+            raise CocopieError(
+                f"{lay.name}: vmpa's 16-bit pair sums overflow for these weights "
+                "(|w| > 64); choose vmpy or vrmpy"
+            )
+        direct = lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant
+        if direct:
+            geo = ConvGeometry(cur.h, cur.wq, 1)
+            x_name = f"in{idx}"
+            aliases[x_name] = cur.name
+        else:
+            geo = lay.geometry
+            x_name = f"in{idx}"
+            funcs[f"regrid{idx}"] = regrid_func(cur, geo, variant)
+            calls.append((f"regrid{idx}", [cur.name, x_name]))
+            roles.append((lay.name, "regrid"))
+        if lay.op == "conv":
+            func = conv2d(variant, geo, lay.c, lay.o, q.rq)
+            words = pack_conv_weights(q.weights, variant)
+        else:
+            func = depthwise_conv2d(variant, geo, lay.c, q.rq)
+            words = pack_dw_weights(q.weights, variant)
+        funcs[f"layer{idx}"] = func
+        inputs[f"w{idx}"] = words
+        inputs[f"b{idx}"] = pad_bias(q.bias, variant)
+        out_name = f"out{idx}"
+        calls.append((f"layer{idx}", [x_name, f"w{idx}", f"b{idx}", out_name]))
+        roles.append((lay.name, "kernel"))
+        g = lay.geometry
+        valid_h, valid_w = (g.out_h, g.out_w) if not direct else (cur.h, cur.w)
+        cur = Tensor(
+            out_name, valid_h, valid_w, lay.o, variant, geo.grid_w, geo.out_shape(variant, lay.o)
+        )
+    funcs["unpack"] = unpack_func(cur)
+    calls.append(("unpack", [cur.name, "y"]))
+    roles.append(("output", "unpack"))
+    prog = Program(funcs, calls, inputs, "y", cur, plan, roles=roles)
+    prog.memory = _plan_memory(prog, aliases)
+    return prog
+
+
+def _plan_memory(prog: Program, aliases: dict) -> memplan.MemoryPlan:
+    from .runner import normalize_module, program_spec
+
+    spec = program_spec(normalize_module(prog.funcs), prog.calls, list(prog.inputs), [prog.output])
+    sizes = {b.name: b.nbytes for b in spec.buffers}
+
+    def storage(name):
+        while name in aliases:
+            name = aliases[name]
+        return name
+
+    calls = [(f, [storage(a) for a in args]) for f, args in prog.calls]
+    st_sizes: dict = {}
+    for name, n in sizes.items():
+        st_sizes[storage(name)] = max(st_sizes.get(storage(name), 0), n)
+    mp = memplan.plan(calls, list(prog.inputs), [prog.output], st_sizes)
+    memplan.check(mp, st_sizes)
+    mp.offsets = {name: mp.offsets[storage(name)] for name in sizes}
+    return mp
+
+
+@dataclass
+class NetworkResult:
+    output: np.ndarray
+    reference: np.ndarray
+    exact: bool
+    packets: list
+    roles: list
+    plan: dict
+    arena_bytes: int
+    naive_bytes: int
+
+    @property
+    def total_packets(self) -> int:
+        return int(sum(self.packets))
+
+    def packets_by_role(self) -> dict:
+        out: dict = {}
+        for (_, role), n in zip(self.roles, self.packets):
+            out[role] = out.get(role, 0) + int(n)
+        return out
+
+
+def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=None):
+    """Compile, run once under the emulator counting packets, compare with numpy."""
+    from .runner import run
+
+    prog = compile_network(net, plan, model)
+    res = run(
+        prog.funcs,
+        prog.calls,
+        prog.inputs,
+        [prog.output],
+        count_packets=True,
+        timeout=timeout,
+        offsets=prog.memory.offsets,
+    )
+    ref = reference_forward(net)
+    out = res.outputs[prog.output]
+    result = NetworkResult(
+        out,
+        ref,
+        bool(np.array_equal(out, ref)),
+        list(res.packets),
+        prog.roles,
+        prog.plan,
+        prog.memory.arena_bytes,
+        prog.memory.naive_bytes,
+    )
+    log.info(
+        "network: %d packets (%s), arena %d bytes (separate buffers: %d), exact=%s",
+        result.total_packets,
+        result.packets_by_role(),
+        result.arena_bytes,
+        result.naive_bytes,
+        result.exact,
+    )
+    return result
+
+
+def mobilenetv2_head(image: int = 32) -> list:
+    """The first blocks of MobileNetV2 as a chain: stem 3x3/2, the t=1 block
+    (depthwise, 1x1 projection) and the first t=6 block (expand, depthwise/2, project)."""
+    from .networks import mobilenetv2_layers
+
+    layers = mobilenetv2_layers(image, stages=[(1, 16, 1, 1), (6, 24, 1, 2)])
+    return [lay for lay in layers if lay.op != "add"]
+
+
+def resnet50_stem_chain(image: int = 32) -> list:
+    """ResNet-50's stem conv and the first bottleneck's main path (no shortcut)."""
+    from .networks import _Net
+
+    net = _Net(image, image, 3)
+    x = net.add("conv", "input", 64, 7, 2, 3, name="stem")
+    x = net.add("conv", x, 64, 1, name="l1b0_c1")
+    x = net.add("conv", x, 64, 3, 1, 1, name="l1b0_c2")
+    net.add("conv", x, 256, 1, name="l1b0_c3")
+    return net.layers
