@@ -177,24 +177,43 @@ def parallel_spatial(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     loops = sch.get_loops(block)
     if not loops:
         return
+    work = block_work(sch, block)
     if len(loops) == 1:
         ext = const_extent(sch, loops[0])
         if ext is not None and ext >= 4 * lanes and ext % lanes == 0:
             outer, inner = sch.split(loops[0], [None, lanes])
             sch.vectorize(inner)
-            fuse_parallel(sch, [outer], info)
+            fuse_parallel(sch, [outer], info, work)
         else:
-            fuse_parallel(sch, loops, info)
+            fuse_parallel(sch, loops, info, work)
         return
     vectorize_inner(sch, loops[-1], lanes)
-    fuse_parallel(sch, loops[:-1], info)
+    fuse_parallel(sch, loops[:-1], info, work)
 
 
-def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo):
+#: Below this many innermost iterations a loop nest runs on one thread: a fork-join
+#: costs microseconds on an idle machine and a scheduler time slice when a worker
+#: has been preempted, more than ~30k element-wise iterations take on one core.
+MIN_PARALLEL_WORK = 1 << 15
+
+
+def block_work(sch: s_tir.Schedule, block) -> int | None:
+    """Iterations of the loops around ``block`` (``None``: a symbolic extent)."""
+    total = 1
+    for loop in sch.get_loops(block):
+        ext = const_extent(sch, loop)
+        if ext is None:
+            return None
+        total *= ext
+    return total
+
+
+def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | None = None):
     """Fuse the leading ``loops`` until they give enough parallel iterations; parallelize.
 
     Returns the fused loop (``None`` for no loops). Enough is 8 iterations per core,
-    so that a static split over the thread pool stays balanced.
+    so that a static split over the thread pool stays balanced. ``work`` (innermost
+    iterations of the whole nest) below :data:`MIN_PARALLEL_WORK` keeps it serial.
     """
     if not loops:
         return None
@@ -210,6 +229,6 @@ def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo):
         if total >= want:
             break
     fused = sch.fuse(*chosen) if len(chosen) > 1 else chosen[0]
-    if info.num_cores > 1:
+    if info.num_cores > 1 and (work is None or work >= MIN_PARALLEL_WORK):
         sch.parallel(fused)
     return fused

@@ -33,6 +33,7 @@ from ..topi.conv2d_nchwc import ANNOTATION
 from .common import (
     CpuRule,
     annotated_blocks,
+    block_work,
     const_extent,
     fuse_parallel,
     inline_consumers,
@@ -71,10 +72,28 @@ def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
         raise ValueError(f"result block of rank {ndim} after a flattened conv")
 
 
+def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> None:
+    """Compute the padded input (and any packing) per parallel iteration, under ``loop``.
+
+    One parallel region per conv instead of two: a fork-join costs little on an idle
+    machine but a whole time slice when a worker thread has been preempted. The rows
+    an iteration needs are recomputed by its neighbours (a halo of ``KH - 1`` rows)
+    and by each output-channel tile: copies that cost far less than the FMAs they feed.
+    Blocks that cannot move get their own parallel loop.
+    """
+    for block in reversed(blocks):
+        try:
+            sch.compute_at(block, loop, preserve_unit_loops=True)
+        except Exception:  # noqa: BLE001 - an opaque producer: schedule it at the root
+            parallel_spatial(sch, block, info)
+            continue
+        vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
+
+
 def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
-    for block in inline_prologue(sch, anchor):
-        parallel_spatial(sch, block, info)
+    work = block_work(sch, anchor)
+    prologue = inline_prologue(sch, anchor)
     final = inline_consumers(sch, anchor)
     if final is None:
         final = sch.cache_write(anchor, 0, "local")
@@ -113,9 +132,11 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
     if par_iters < 4 * max(1, info.num_cores):
-        attach = fuse_parallel(sch, [*par_loops, attach], info)
+        attach = fuse_parallel(sch, [*par_loops, attach], info, work)
+        par = attach
     else:
-        fuse_parallel(sch, par_loops, info)
+        par = fuse_parallel(sch, par_loops, info, work)
+    attach_prologue(sch, prologue, par, info)
 
     sch.reverse_compute_at(final, attach)
     final_loops = sch.get_loops(final)

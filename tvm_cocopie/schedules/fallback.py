@@ -26,6 +26,7 @@ from ..target import CpuInfo
 from .common import (
     DATA_PAR,
     CpuRule,
+    block_work,
     fuse_parallel,
     is_spatial,
     iter_types,
@@ -67,8 +68,9 @@ def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     kinds = iter_types(sch, block)
     stmt = sch.get(block)
     if len(loops) != len(kinds):
-        fuse_parallel(sch, loops[:1], info)
+        fuse_parallel(sch, loops[:1], info, block_work(sch, block))
         return
+    work = block_work(sch, block)
     spatial = [lp for lp, k in zip(loops, kinds) if k == DATA_PAR]
     reduce = [lp for lp, k in zip(loops, kinds) if k != DATA_PAR]
     if not spatial:
@@ -84,12 +86,12 @@ def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
             vec_var = spatial[-1]
     if vec_var is not None:
         sch.reorder(*spatial[:-1], *reduce, vec_var)
-        fuse_parallel(sch, spatial[:-1], info)
+        fuse_parallel(sch, spatial[:-1], info, work)
         vectorize_inner(sch, vec_var, info.f32_lanes)
         sch.decompose_reduction(block, reduce[0])
     else:
         leading = kinds[: len(spatial)] == [DATA_PAR] * len(spatial)
-        fuse_parallel(sch, spatial if leading else spatial[:1], info)
+        fuse_parallel(sch, spatial if leading else spatial[:1], info, work)
 
 
 def schedule_any(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:

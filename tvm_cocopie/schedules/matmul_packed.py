@@ -25,6 +25,7 @@ from ..topi.dense_packed import ANNOTATION
 from .common import (
     CpuRule,
     annotated_blocks,
+    block_work,
     const_extent,
     fuse_parallel,
     inline_consumers,
@@ -45,6 +46,7 @@ class MatmulKnobs:
 
 def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo):
     """Apply the module docstring's nest to ``anchor``; return ``sch``."""
+    work = block_work(sch, anchor)
     for block in inline_prologue(sch, anchor):
         parallel_spatial(sch, block, info)
     final = inline_consumers(sch, anchor)
@@ -71,9 +73,9 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     for loop in par_loops:
         iters *= const_extent(sch, loop) or 1
     if iters < 4 * max(1, info.num_cores):
-        attach = fuse_parallel(sch, [*par_loops, attach], info)
+        attach = fuse_parallel(sch, [*par_loops, attach], info, work)
     else:
-        fuse_parallel(sch, par_loops, info)
+        fuse_parallel(sch, par_loops, info, work)
     sch.reverse_compute_at(final, attach)
     vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
     for loop in inner:
