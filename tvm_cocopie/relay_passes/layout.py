@@ -64,5 +64,6 @@ def layout_passes_for(target: tvm.target.Target) -> list:
         relax.transform.DecomposeOpsForInference(),
         blocked_layout(target),
         relax.transform.Normalize(),
+        relax.transform.EliminateCommonSubexpr(),  # one transform per tensor, not per use
         fold_layout_constants,
     ]

@@ -89,22 +89,28 @@ class ConvTile:
         return self.r * self.ob
 
 
-def group_span(geo: ConvGeometry, tile: ConvTile) -> tuple[int, int]:
-    """``(CBg, chunk stride)``: input chunks one weight tile reads, and how its start moves.
+def group_span(geo: ConvGeometry, tile: ConvTile) -> int:
+    """``CBg``: the input chunks one weight tile of ``wb`` output channels reads.
 
-    A tile of ``wb`` output channels starts at input chunk ``ocw * stride``.
-    Raises :class:`CompilationError` when the groups do not align with the chunks.
+    The tile's outputs belong to one group (``opg % wb == 0``) or to ``wb / opg``
+    whole groups; the input channels those groups read must be whole chunks, or lie
+    inside one chunk (then the others are multiplied by packed zeros: the GSPC
+    trade of ``ib / span`` extra FLOPs for full vectors). Raises
+    :class:`CompilationError` when the groups do not align with the chunks.
     """
     wb, ib, cpg, opg = tile.wb, tile.ib, geo.cpg, geo.opg
     if geo.groups == 1:
-        return geo.c // ib, 0
-    if opg % wb == 0:  # a tile lies inside one group
-        if cpg % ib:
-            raise CompilationError(f"grouped conv: {cpg} channels per group, chunks of {ib}")
-        return cpg // ib, None  # start depends on the group; see icb0
-    if wb % opg == 0 and (wb // opg * cpg) % ib == 0:  # a tile spans whole groups
+        return geo.c // ib
+    if opg % wb == 0:
+        span = cpg
+    elif wb % opg == 0:
         span = wb // opg * cpg
-        return span // ib, span // ib
+    else:
+        span = 0
+    if span and span % ib == 0:
+        return span // ib
+    if span and ib % span == 0:
+        return 1
     raise CompilationError(
         f"grouped conv with {opg} outputs / {cpg} inputs per group does not fit "
         f"weight tiles of {wb} and input chunks of {ib}"
@@ -113,17 +119,15 @@ def group_span(geo: ConvGeometry, tile: ConvTile) -> tuple[int, int]:
 
 def tile_input_chunk(geo: ConvGeometry, tile: ConvTile, ocw):
     """First input chunk read by weight tile ``ocw`` (an expression in ``ocw``)."""
-    _, step = group_span(geo, tile)
+    group_span(geo, tile)  # validates the alignment
     if geo.groups == 1:
         return 0
-    if step is None:
-        return (ocw * tile.wb // geo.opg) * (geo.cpg // tile.ib)
-    return ocw * step
+    return (ocw * tile.wb // geo.opg) * geo.cpg // tile.ib
 
 
 def pack_weight(weight: te.Tensor, geo: ConvGeometry, tile: ConvTile) -> te.Tensor:
     """OIHW weight -> ``(O // wb, CBg, KH, KW, ib, wb)``, zero off the group diagonal."""
-    cbg, _ = group_span(geo, tile)
+    cbg = group_span(geo, tile)
     wb, ib = tile.wb, tile.ib
     if geo.o % wb:
         raise CompilationError(f"{geo.o} output channels are not a multiple of the tile {wb}")
@@ -145,7 +149,7 @@ def pack_weight(weight: te.Tensor, geo: ConvGeometry, tile: ConvTile) -> te.Tens
 
 def pack_weight_numpy(weight: np.ndarray, geo: ConvGeometry, tile: ConvTile) -> np.ndarray:
     """:func:`pack_weight` on a constant, at compile time (no kernel to build)."""
-    cbg, _ = group_span(geo, tile)
+    cbg = group_span(geo, tile)
     wb, ib = tile.wb, tile.ib
     tiles = geo.o // wb
     ocw = np.arange(tiles).reshape(tiles, 1, 1, 1)
@@ -254,7 +258,7 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Co
     sh, sw = geo.stride
     dh, dw = geo.dilation
     dpad = pad_nchwc(data, geo, *input_extent(geo))
-    cbg, _ = group_span(geo, tile)
+    cbg = group_span(geo, tile)
     rco = te.reduce_axis((0, cbg), "rco")
     ry = te.reduce_axis((0, geo.kh), "ry")
     rx = te.reduce_axis((0, geo.kw), "rx")

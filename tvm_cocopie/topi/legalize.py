@@ -118,7 +118,7 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
         return Conv2dPlan(geo, tile, db, obk, True)
     try:
         tile = conv_tile(geo, ib, ob, info)
-        cbg, _ = cn.group_span(geo, tile)
+        cbg = cn.group_span(geo, tile)
     except Exception as err:  # noqa: BLE001 - groups that do not align with the chunks
         log.debug("conv2d left to TVM: %s", err)
         return None

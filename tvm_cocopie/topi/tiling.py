@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import CompilationError
 from ..target import CpuInfo
 from .conv2d_nchwc import ConvGeometry, ConvTile, group_span, waste
 
@@ -65,24 +66,33 @@ def _acc_budget(info: CpuInfo, r: int) -> int:
     return vector_registers(info) - r - 2
 
 
+def _weight_tile_ok(geo: ConvGeometry, ib: int, ob: int, r: int) -> bool:
+    """``r`` output chunks per weight tile divide the outputs and respect the groups."""
+    if (geo.o // ob) % r:
+        return False
+    if geo.groups == 1:
+        return True
+    try:
+        cbg = group_span(geo, ConvTile(ib, ob, r, 1, 1))
+    except CompilationError:
+        return False
+    return r == 1 or cbg * ib <= geo.cpg  # no extra block-diagonal waste from widening
+
+
 def conv_tile(geo: ConvGeometry, ib: int, ob: int, info: CpuInfo) -> ConvTile:
     """Pick the register tile of a NCHWc convolution (see the module docstring)."""
     lanes = info.f32_lanes
     vec_per_chunk = max(1, ob // lanes) if ob % lanes == 0 else 1
-    chunks = geo.o // ob
-    r = 1
-    if ob % lanes == 0 and vec_per_chunk == 1 and chunks % 2 == 0:
-        r = 2
-        try:  # grouped convs: a wider weight tile must still align with the groups
-            group_span(geo, ConvTile(ib, ob, 2, 1, 1))
-            if geo.groups > 1 and geo.opg < 2 * ob:
-                r = 1  # block-diagonal waste would double
-        except Exception:  # noqa: BLE001
-            r = 1
+    r = 2 if ob % lanes == 0 and vec_per_chunk == 1 and _weight_tile_ok(geo, ib, ob, 2) else 1
     budget = _acc_budget(info, r * vec_per_chunk)
     qmax = max(1, budget // (r * vec_per_chunk))
     qmin = min(qmax, max(1, -(-8 // (r * vec_per_chunk))))
     oh, ow = geo.oh, geo.ow
+    if oh * ow < qmin:  # a few pixels (after global pooling): widen the weight tile instead
+        for wide in (4, 3, 2, 1):
+            if ob % lanes == 0 and vec_per_chunk == 1 and _weight_tile_ok(geo, ib, ob, wide):
+                return ConvTile(ib, ob, wide, 1, oh * ow, True)
+        return ConvTile(ib, ob, 1, 1, oh * ow, True)
     # row-aligned 2-D tiles first, when they need no padding
     for th, tw in ((1, 4), (2, 2), (1, 6), (2, 3), (3, 2), (1, 5)):
         q = th * tw
@@ -122,6 +132,8 @@ def matmul_tile(m: int, n: int, info: CpuInfo) -> MatmulTile:
         return MatmulTile(max(1, m), r * lanes)
     r = min(2, nvec)
     tm_max = max(1, _acc_budget(info, r) // r)
+    if m <= tm_max:
+        return MatmulTile(m, r * lanes)
     best = None
     for tm in range(max(1, tm_max - 2), tm_max + 1):
         padded = -(-m // tm) * tm

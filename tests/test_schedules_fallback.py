@@ -1,0 +1,151 @@
+"""The fallback rule: every other PrimFunc gets parallel + vectorized loops, stays
+correct (numpy references), handles symbolic dims, and a failing rule never breaks
+the build."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import tvm
+from test_kernels_common import (
+    TARGET,
+    assert_allclose,
+    build_graph,
+    prim_funcs,
+    run,
+    scheduled,
+    tensor_var,
+)
+from tvm import relax, tirx
+from tvm.relax import op as R
+
+from tvm_cocopie.schedules import Fallback, default_rules
+from tvm_cocopie.schedules.common import CpuRule
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _pool(x, k, s, p, op):
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf if op == "max" else 0)
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, :, i * s:i * s + k, j * s:j * s + k]
+            out[:, :, i, j] = win.max(axis=(2, 3)) if op == "max" else win.mean(axis=(2, 3))
+    return out
+
+
+def _layer_norm(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma + beta
+
+
+rng = np.random.default_rng(0)
+GAMMA = rng.standard_normal(48).astype("float32")
+BETA = rng.standard_normal(48).astype("float32")
+
+# name: (input shape, graph body, numpy reference)
+OPS = {
+    "softmax": ((3, 37), lambda bb, x: bb.emit(R.nn.softmax(x)), _softmax),
+    "layer-norm": ((2, 5, 48),
+                   lambda bb, x: bb.emit(R.nn.layer_norm(x, relax.const(GAMMA), relax.const(BETA),
+                                                         axes=[-1])),
+                   lambda x: _layer_norm(x, GAMMA, BETA)),
+    "max-pool": ((1, 5, 13, 13),
+                 lambda bb, x: bb.emit(R.nn.max_pool2d(x, [3, 3], [2, 2], [1, 1, 1, 1])),
+                 lambda x: _pool(x, 3, 2, 1, "max")),
+    "avg-pool": ((2, 8, 12, 12), lambda bb, x: bb.emit(R.nn.avg_pool2d(x, [2, 2], [2, 2])),
+                 lambda x: _pool(x, 2, 2, 0, "avg")),
+    "global-mean": ((1, 24, 9, 9), lambda bb, x: bb.emit(R.mean(x, axis=[2, 3], keepdims=True)),
+                    lambda x: x.mean(axis=(2, 3), keepdims=True)),
+    "sum-axis0": ((31, 17), lambda bb, x: bb.emit(R.sum(x, axis=[0])), lambda x: x.sum(0)),
+    "transpose": ((4, 33, 10), lambda bb, x: bb.emit(R.permute_dims(x, [2, 0, 1])),
+                  lambda x: x.transpose(2, 0, 1)),
+    "concat": ((3, 10, 7), lambda bb, x: bb.emit(R.concat([x, R.exp(x)], axis=1)),
+               lambda x: np.concatenate([x, np.exp(x)], axis=1)),
+    "elementwise-chain": ((64, 129),
+                          lambda bb, x: bb.emit(R.tanh(R.multiply(R.add(x, x), x))),
+                          lambda x: np.tanh((x + x) * x)),
+    "scalar": ((), lambda bb, x: bb.emit(R.add(x, x)), lambda x: x + x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_fallback_ops_match_numpy(name):
+    shape, body, ref = OPS[name]
+    x = tensor_var("x", shape)
+    data = np.asarray(rng.standard_normal(shape)).astype("float32")
+    assert_allclose(run(build_graph([x], body), [data]), ref(data.astype(np.float64)))
+
+
+def _loop_kinds(func) -> set:
+    kinds = set()
+    sch = tvm.s_tir.Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        for loop in sch.get_loops(block):
+            kinds.add(int(sch.get(loop).kind))
+    return kinds
+
+
+def test_big_kernels_are_parallel_and_vectorized():
+    x = tensor_var("x", (8, 64, 56, 56))
+
+    def body(bb, x):
+        y = bb.emit(R.nn.max_pool2d(x, [3, 3], [2, 2], [1, 1, 1, 1]))
+        return bb.emit(R.nn.softmax(R.sigmoid(y), axis=1))
+
+    for name, func in prim_funcs(scheduled(build_graph([x], body), layout=False)).items():
+        kinds = _loop_kinds(func)
+        assert int(tirx.ForKind.PARALLEL) in kinds, name
+
+
+def test_symbolic_batch_compiles_and_runs():
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n, 16, 8, 8], "float32"))
+    w = rng.standard_normal((8, 16, 3, 3)).astype("float32")
+
+    def body(bb, x):
+        y = bb.emit(R.nn.relu(R.nn.conv2d(x, relax.const(w), padding=[1, 1, 1, 1])))
+        return bb.emit(R.nn.softmax(R.mean(y, axis=[2, 3]), axis=-1))
+
+    mod = build_graph([x], body)
+    from test_kernels_common import conv2d_reference
+
+    for batch in (1, 3):
+        data = rng.standard_normal((batch, 16, 8, 8)).astype("float32")
+        y = np.maximum(conv2d_reference(data, w, padding=(1, 1, 1, 1)), 0)
+        assert_allclose(run(mod, [data]), _softmax(y.mean(axis=(2, 3))))
+
+
+class _Exploding(CpuRule):
+    name = "exploding"
+
+    def schedule(self, sch, info, tunable):
+        sch.vectorize(sch.get_sblock("root"))  # not a loop: TVM refuses
+        return sch
+
+
+def test_a_failing_rule_warns_and_falls_through(caplog):
+    func = tvm.te.create_prim_func([
+        a := tvm.te.placeholder((16, 16), name="a"),
+        tvm.te.compute((16, 16), lambda i, j: a[i, j] * 2, name="b"),
+    ])
+    with caplog.at_level(logging.WARNING):
+        assert _Exploding().apply(func, TARGET, False) is None
+    assert "exploding could not schedule" in caplog.text
+    assert Fallback().apply(func, TARGET, False) is not None
+
+
+def test_rules_only_for_cpu_targets():
+    hexagon = tvm.target.Target({"kind": "llvm", "mtriple": "hexagon", "mcpu": "hexagonv66"})
+    assert default_rules(hexagon, None) == []
+    assert [type(r).__name__ for r in default_rules(TARGET, None)] == [
+        "Conv2dNCHWc", "MatmulPacked", "Fallback"]
