@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 def conv_layout_choice(call, info) -> dict:
     """``{"relax.nn.conv2d": [data, kernel, out]}`` for one call, or ``{}`` to keep it."""
+    if call.op.name == "relax.nn.conv2d_transpose":
+        # Its layout inference cannot take a blocked input: ask for NCHW explicitly,
+        # so that ConvertLayout inserts the transform back instead of failing.
+        return {"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
     if call.op.name != "relax.nn.conv2d":
         return {}
     attrs = call.attrs
@@ -44,10 +48,46 @@ def conv_layout_choice(call, info) -> dict:
     return {"relax.nn.conv2d": [f"NCHW{ib}c", "OIHW", f"NCHW{ob}c"]}
 
 
+def _convertible_convs(mod: tvm.IRModule, info) -> int:
+    count = [0]
+
+    @relax.expr_functor.visitor
+    class _Count(relax.PyExprVisitor):
+        def visit_call_(self, call):
+            if isinstance(call.op, tvm.ir.Op) and conv_layout_choice(call, info):
+                count[0] += 1
+            super().visit_call_(call)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            _Count().visit_expr(func)
+    return count[0]
+
+
 def blocked_layout(target: tvm.target.Target) -> tvm.transform.Pass:
-    """The ``ConvertLayout`` pass moving supported convolutions to NCHW[x]c."""
+    """``ConvertLayout`` moving supported convolutions to NCHW[x]c.
+
+    Runs only when some conv is to be converted, and never breaks the build: if
+    TVM's layout inference fails on a graph (it has on graphs that already hold
+    blocked layouts) the module is kept as it was, with a warning; the
+    legalization still uses the blocked kernels, packing NCHW inside each conv.
+    """
     info = cpu_info(target)
-    return relax.transform.ConvertLayout({}, lambda call: conv_layout_choice(call, info))
+    convert = relax.transform.ConvertLayout({}, lambda call: conv_layout_choice(call, info))
+
+    @tvm.transform.module_pass(opt_level=0, name="BlockedLayout")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if not _convertible_convs(mod, info):
+            return mod
+        try:
+            return convert(mod)
+        except Exception as err:  # noqa: BLE001 - TVM's layout inference refused the graph
+            lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+            log.warning("blocked layout skipped, TVM's ConvertLayout failed: %s",
+                        lines[-1] if lines else type(err).__name__)
+            return mod
+
+    return _pass
 
 
 def layout_passes_for(target: tvm.target.Target) -> list:

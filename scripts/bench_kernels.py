@@ -1,0 +1,383 @@
+#!/usr/bin/env python
+"""Kernel throughput: tvm-cocopie's conv and matmul kernels as a fraction of FP32 peak.
+
+For each of ResNet-50's distinct 3x3 and 1x1 convolutions (batch 1, 224x224 input;
+the stem 7x7 too) and two matmuls, we time, interleaved in one process:
+
+* an FMA-bound peak kernel (a TIR kernel: per thread, 12 independent vector FMA
+  chains held in registers; 2 flops x lanes x 12 per iteration), which measures
+  what this machine gives right now (``fma_peak_gflops``);
+* the op compiled by the cocopie pipeline as it runs inside a network: the conv in
+  the blocked NCHW[x]c layout with its fused bias + ReLU epilogue, the matmul with
+  its weights packed at compile time (``cocopie_gflops``);
+* ONNX Runtime on a single-node ONNX model of the same op (Conv with bias, or
+  MatMul with a constant B), same thread count, default optimizations
+  (``ort_gflops``).
+
+Each record gives GFLOP/s, the fraction of the peak measured alongside it, and the
+ratio to ONNX Runtime. The summary gives, per class, the geometric mean of the
+per-layer peak fractions: ``conv3x3_peak_fraction`` (3x3 convs with C >= 64),
+``conv1x1_peak_fraction``, ``matmul_peak_fraction``, and ``fma_peak_gflops``.
+Matmul shapes read M x N x K (128x1536x384: 128 tokens, 384 -> 1536 features).
+
+    python scripts/bench_kernels.py --quick --json bench_kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+#: (name, C, H=W, O, kernel, stride) — the distinct convs of ResNet-50 v1.5, batch 1
+RESNET50_CONVS = [
+    ("stem7x7", 3, 224, 64, 7, 2),
+    ("l1.3x3", 64, 56, 64, 3, 1),
+    ("l2.3x3s2", 128, 56, 128, 3, 2),
+    ("l2.3x3", 128, 28, 128, 3, 1),
+    ("l3.3x3s2", 256, 28, 256, 3, 2),
+    ("l3.3x3", 256, 14, 256, 3, 1),
+    ("l4.3x3s2", 512, 14, 512, 3, 2),
+    ("l4.3x3", 512, 7, 512, 3, 1),
+    ("l1.1x1a", 64, 56, 64, 1, 1),
+    ("l1.1x1b", 64, 56, 256, 1, 1),
+    ("l1.1x1c", 256, 56, 64, 1, 1),
+    ("l2.1x1a", 256, 56, 128, 1, 1),
+    ("l2.down", 256, 56, 512, 1, 2),
+    ("l2.1x1b", 128, 28, 512, 1, 1),
+    ("l2.1x1c", 512, 28, 128, 1, 1),
+    ("l3.1x1a", 512, 28, 256, 1, 1),
+    ("l3.down", 512, 28, 1024, 1, 2),
+    ("l3.1x1b", 256, 14, 1024, 1, 1),
+    ("l3.1x1c", 1024, 14, 256, 1, 1),
+    ("l4.1x1a", 1024, 14, 512, 1, 1),
+    ("l4.down", 1024, 14, 2048, 1, 2),
+    ("l4.1x1b", 512, 7, 2048, 1, 1),
+    ("l4.1x1c", 2048, 7, 512, 1, 1),
+]
+QUICK_CONVS = ["l1.3x3", "l2.3x3", "l3.3x3", "l4.3x3", "l1.1x1b", "l1.1x1c", "l3.1x1c",
+               "l4.1x1b"]
+#: (name, M, N, K)
+MATMULS = [("mm512", 512, 512, 512), ("mm128x1536x384", 128, 1536, 384)]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="8 convs + 2 matmuls, few rounds (< 2 min)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per op")
+    p.add_argument("--only", help="comma-separated op names")
+    p.add_argument("--json", metavar="PATH", help="write results here (atomically)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+# ------------------------------------------------------------------ peak kernel
+
+
+def build_peak(target, threads: int, lanes: int, chains: int = 12):
+    """A TIR kernel of ``threads x chains`` independent vector FMA chains (registers only)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def peak(buf: T.handle, iters: T.int32):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        A = T.match_buffer(buf, (threads, chains, lanes), "float32")
+        for t in T.parallel(threads):
+            acc = T.alloc_buffer((chains, lanes), "float32", scope="local")
+            for j in T.unroll(chains):
+                for v in T.vectorized(lanes):
+                    acc[j, v] = A[t, j, v]
+            for _ in range(iters):
+                for j in T.unroll(chains):
+                    for v in T.vectorized(lanes):
+                        acc[j, v] = acc[j, v] * T.float32(0.999) + T.float32(0.001)
+            for j in T.unroll(chains):
+                for v in T.vectorized(lanes):
+                    A[t, j, v] = acc[j, v]
+
+    lib = tvm.compile(tvm.IRModule({"main": peak}), target=target)
+    return lib, 2 * threads * chains * lanes, (threads, chains, lanes)
+
+
+class PeakMeter:
+    """Measures the FMA peak (GFLOP/s) in ~20 ms bursts."""
+
+    def __init__(self, target, threads, lanes):
+        import numpy as np
+        import tvm
+
+        self.lib, self.flops_per_iter, shape = build_peak(target, threads, lanes)
+        self.buf = tvm.runtime.tensor(np.ones(shape, "float32"))
+        self.iters = 1 << 16
+        self.timer = self.lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=1)
+        while self._seconds() < 0.01:
+            self.iters *= 2
+
+    def _seconds(self) -> float:
+        return self.timer(self.buf, self.iters).mean
+
+    def gflops(self) -> float:
+        return self.flops_per_iter * self.iters / self._seconds() / 1e9
+
+
+# ---------------------------------------------------------------- contenders
+
+
+def conv_contenders(spec, target, threads, info):
+    """``(cocopie timer, ort timer, flops, max abs err)`` for one ResNet-50 conv."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax import op as R
+
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.topi.tiling import channel_block
+
+    _, c, hw, o, k, s = spec
+    pad = k // 2
+    oh = (hw + 2 * pad - k) // s + 1
+    flops = 2 * c * o * k * k * oh * oh
+    rng = np.random.default_rng(c * o + k)
+    w = (rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype("float32")
+    b = rng.standard_normal(o).astype("float32")
+    x = rng.standard_normal((1, c, hw, hw)).astype("float32")
+    ib, ob = channel_block(c, info), channel_block(o, info)
+    xb = np.ascontiguousarray(x.reshape(1, c // ib, ib, hw, hw).transpose(0, 1, 3, 4, 2))
+
+    var = relax.Var("x", relax.TensorType([1, c // ib, hw, hw, ib], "float32"))
+    bias = relax.const(np.ascontiguousarray(b.reshape(1, o // ob, ob, 1, 1).transpose(0, 1, 3, 4, 2)))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [var]):
+        with bb.dataflow():
+            y = bb.emit(R.nn.conv2d(var, relax.const(w), strides=[s, s], padding=[pad] * 4,
+                                    data_layout=f"NCHW{ib}c", kernel_layout="OIHW",
+                                    out_layout=f"NCHW{ob}c"))
+            out = bb.emit_output(R.nn.relu(R.add(y, bias)))
+        bb.emit_func_output(out)
+    tvm_timer, ours = _tvm_timer(bb.get(), target, [xb])
+
+    onnx_model = _single_node_conv(w, b, k, s, pad, hw)
+    sess = bm.ort_session(onnx_model, threads)
+    ref = sess.run(None, {"x": x})[0]
+    ours_nchw = ours.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
+    err = float(np.max(np.abs(ours_nchw - np.maximum(ref, 0))))
+    return tvm_timer, _ort_timer(sess, {"x": x}), flops, err
+
+
+def matmul_contenders(spec, target, threads):
+    import numpy as np
+    from tvm import relax
+    from tvm.relax import op as R
+
+    from tvm_cocopie import benchmarking as bm
+
+    _, m, n, k = spec
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype("float32")
+    bmat = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
+    var = relax.Var("a", relax.TensorType([m, k], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [var]):
+        with bb.dataflow():
+            out = bb.emit_output(R.matmul(var, relax.const(bmat)))
+        bb.emit_func_output(out)
+    tvm_timer, ours = _tvm_timer(bb.get(), target, [a])
+    sess = bm.ort_session(_single_node_matmul(bmat, m), threads)
+    ref = sess.run(None, {"a": a})[0]
+    return tvm_timer, _ort_timer(sess, {"a": a}), 2 * m * n * k, float(np.max(np.abs(ours - ref)))
+
+
+def _tvm_timer(mod, target, args):
+    import tvm
+    from tvm import relax
+
+    ex = tvm.compile(mod, target=target, relax_pipeline="cocopie")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    inputs = [tvm.runtime.tensor(a) for a in args]
+    out = vm["main"](*inputs).numpy()
+    once = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1)(*inputs).mean
+    number = max(1, int(0.02 / max(once, 1e-6)))
+    ev = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
+    return (lambda: ev(*inputs).mean), out
+
+
+def _ort_timer(sess, feeds):
+    sess.run(None, feeds)
+    start = time.perf_counter()
+    sess.run(None, feeds)
+    number = max(1, int(0.02 / max(time.perf_counter() - start, 1e-6)))
+
+    def timer():
+        t0 = time.perf_counter()
+        for _ in range(number):
+            sess.run(None, feeds)
+        return (time.perf_counter() - t0) / number
+
+    return timer
+
+
+def _single_node_conv(w, b, k, s, pad, hw):
+    from onnx import TensorProto, helper, numpy_helper
+
+    o = w.shape[0]
+    oh = (hw + 2 * pad - k) // s + 1
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k],
+                            strides=[s, s], pads=[pad] * 4)
+    graph = helper.make_graph(
+        [node], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w.shape[1], hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, o, oh, oh])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _single_node_matmul(bmat, m):
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = bmat.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "matmul",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(bmat, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+# ---------------------------------------------------------------------- main
+
+
+def measure(peak: PeakMeter, cocopie, ort, flops: int, rounds: int) -> dict:
+    """Interleave peak / cocopie / ORT for ``rounds``; medians and fractions."""
+    from tvm_cocopie.benchmarking import median
+
+    peaks, ours, theirs = [], [], []
+    for _ in range(rounds):
+        peaks.append(peak.gflops())
+        ours.append(cocopie())
+        theirs.append(ort())
+    peaks.append(peak.gflops())
+    local_peak = median(peaks)
+    cocopie_s, ort_s = median(ours), median(theirs)
+    return {
+        "flops": flops,
+        "peak_gflops": local_peak,
+        "cocopie_ms": cocopie_s * 1e3,
+        "cocopie_gflops": flops / cocopie_s / 1e9,
+        "peak_fraction": flops / cocopie_s / 1e9 / local_peak,
+        "ort_ms": ort_s * 1e3,
+        "ort_gflops": flops / ort_s / 1e9,
+        "ort_peak_fraction": flops / ort_s / 1e9 / local_peak,
+        "cocopie_over_ort_speed": ort_s / cocopie_s,
+        "_peaks": peaks,
+    }
+
+
+def summarize(records: list, all_peaks: list) -> dict:
+    from tvm_cocopie.benchmarking import geomean, median
+
+    def frac(pred, key="peak_fraction"):
+        vals = [r[key] for r in records if pred(r)]
+        return geomean(vals) if vals else None
+
+    def is3x3(r):
+        return r["kind"] == "conv" and r["kernel"] == 3 and r["in_channels"] >= 64
+
+    def is1x1(r):
+        return r["kind"] == "conv" and r["kernel"] == 1
+
+    def ismm(r):
+        return r["kind"] == "matmul"
+
+    summary = {
+        "fma_peak_gflops": median(all_peaks) if all_peaks else None,
+        "conv3x3_peak_fraction": frac(is3x3),
+        "conv1x1_peak_fraction": frac(is1x1),
+        "matmul_peak_fraction": frac(ismm),
+        "conv3x3_min_peak_fraction": min((r["peak_fraction"] for r in records if is3x3(r)),
+                                         default=None),
+        "ort_conv3x3_peak_fraction": frac(is3x3, "ort_peak_fraction"),
+        "ort_conv1x1_peak_fraction": frac(is1x1, "ort_peak_fraction"),
+        "ort_matmul_peak_fraction": frac(ismm, "ort_peak_fraction"),
+        "geomean_speed_over_ort": geomean(r["cocopie_over_ort_speed"] for r in records),
+        "max_abs_err": max((r["max_abs_err"] for r in records), default=None),
+        "aggregation": "geometric mean over layers of GFLOP/s / peak measured alongside",
+    }
+    return summary
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's pool starts
+    os.environ.setdefault("TVM_BIND_THREADS", "0")  # shared machines: let the OS move threads
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    import tvm_cocopie
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.target import cpu_info, host_target
+
+    tvm_cocopie.register()
+    target = host_target(args.threads)
+    info = cpu_info(target)
+    rounds = args.rounds or (5 if args.quick else 9)
+    names = set(args.only.split(",")) if args.only else None
+    convs = [c for c in RESNET50_CONVS
+             if (names is None and (not args.quick or c[0] in QUICK_CONVS))
+             or (names is not None and c[0] in names)]
+    mms = [m for m in MATMULS if names is None or m[0] in names]
+    peak = PeakMeter(target, args.threads, info.f32_lanes)
+    records, all_peaks = [], []
+    started = time.perf_counter()
+
+    def save():
+        if not args.json:
+            return
+        summary = summarize(records, all_peaks)
+        summary.update(threads=args.threads, rounds=rounds, quick=args.quick,
+                       seconds=round(time.perf_counter() - started, 1))
+        bm.write_json_atomic(args.json, bm.bench_result("kernels", records, summary,
+                                                        args.threads))
+
+    for spec in convs:
+        ours, ort, flops, err = conv_contenders(spec, target, args.threads, info)
+        rec = measure(peak, ours, ort, flops, rounds)
+        all_peaks += rec.pop("_peaks")
+        name, c, hw, o, k, s = spec
+        records.append({"op": name, "kind": "conv", "in_channels": c, "size": hw,
+                        "out_channels": o, "kernel": k, "stride": s, "max_abs_err": err,
+                        **rec})
+        _print(records[-1])
+        save()
+    for spec in mms:
+        ours, ort, flops, err = matmul_contenders(spec, target, args.threads)
+        rec = measure(peak, ours, ort, flops, rounds)
+        all_peaks += rec.pop("_peaks")
+        name, m, n, k = spec
+        records.append({"op": name, "kind": "matmul", "m": m, "n": n, "k": k,
+                        "max_abs_err": err, **rec})
+        _print(records[-1])
+        save()
+    save()
+    summary = summarize(records, all_peaks)
+    print(f"FMA peak {summary['fma_peak_gflops']:.1f} GFLOP/s; peak fraction: "
+          f"conv3x3 {_fmt(summary['conv3x3_peak_fraction'])}, "
+          f"conv1x1 {_fmt(summary['conv1x1_peak_fraction'])}, "
+          f"matmul {_fmt(summary['matmul_peak_fraction'])}; "
+          f"speed vs ORT (geomean) {_fmt(summary['geomean_speed_over_ort'])}")
+    return 0
+
+
+def _fmt(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _print(r):
+    print(f"{r['op']:<16} {r['cocopie_gflops']:7.1f} GFLOP/s ({r['peak_fraction']:.2f} of "
+          f"{r['peak_gflops']:.0f})  ORT {r['ort_gflops']:7.1f} ({r['ort_peak_fraction']:.2f})  "
+          f"x{r['cocopie_over_ort_speed']:.2f}  err {r['max_abs_err']:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
