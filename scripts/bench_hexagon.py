@@ -13,10 +13,22 @@ checked bit for bit against numpy, and its executed VLIW packets are counted
 - convolutions (1x1, 3x3, 7x7/2, depthwise 3x3) in the three layouts;
 - on-device layout transforms (the edge costs of GCD²'s layout selection).
 
+- the first 8 unique convolutions of ResNet-50 in int8 (spatial size divided by
+  ``--resnet-scale``: 4 by default, 16 with ``--quick``, because stock TVM's scalar code
+  runs ~1.2 packets per MAC and the emulator ~10^5 packets/s; channels are kept):
+  GCD² (the variant the cost model selects) against stock TVM's default lowering and
+  against stock TVM's own ``vrmpy`` tensor intrinsic, tensorized into the conv by a
+  hand schedule (:mod:`tvm_cocopie.hexagon.tvm_vrmpy`; MetaSchedule cannot measure on
+  Hexagon here: it needs an RPC device); MACs per packet against the HVX peak;
+- GCD²'s global layout/instruction selection against local per-op choice on the
+  int8 ResNet-50 and MobileNetV2 layer graphs (224x224, cost model), with search time;
+- the static executor running the first MobileNetV2 blocks as one int8 program.
+
 JSON (``--json PATH``): ``{"bench": "hexagon", "machine", "records", "summary"}``;
 records ``{op, impl, shape, packets, exact, ...}``; summary keys ``table_4_2``,
 ``thesis_table_4_2``, ``speedup_vs_stock`` (per operator), ``geomean_speedup_vs_stock``,
-``all_exact``.
+``packet_ratio_vs_tvm`` (goal >= 3.4, seed 004 §4.5.2), ``packet_ratio_vs_tvm_vrmpy``
+(goal >= 1.5), ``peak_fraction``, ``global_over_local``, ``network``, ``all_exact``.
 
     python scripts/bench_hexagon.py --quick --json bench_hexagon.json
 """
@@ -63,12 +75,32 @@ FULL_CONVS = [
 ]
 
 
+#: The first 8 unique convolutions of ResNet-50 v1.5 (H, W, C, O, kernel, stride, pad).
+RESNET50_CONVS = [
+    (224, 224, 3, 64, 7, 2, 3),
+    (56, 56, 64, 64, 1, 1, 0),
+    (56, 56, 64, 64, 3, 1, 1),
+    (56, 56, 64, 256, 1, 1, 0),
+    (56, 56, 256, 64, 1, 1, 0),
+    (56, 56, 256, 128, 1, 1, 0),
+    (56, 56, 128, 128, 3, 2, 1),
+    (28, 28, 128, 512, 1, 1, 0),
+]
+
+#: Peak int8 MACs per VLIW packet of one HVX context: two vector multiply resources
+#: per packet (Hexagon V66 HVX Programmer's Reference Manual, 80-N2040-44, resource
+#: model: slots 2 and 3 each hold one HVX multiply), each ``vrmpy`` 32 x 4 = 128 MACs.
+HVX_PEAK_MACS_PER_PACKET = 256
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="sizes 32 and 64, two small convs")
     p.add_argument("--sizes", help="comma-separated M=K=N sizes (default 32,64,96,128)")
     p.add_argument("--no-stock", action="store_true", help="skip stock TVM (slow to emulate)")
     p.add_argument("--no-conv", action="store_true", help="matmul only")
+    p.add_argument("--resnet-scale", type=int, help="divide ResNet-50 spatial sizes (4; quick 16)")
+    p.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 conv part")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulated run")
     p.add_argument("--json", metavar="PATH", help="write results here")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -172,6 +204,10 @@ def main(argv=None) -> int:
             if src is not dst and (src is None or dst is None or not args.quick):
                 _measure(records, measure.layout_transform, src, dst, m, m, **t)
 
+    resnet = {} if args.no_resnet else resnet_convs(records, args, t)
+    selection_summary = global_vs_local()
+    network = run_network(records, t)
+
     table = table_4_2(records, sizes)
     speedups = stock_speedups(records)
     summary = {
@@ -181,6 +217,9 @@ def main(argv=None) -> int:
         "geomean_speedup_vs_stock": round(bm.geomean(r["speedup"] for r in speedups), 2)
         if speedups
         else None,
+        **resnet,
+        "global_over_local": selection_summary,
+        "network": network,
         "all_exact": all(r["exact"] for r in records),
         "unit": "executed VLIW packets under qemu-hexagon (-singlestep -d exec,nochain)",
     }
@@ -190,6 +229,124 @@ def main(argv=None) -> int:
         result["machine"].update(_emulator_info(HEXAGON_V66))
         bm.write_json_atomic(args.json, result)
     return 0 if summary["all_exact"] else 1
+
+
+def resnet_convs(records, args, t) -> dict:
+    """ResNet-50's first 8 unique convs: GCD² vs stock TVM vs TVM's vrmpy intrinsic."""
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.hexagon import costmodel, measure
+    from tvm_cocopie.hexagon.conv2d import ConvGeometry
+
+    model = costmodel.CostModel.default()
+    scale = args.resnet_scale or (16 if args.quick else 4)
+    layers = []
+    for h, w, c, o, k, s, p in RESNET50_CONVS:
+        hs, ws = max(h // scale, k), max(w // scale, k)
+        geo = ConvGeometry(hs, ws, k, s, p)
+        # 8-bit per-tensor weights reach |w| = 127: vmpa is not exact, not a candidate
+        costs = {v: model.conv(v, geo, c, o) for v in ("vmpy", "vrmpy")}
+        chosen = min(costs, key=costs.get)
+        shape = (hs, ws, c, o, k, s, p)
+        ours = _measure(records, measure.gcd2_conv, chosen, *shape, **t)
+        vr = _measure(records, measure.tvm_vrmpy_conv, *shape, **t)
+        stock = None if args.no_stock else _measure(records, measure.stock_conv, *shape, **t)
+        macs = geo.out_h * geo.out_w * k * k * c * o
+        layers.append(
+            {
+                "shape": list(shape),
+                "full_shape": [h, w, c, o, k, s, p],
+                "chosen": chosen,
+                "predicted_packets": round(costs[chosen]),
+                "packets": ours["packets"],
+                "tvm_vrmpy_packets": vr["packets"],
+                "stock_packets": stock["packets"] if stock else None,
+                "macs": macs,
+                "macs_per_packet": round(macs / ours["packets"], 1),
+            }
+        )
+    total = sum(r["packets"] for r in layers)
+    macs = sum(r["macs"] for r in layers)
+    out = {
+        "resnet50_convs": layers,
+        "resnet50_spatial_scale": f"1/{scale}",
+        "packet_ratio_vs_tvm_vrmpy": round(
+            bm.geomean(r["tvm_vrmpy_packets"] / r["packets"] for r in layers), 2
+        ),
+        "packet_ratio_vs_tvm_vrmpy_total": round(
+            sum(r["tvm_vrmpy_packets"] for r in layers) / total, 2
+        ),
+        "tvm_vrmpy_schedule": "hand schedule with VRMPY_u8i8i32_INTRIN (no MetaSchedule)",
+        "macs_per_packet": round(macs / total, 1),
+        "hvx_peak_macs_per_packet": HVX_PEAK_MACS_PER_PACKET,
+        "peak_fraction": round(macs / total / HVX_PEAK_MACS_PER_PACKET, 3),
+        "goals": {"packet_ratio_vs_tvm": 3.4, "packet_ratio_vs_tvm_vrmpy": 1.5},
+    }
+    if not args.no_stock:
+        out["packet_ratio_vs_tvm"] = round(
+            bm.geomean(r["stock_packets"] / r["packets"] for r in layers), 2
+        )
+        out["packet_ratio_vs_tvm_total"] = round(sum(r["stock_packets"] for r in layers) / total, 2)
+    return out
+
+
+def global_vs_local() -> dict:
+    """Eq. 4.1 cost of local choice over GCD²'s global selection (cost model)."""
+    from tvm_cocopie.hexagon import networks, selection
+
+    out = {}
+    for name, layers in (
+        ("resnet50", networks.resnet50_layers()),
+        ("mobilenetv2", networks.mobilenetv2_layers()),
+    ):
+        for weights, ok in (("int8", False), ("int7", True)):
+            graph = networks.selection_graph(layers, vmpa_ok=lambda lay, ok=ok: ok)
+            loc = selection.local_select(graph)
+            glo = selection.global_select(graph)
+            exact = selection.frontier_select(graph)
+            key = name if weights == "int8" else f"{name}_7bit_weights"
+            out[key] = {
+                "ratio": round(loc.cost / glo.cost, 4),
+                "local_packets": round(loc.cost),
+                "global_packets": round(glo.cost),
+                "exact_dp_packets": round(exact.cost),
+                "local_transform_packets": round(loc.transform_cost(graph)),
+                "global_transform_packets": round(glo.transform_cost(graph)),
+                "operators": len(graph.nodes),
+                "partitions": glo.parts,
+                "selection_seconds": round(glo.seconds, 4),
+                "exact_dp_seconds": round(exact.seconds, 4),
+                "local_plans_differing": sum(loc.plan[n] != glo.plan[n] for n in glo.plan),
+            }
+            log.info("selection %s: local/global %.4f", key, out[key]["ratio"])
+    return out
+
+
+def run_network(records, t) -> dict:
+    """The static executor on the first MobileNetV2 blocks (32x32 input)."""
+    from tvm_cocopie.hexagon import executor
+
+    net = executor.quantize(executor.mobilenetv2_head(32), seed=0)
+    res = executor.run_network(net, timeout=t["timeout"])
+    macs = sum(q.layer.macs for q in net.layers)
+    rec = {
+        "op": "network",
+        "impl": "mobilenetv2_head",
+        "shape": [1, 32, 32, 3],
+        "packets": res.total_packets,
+        "exact": res.exact,
+    }
+    records.append(rec)
+    log.info("network mobilenetv2_head: %d packets, exact=%s", res.total_packets, res.exact)
+    return {
+        "model": "MobileNetV2 stem + first two inverted residual blocks, 32x32, int8",
+        "total_packets": res.total_packets,
+        "packets_by_role": res.packets_by_role(),
+        "plan": res.plan,
+        "macs": macs,
+        "arena_bytes": res.arena_bytes,
+        "separate_buffer_bytes": res.naive_bytes,
+        "exact": res.exact,
+    }
 
 
 def _emulator_info(target) -> dict:
@@ -258,6 +415,33 @@ def _report(table, speedups, summary) -> None:
             )
         )
         print(f"geomean speedup over stock TVM: {summary['geomean_speedup_vs_stock']}x")
+    for key in ("packet_ratio_vs_tvm", "packet_ratio_vs_tvm_vrmpy", "peak_fraction"):
+        if key in summary:
+            print(f"{key}: {summary[key]}")
+    if "resnet50_convs" in summary:
+        print(f"ResNet-50 convs at spatial scale {summary['resnet50_spatial_scale']}")
+        print(
+            bm.format_table(
+                summary["resnet50_convs"],
+                [
+                    ("shape", "shape", "{}"),
+                    ("chosen", "variant", "{}"),
+                    ("packets", "ours", "{}"),
+                    ("predicted_packets", "predicted", "{}"),
+                    ("tvm_vrmpy_packets", "tvm vrmpy", "{}"),
+                    ("stock_packets", "stock", "{}"),
+                    ("macs_per_packet", "MAC/packet", "{}"),
+                ],
+            )
+        )
+    for name, row in summary.get("global_over_local", {}).items():
+        print(
+            f"global over local, {name}: {row['ratio']}x "
+            f"(selection {row['selection_seconds']} s, {row['partitions']} partitions)"
+        )
+    if summary.get("network"):
+        net = summary["network"]
+        print(f"network: {net['total_packets']} packets, exact={net['exact']}")
     print(f"all results bit-exact: {summary['all_exact']}")
 
 

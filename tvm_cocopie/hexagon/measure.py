@@ -173,3 +173,27 @@ def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None) -> d
         "packets": res.packets[0],
         "exact": bool(np.array_equal(res.outputs["y"], packed(dst))),
     }
+
+
+def tvm_vrmpy_conv(h, w_, c, o, kernel, stride, pad, seed=0, timeout=None) -> dict:
+    """Packets of stock TVM's ``vrmpy`` tensor intrinsic tensorized into the same conv
+    (:mod:`.tvm_vrmpy`, hand schedule)."""
+    from . import tvm_vrmpy
+
+    x, w, b = _data((1, h, w_, c), (kernel, kernel, c, o), o, seed)
+    rq = _requant(kernel * kernel * c)
+    res = _run(
+        {"conv": tvm_vrmpy.conv_func(h, w_, c, o, kernel, stride, pad, rq)},
+        [("conv", ["x", "w", "bias", "y"])],
+        {"x": tvm_vrmpy.pad_input(x, pad), "w": tvm_vrmpy.pack_weights(w), "bias": b},
+        ["y"],
+        timeout,
+    )
+    ref = reference.qconv2d_nhwc(x, w, b, rq, stride, pad)
+    return {
+        "op": "conv2d",
+        "impl": "tvm_vrmpy",
+        "shape": [h, w_, c, o, kernel, stride, pad],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(res.outputs["y"], ref)),
+    }

@@ -1,0 +1,88 @@
+"""Baseline: stock TVM's own ``vrmpy`` tensor intrinsic, tensorized into an int8 conv.
+
+Stock TVM registers ``VRMPY_u8i8i32_INTRIN`` in ``tvm.s_tir.tensor_intrin.hexagon``
+(``C[32] += A[4] . B[32, 4]``: four activation bytes broadcast against 32 output
+channels times 4 input channels of weights, ``vrmpybusv``). This module is the
+strongest stock-TVM contender for GCD²'s kernels (seed 004, §4.5.2 compares against
+TVM): the conv compute in TVM's ``NCHWc``-style packing (weights
+``[O/32, C/4, KH, KW, 32, 4]``), a hand schedule (MetaSchedule cannot measure on
+Hexagon here: it needs an RPC device, and the emulator is not one) that keeps the 32
+accumulators of one pixel in a register, tensorizes the inner ``32 x 4`` with the
+intrinsic, and vectorizes the requantization over the 32 output channels.
+
+Input: NHWC uint8 already zero padded (``[1, H+2p, W+2p, C4]``, ``C4`` = ``C``
+rounded up to 4), like the GCD² kernels whose input arrives packed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .int8_compute import Requant, conv2d_output_size
+from .layouts import round_up
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """HWIO int8 ``[KH, KW, C, O]`` to ``[O/32, C4/4, KH, KW, 32, 4]``."""
+    kh, kw, c, o = w.shape
+    c4 = round_up(c, 4)
+    full = np.zeros((kh, kw, c4, round_up(o, 32)), dtype=np.int8)
+    full[:, :, :c, :o] = w
+    t = full.reshape(kh, kw, c4 // 4, 4, -1, 32)  # kh kw co ci oo oi
+    return np.ascontiguousarray(t.transpose(4, 2, 0, 1, 5, 3))
+
+
+def pad_input(x: np.ndarray, pad: int) -> np.ndarray:
+    """NHWC uint8 to zero-padded ``[1, H+2p, W+2p, C4]``."""
+    _, h, w, c = x.shape
+    out = np.zeros((1, h + 2 * pad, w + 2 * pad, round_up(c, 4)), dtype=np.uint8)
+    out[:, pad : pad + h, pad : pad + w, :c] = x
+    return out
+
+
+def conv_func(h, w, c, o, kernel, stride, pad, rq: Requant):
+    """A PrimFunc ``(x, w, bias, y)`` tensorized with TVM's ``vrmpy`` intrinsic."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir.tensor_intrin.hexagon import VRMPY_u8i8i32_INTRIN
+
+    if o % 32:
+        raise ValueError("TVM's vrmpy intrinsic computes 32 output channels at a time")
+    c4 = round_up(c, 4)
+    oh, ow = conv2d_output_size(h, kernel, stride, pad), conv2d_output_size(w, kernel, stride, pad)
+    x = te.placeholder((1, h + 2 * pad, w + 2 * pad, c4), "uint8", name="x")
+    wt = te.placeholder((o // 32, c4 // 4, kernel, kernel, 32, 4), "int8", name="w")
+    bias = te.placeholder((o,), "int32", name="bias")
+    co = te.reduce_axis((0, c4 // 4), "co")
+    ry = te.reduce_axis((0, kernel), "ry")
+    rx = te.reduce_axis((0, kernel), "rx")
+    ci = te.reduce_axis((0, 4), "ci")
+    acc = te.compute(
+        (oh, ow, o // 32, 32),
+        lambda i, j, oo, oi: te.sum(
+            x[0, i * stride + ry, j * stride + rx, co * 4 + ci].astype("int32")
+            * wt[oo, co, ry, rx, oi, ci].astype("int32"),
+            axis=[co, ry, rx, ci],
+        ),
+        name="acc",
+    )
+    y = te.compute(
+        (1, oh, ow, o),
+        lambda n, i, j, oc: rq.te(acc[i, j, oc // 32, oc % 32] + bias[oc]),
+        name="y",
+    )
+    sch = tvm.s_tir.Schedule(te.create_prim_func([x, wt, bias, y]))
+    b_acc, b_y = sch.get_sblock("acc"), sch.get_sblock("y")
+    *_, oc = sch.get_loops(b_y)
+    oo, oi = sch.split(oc, factors=[None, 32])
+    sch.vectorize(oi)
+    sch.compute_at(b_acc, oo)
+    # compute_at regenerates the acc loops below ``oo`` as [oi, reductions..., ci]
+    # (unit-extent reductions dropped); move oi next to ci for the 32x4 intrinsic
+    inner = sch.get_loops(b_acc)[len(sch.get_loops(b_y)) - 1 :]
+    a_oi, reductions, a_ci = inner[0], inner[1:-1], inner[-1]
+    sch.reorder(*reductions, a_oi, a_ci)
+    init = sch.decompose_reduction(b_acc, reductions[0] if reductions else a_oi)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.tensorize(a_oi, VRMPY_u8i8i32_INTRIN)
+    return sch.mod["main"]
