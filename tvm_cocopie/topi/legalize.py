@@ -253,10 +253,16 @@ def default_legalize(op_name: str):
 
 def overrides(info: CpuInfo) -> dict:
     """Relax op name -> legalization, for :func:`tvm_cocopie.topi.legalize_overrides`."""
-    return {
+    from .fast_math import LEGALIZE
+
+    table = {
         "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d")),
         "relax.matmul": legalize_matmul(info, default_legalize("relax.matmul")),
     }
+    for name, legalize in LEGALIZE.items():
+        fallback = default_legalize(name)
+        table[name] = lambda bb, call, f=legalize, d=fallback: f(bb, call, d)
+    return table
 
 
 __all__ = [
