@@ -38,6 +38,9 @@ class ConvGeometry:
     kernel: int
     stride: int = 1
     pad: int = 0
+    #: a wider grid than the image needs (extra zero columns on the right), so that
+    #: a whole network can share one grid width (:mod:`.executor`)
+    min_grid_w: int = 0
 
     @property
     def out_h(self) -> int:
@@ -59,7 +62,7 @@ class ConvGeometry:
     @property
     def grid_w(self) -> int:
         """Width ``Wq`` of every grid, input phases and output alike."""
-        return math.ceil((self.w + 2 * self.pad) / self.stride)
+        return max(math.ceil((self.w + 2 * self.pad) / self.stride), self.min_grid_w)
 
     @property
     def max_shift(self) -> int:

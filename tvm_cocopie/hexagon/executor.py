@@ -197,6 +197,76 @@ def regrid_func(src: Tensor, geo: ConvGeometry, variant: str):
     return _vectorize_inner(te.create_prim_func([x, y]))
 
 
+def shift_copy_func(src: Tensor, geo: ConvGeometry, variant: str):
+    """A PrimFunc ``(x, mask, y)`` for the common case of :func:`regrid_func`: a
+    stride-1 consumer in the producer's layout on a grid of the producer's width.
+
+    Then pixel ``(i, j)`` moves by the constant ``pad * Wq + pad`` rows, and the
+    producer's junk columns land exactly on the consumer's padding: the regrid is a
+    shifted vector copy ANDed with a constant mask of the consumer's valid positions
+    (``x`` and ``y`` are flat views of the two grids). Vectors that would read outside
+    the source are done byte by byte.
+    """
+    from tvm import tirx
+
+    from .tirgen import T, kernel, ramp
+
+    v = LAYOUT_OF[variant].cols
+    dst_shape = geo.in_shape(variant, src.c)
+    groups, rows_dst = dst_shape[1], dst_shape[2]
+    s_src, s_dst = src.shape[1] * v, rows_dst * v
+    sh = (geo.pad * geo.grid_w + geo.pad) * v
+    n_vec = s_dst // 128
+    t_lo = -(-sh // 128)
+    t_hi = min(n_vec - 1, (s_src + sh - 128) // 128)
+    params = [
+        ("x", (groups * s_src,), "uint8"),
+        ("m", (s_dst,), "uint8"),
+        ("y", (groups * s_dst,), "uint8"),
+    ]
+    with kernel(f"shift_copy{v}", params) as ((x, m, y), out), T.serial(groups) as g:
+        if t_hi >= t_lo:
+            with T.serial(t_hi - t_lo + 1) as t:
+                d = (t + t_lo) * 128
+                vec = x[ramp(g * s_src + d - sh, 128)] & m[ramp(d, 128)]
+                T.buffer_store(y, vec, [ramp(g * s_dst + d, 128)])
+        edges = [t for t in range(n_vec) if t < t_lo or t > t_hi]
+        for t in edges:
+            with T.serial(128) as lane:
+                d = t * 128 + lane
+                idx = d - sh
+                ok = tirx.all(idx >= 0, idx < s_src)
+                safe = tirx.max(tirx.min(idx, s_src - 1), 0)
+                value = tirx.if_then_else(ok, x[g * s_src + safe] & m[d], tirx.const(0, "uint8"))
+                T.buffer_store(y, value, [g * s_dst + d])
+    return out[0]
+
+
+def shift_mask(geo: ConvGeometry, variant: str, h: int, w: int) -> np.ndarray:
+    """0xFF where the consumer's grid holds a pixel, 0 on its padding (flat bytes)."""
+    v = LAYOUT_OF[variant].cols
+    rows = geo.in_rows(variant)
+    r = np.arange(rows)
+    gi, gj = r // geo.grid_w, r % geo.grid_w
+    ok = (gi >= geo.pad) & (gi < geo.pad + h) & (gj >= geo.pad) & (gj < geo.pad + w)
+    return np.repeat(np.where(ok, 255, 0).astype(np.uint8), v)
+
+
+def grid_widths(layers, plan) -> list:
+    """Output grid width each layer should use so that stride-1 consumers in the same
+    layout can take its output by :func:`shift_copy_func` (0: no preference)."""
+    want = [0] * len(layers)
+    for i in range(len(layers) - 2, -1, -1):
+        nxt = layers[i + 1]
+        if plan[nxt.name] != plan[layers[i].name] or nxt.s != 1:
+            continue
+        if nxt.k == 1 and nxt.p == 0:
+            want[i] = want[i + 1]
+        else:
+            want[i] = max(nxt.w + 2 * nxt.p, want[i + 1])
+    return want
+
+
 def unpack_func(src: Tensor):
     """A PrimFunc ``(x, y)``: an output grid back to NHWC ``[1, h, w, c]``."""
     from tvm import te
@@ -259,6 +329,7 @@ def compile_network(net: QNetwork, plan: dict | None = None, model=None) -> Prog
     funcs, calls, roles = {}, [], []
     inputs = {"image": net.image_q}
     aliases = {}
+    want = grid_widths([q.layer for q in net.layers], plan)
     for idx, q in enumerate(net.layers):
         lay = q.layer
         variant = plan[lay.name]
@@ -273,10 +344,21 @@ def compile_network(net: QNetwork, plan: dict | None = None, model=None) -> Prog
             x_name = f"in{idx}"
             aliases[x_name] = cur.name
         else:
-            geo = lay.geometry
+            g0 = lay.geometry
+            width = want[idx]
+            if lay.s == 1 and cur.variant == variant:
+                width = max(width, cur.wq)  # take the producer's grid as it is
+            geo = ConvGeometry(g0.h, g0.w, g0.kernel, g0.stride, g0.pad, width)
             x_name = f"in{idx}"
-            funcs[f"regrid{idx}"] = regrid_func(cur, geo, variant)
-            calls.append((f"regrid{idx}", [cur.name, x_name]))
+            if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w:
+                inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
+                aliases[f"{cur.name}_flat"] = cur.name
+                aliases[f"{x_name}_flat"] = x_name
+                funcs[f"regrid{idx}"] = shift_copy_func(cur, geo, variant)
+                calls.append((f"regrid{idx}", [f"{cur.name}_flat", f"mask{idx}", f"{x_name}_flat"]))
+            else:
+                funcs[f"regrid{idx}"] = regrid_func(cur, geo, variant)
+                calls.append((f"regrid{idx}", [cur.name, x_name]))
             roles.append((lay.name, "regrid"))
         if lay.op == "conv":
             func = conv2d(variant, geo, lay.c, lay.o, q.rq)
