@@ -12,6 +12,14 @@ both with :func:`tvm_cocopie.frontend.from_onnx` (the extended importer) and
 Inputs and outputs follow the ONNX graph: tensors are numpy arrays, sequences are
 lists of arrays, an empty optional is ``None``. Outputs are converted to the
 element type the graph declares (a Relax shape or a scalar comes back as an array).
+
+Shape-determining inputs. Relax needs ranks, reduction axes, target shapes, pad
+widths and the like at compile time. When such an operand (``Reshape``'s shape,
+``Reduce*``'s axes, ``Slice``'s starts, ``Resize``'s sizes, ... see
+:data:`SHAPE_OPERANDS`) is a graph *input* rather than an initializer, the backend
+compiles on the first ``run`` with those inputs' values bound as constants, and
+keeps one build per distinct set of values (a value-specializing JIT, as TVM has no
+dynamic-rank tensors). Every other input stays a runtime argument.
 """
 
 from __future__ import annotations
@@ -31,6 +39,52 @@ log = logging.getLogger(__name__)
 
 #: The Relax pipeline the backend builds with; ``TVM_COCOPIE_ONNX_PIPELINE`` overrides.
 DEFAULT_PIPELINE = "default"
+
+#: Operands (input positions) Relax needs at compile time: they decide an output's
+#: shape or rank (or the stock converter requires a constant), per ONNX op.
+SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,),
+    "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3), "Squeeze": (1,), "Unsqueeze": (1,),
+    "Split": (1,), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "OneHot": (1,),
+    "Range": (0, 1, 2), "CenterCropPad": (1,), "Col2Im": (1, 2), "CumSum": (1,),
+    "CumProd": (1,), "Trilu": (1,), "AffineGrid": (1,), "MaxUnpool": (2,),
+    "NonMaxSuppression": (2, 3, 4), "DFT": (1, 2), "STFT": (1, 3), "HannWindow": (0,),
+    "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4),
+    "Compress": (1,), "SplitToSequence": (1,), "Bernoulli": (), "ReduceSum": (1,),
+    "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
+    "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
+    "ReduceSumSquare": (1,), "TfIdfVectorizer": (), "Einsum": (),
+}
+
+
+def shape_operand_inputs(proto: onnx.ModelProto) -> list[str]:
+    """Graph inputs that feed a shape-determining operand (see :data:`SHAPE_OPERANDS`)."""
+    inputs = set(_graph_input_names(proto))
+    found: dict[str, None] = {}
+
+    def visit(graph):
+        for node in graph.node:
+            for index in SHAPE_OPERANDS.get(node.op_type, ()):
+                if index < len(node.input) and node.input[index] in inputs:
+                    found.setdefault(node.input[index], None)
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                    visit(sub)
+
+    visit(proto.graph)
+    return list(found)
+
+
+def bind_inputs(proto: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose inputs in ``values`` are initializers with those values."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    kept = [v for v in out.graph.input if v.name not in values]
+    del out.graph.input[:]
+    out.graph.input.extend(kept)
+    out.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v), name) for name, v in values.items())
+    return out
 
 
 def default_target(threads: int | None = None):
@@ -56,7 +110,9 @@ def to_tvm_value(value: Any, device):
         return None
     if isinstance(value, (list, tuple)):
         return [to_tvm_value(v, device) for v in value]
-    arr = np.ascontiguousarray(np.asarray(value))
+    arr = np.asarray(value)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+        arr = arr.copy(order="C")
     return tvm.runtime.tensor(arr, device)
 
 
@@ -128,12 +184,44 @@ class TvmCocopieRep(BackendRep):
         return tuple(to_numpy(r, t) for r, t in zip(results, self.output_types))
 
 
+class SpecializingRep(BackendRep):
+    """Compiles at ``run`` with the shape-determining inputs bound to their values.
+
+    One build per distinct set of those values; the other inputs stay arguments.
+    """
+
+    def __init__(self, proto: onnx.ModelProto, bound: Sequence[str], build):
+        self.proto = proto
+        self.input_names = _graph_input_names(proto)
+        self.bound = [n for n in self.input_names if n in set(bound)]
+        self._build = build
+        self._reps: dict[tuple, TvmCocopieRep] = {}
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        if isinstance(inputs, Mapping):
+            values = dict(inputs)
+        else:
+            inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+            if len(inputs) != len(self.input_names):
+                raise InputShapeError(f"the model takes {len(self.input_names)} input(s) "
+                                      f"{self.input_names}, got {len(inputs)}")
+            values = dict(zip(self.input_names, inputs))
+        bound = {n: np.asarray(values[n]) for n in self.bound}
+        key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in bound.items())
+        rep = self._reps.get(key)
+        if rep is None:
+            log.debug("building for shape operands %s", {n: v.tolist() for n, v in bound.items()})
+            rep = self._reps[key] = self._build(bind_inputs(self.proto, bound))
+        return rep.run([values[n] for n in rep.input_names])
+
+
 class TvmCocopieBackend(Backend):
     """ONNX backend: import with tvm-cocopie's extended importer, build with TVM.
 
     ``prepare(model, device="CPU", pipeline=..., target=..., shapes=...)``: the
     pipeline defaults to ``TVM_COCOPIE_ONNX_PIPELINE`` or ``"default"``; pass
-    ``"cocopie"`` for the cocopie pipeline.
+    ``"cocopie"`` for the cocopie pipeline. A model whose shape-determining operands
+    are graph inputs gets a :class:`SpecializingRep` (see the module docstring).
     """
 
     pipeline: str | None = None
@@ -144,15 +232,29 @@ class TvmCocopieBackend(Backend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto | str | bytes, device: str = "CPU",
-                **kwargs: Any) -> TvmCocopieRep:
-        import tvm
-
-        from . import register
-        from .frontend import from_onnx, load_model
+                **kwargs: Any) -> TvmCocopieRep | SpecializingRep:
+        from .frontend import load_model
 
         if not cls.supports_device(device):
             raise ModelError(f"tvm-cocopie's ONNX backend runs on CPU, not {device}")
         proto = load_model(model)
+        bound = shape_operand_inputs(proto)
+
+        def build(specialized: onnx.ModelProto) -> TvmCocopieRep:
+            return cls._build(specialized, **kwargs)
+
+        if bound:
+            return SpecializingRep(proto, bound, build)
+        return build(proto)
+
+    @classmethod
+    def _build(cls, proto: onnx.ModelProto, **kwargs: Any) -> TvmCocopieRep:
+        import tvm
+
+        from . import register
+        from .frontend import from_onnx
+        from .target import parse_target
+
         pipeline = (kwargs.get("pipeline") or cls.pipeline
                     or os.environ.get("TVM_COCOPIE_ONNX_PIPELINE") or DEFAULT_PIPELINE)
         target = kwargs.get("target") or default_target()
@@ -160,8 +262,6 @@ class TvmCocopieBackend(Backend):
             register()
         mod = from_onnx(proto, shapes=kwargs.get("shapes"))
         if not isinstance(target, tvm.target.Target):
-            from .target import parse_target
-
             target = parse_target(target)
         executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         return TvmCocopieRep(executable, proto)

@@ -76,3 +76,9 @@ def normalize_axes(axes: Sequence[int], rank: int) -> list[int]:
 
 def is_float(dtype: str) -> bool:
     return str(dtype).startswith(("float", "bfloat"))
+
+
+def filled(shape: Sequence, value, dtype: str) -> relax.Expr:
+    """A tensor of ``shape`` holding ``value`` (``relax.op.full`` fails to legalize
+    infinities and NaN in TVM 0.27: its TOPI checks ``"float" in dtype`` on a type)."""
+    return relax.op.broadcast_to(scalar(value, dtype), list(shape))

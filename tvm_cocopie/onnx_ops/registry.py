@@ -139,6 +139,17 @@ def _last_line(err: Exception) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+def _zero_sized_inputs(proto: onnx.ModelProto) -> dict[str, list[int]]:
+    """Static shapes of inputs with a zero-sized dim (TVM's parser reads ``0`` as unknown)."""
+    shapes = {}
+    for value in proto.graph.input:
+        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else []
+        if any(d.HasField("dim_value") and d.dim_value == 0 for d in dims) and all(
+                d.HasField("dim_value") for d in dims):
+            shapes[value.name] = [int(d.dim_value) for d in dims]
+    return shapes
+
+
 def import_model(
     proto: onnx.ModelProto,
     shape_dict: Mapping[str, Sequence[int]] | None = None,
@@ -153,8 +164,9 @@ def import_model(
     if proto.ir_version < 3:
         raise ModelError(f"ONNX IR version {proto.ir_version} is too old (3 or newer needed)")
     importer_cls = _importer_class()
+    shapes = {**_zero_sized_inputs(proto), **dict(shape_dict or {})}
     importer = importer_cls(
-        dict(shape_dict or {}), "float32", keep_params_in_input=keep_params_in_input,
+        shapes, "float32", keep_params_in_input=keep_params_in_input,
         sanitize=True,
     )
     importer.convert_map = dict(convert_map) if convert_map is not None else converter_map()

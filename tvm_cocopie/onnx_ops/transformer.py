@@ -1,0 +1,165 @@
+"""Transformer operators of opsets 23-25: ``Attention``, ``RotaryEmbedding``,
+``RMSNormalization``.
+
+Specs: https://onnx.ai/onnx/operators/onnx__Attention.html,
+``onnx__RotaryEmbedding``, ``onnx__RMSNormalization``.
+
+``Attention`` (23; 24 adds ``nonpad_kv_seqlen``; 25 adds sliding windows) is built
+from Relax matmul/softmax: 3-D inputs are split into heads; ``Q`` and ``K`` are each
+scaled by ``sqrt(scale)``; a past KV cache is concatenated in front of ``K``/``V``
+(and returned as ``present_*``); grouped-query attention repeats each KV head
+``q_heads / kv_heads`` times. All masks become one additive bias: a boolean mask,
+the causal frontier (bottom-right aligned, ``key <= query + offset`` with the offset
+of a past or external cache), the window bounds and the padding of
+``nonpad_kv_seqlen`` select between the float mask (or 0) and ``-inf``. A query row
+whose bias is ``-inf`` everywhere attends nothing and yields zeros, as the spec
+asks, instead of NaN.
+
+The contrib ``com.microsoft.Attention`` (same op name, ``num_heads`` attribute) keeps
+TVM's stock converter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as stock
+
+from ..errors import ModelError
+from .common import dtype_of, filled, is_empty, rank_of, scalar, shape_of
+from .registry import register
+
+
+def _heads_first(bb, x, heads: int):
+    """``[B, S, heads*D]`` -> ``[B, heads, S, D]``."""
+    b, s, _ = shape_of(x)
+    x = bb.emit(relax.op.reshape(x, [b, s, heads, -1]))
+    return bb.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))
+
+
+@register("Attention")
+class Attention(stock.Attention):
+    """ONNX ``Attention`` (opset 23+); ``com.microsoft.Attention`` stays stock."""
+
+    @classmethod
+    def _impl_v23(cls, bb, inputs, attr, params):
+        if "num_heads" in attr:  # the contrib op of the same name
+            return stock.Attention._impl_v1(bb, inputs, attr, params)
+        op = relax.op
+        q, k, v = inputs[0], inputs[1], inputs[2]
+        mask = None if is_empty(inputs[3]) else inputs[3]
+        past_k = None if is_empty(inputs[4]) else inputs[4]
+        past_v = None if is_empty(inputs[5]) else inputs[5]
+        nonpad = None if is_empty(inputs[6]) else inputs[6]
+        out_dtype = dtype_of(q)
+        # half-precision attention is computed in float32 and rounded once at the end
+        dtype = "float32" if out_dtype in ("float16", "bfloat16") else out_dtype
+        three_d = rank_of(q) == 3
+        if three_d:
+            q_heads, kv_heads = attr.get("q_num_heads"), attr.get("kv_num_heads")
+            if not q_heads or not kv_heads:
+                raise ModelError("3-D Attention needs q_num_heads and kv_num_heads")
+            q = _heads_first(bb, q, int(q_heads))
+            k = _heads_first(bb, k, int(kv_heads))
+            v = _heads_first(bb, v, int(kv_heads))
+        q_heads, head = shape_of(q)[1], shape_of(q)[3]
+        scale = attr.get("scale")
+        scale = 1.0 / np.sqrt(head) if scale is None else float(scale)
+        root = scalar(np.sqrt(scale), dtype)
+        if past_k is not None:
+            k = bb.emit(op.concat([past_k, k], axis=2))
+            v = bb.emit(op.concat([past_v, v], axis=2))
+        present_k, present_v = k, v
+        if dtype != out_dtype:
+            q, k, v = (bb.emit(op.astype(t, dtype)) for t in (q, k, v))
+            if mask is not None and dtype_of(mask) != "bool":
+                mask = bb.emit(op.astype(mask, dtype))
+        q_len, kv_len = shape_of(q)[2], shape_of(k)[2]
+        bias = cls._bias(bb, attr, mask, nonpad, q_len, kv_len,
+                         past_len=shape_of(past_k)[2] if past_k is not None else 0, dtype=dtype)
+        kv_heads = shape_of(k)[1]
+        if q_heads != kv_heads:
+            k = bb.emit(op.repeat(k, q_heads // kv_heads, axis=1))
+            v = bb.emit(op.repeat(v, q_heads // kv_heads, axis=1))
+        qk = bb.emit(op.matmul(op.multiply(q, root),
+                               op.permute_dims(op.multiply(k, root), [0, 1, 3, 2])))
+        softcap = float(attr.get("softcap", 0.0))
+        if softcap > 0:
+            cap = scalar(softcap, dtype)
+            qk = bb.emit(op.multiply(op.tanh(op.divide(qk, cap)), cap))
+        scores = qk if bias is None else bb.emit(op.add(qk, bias))
+        mode = int(attr.get("qk_matmul_output_mode", 0))
+        precision = attr.get("softmax_precision")
+        logits = scores
+        if precision is not None:
+            logits = bb.emit(op.astype(scores, stock.get_type(int(precision))))
+        probs = bb.emit(op.nn.softmax(logits, axis=-1))
+        if bias is not None:  # rows with no attendable key: zeros, not NaN
+            # (TVM's max starts from the lowest finite value, so test "any key open")
+            open_keys = bb.emit(op.astype(op.not_equal(bias, scalar(-np.inf, dtype)), "int32"))
+            dead = bb.emit(op.equal(op.max(open_keys, axis=-1, keepdims=True),
+                                    scalar(0, "int32")))
+            probs = bb.emit(op.where(dead, scalar(0, dtype_of(probs)), probs))
+        probs = bb.emit(op.astype(probs, dtype)) if precision is not None else probs
+        y = bb.emit(op.matmul(probs, v))
+        if three_d:
+            b, _, s, _ = shape_of(y)
+            y = bb.emit(op.permute_dims(y, [0, 2, 1, 3]))
+            y = bb.emit(op.reshape(y, [b, s, -1]))
+        qk_out = {0: qk, 1: qk, 2: scores, 3: probs}.get(mode, qk)
+        if dtype != out_dtype:
+            y, qk_out = (bb.emit(op.astype(t, out_dtype)) for t in (y, qk_out))
+        return relax.Tuple([y, present_k, present_v, qk_out])
+
+    _impl_v24 = _impl_v23
+    _impl_v25 = _impl_v23
+
+    @classmethod
+    def _bias(cls, bb, attr, mask, nonpad, q_len, kv_len, past_len, dtype):
+        """The additive attention bias, or ``None`` when nothing is masked."""
+        op = relax.op
+        allowed, additive = None, None
+
+        def both(a, b):
+            return b if a is None else bb.emit(op.logical_and(a, b))
+
+        if mask is not None:
+            mshape = shape_of(mask)
+            pad = kv_len - mshape[-1]
+            is_bool = dtype_of(mask) == "bool"
+            if pad > 0:  # a short mask is padded with "not attended"
+                tail = filled([*mshape[:-1], pad], False if is_bool else -np.inf, dtype_of(mask))
+                mask = bb.emit(op.concat([mask, tail], axis=-1))
+            if is_bool:
+                allowed = mask
+            else:
+                additive = mask
+        causal = int(attr.get("is_causal", 0))
+        left = int(attr.get("left_window_size", -1))
+        right = int(attr.get("right_window_size", -1))
+        if causal or left >= 0 or right >= 0:
+            rows = bb.emit(op.reshape(op.arange(0, q_len, dtype="int64"), [q_len, 1]))
+            cols = bb.emit(op.reshape(op.arange(0, kv_len, dtype="int64"), [1, kv_len]))
+            if nonpad is not None and past_len == 0:  # external cache: per-batch offset
+                offset = bb.emit(op.subtract(op.astype(nonpad, "int64"), scalar(q_len, "int64")))
+                offset = bb.emit(op.reshape(offset, [-1, 1, 1, 1]))
+            else:
+                offset = scalar(past_len, "int64")
+            pos = bb.emit(op.add(rows, offset))  # absolute query position
+            if causal:
+                allowed = both(allowed, op.less_equal(cols, pos))
+            if left >= 0:
+                allowed = both(allowed, op.less_equal(op.subtract(pos, cols),
+                                                      scalar(left, "int64")))
+            if right >= 0:
+                allowed = both(allowed, op.less_equal(op.subtract(cols, pos),
+                                                      scalar(right, "int64")))
+        if nonpad is not None:
+            cols = bb.emit(op.reshape(op.arange(0, kv_len, dtype="int64"), [1, 1, 1, kv_len]))
+            lens = bb.emit(op.astype(nonpad, "int64"))
+            valid = op.less(cols, bb.emit(op.reshape(lens, [-1, 1, 1, 1])))
+            allowed = both(allowed, valid)
+        if allowed is None:
+            return additive
+        keep = additive if additive is not None else scalar(0, dtype)
+        return bb.emit(op.where(allowed, op.astype(keep, dtype), scalar(-np.inf, dtype)))
