@@ -85,8 +85,9 @@ def _float_layer(x, lay: Layer, w, b):
     return np.maximum(acc + b, 0)[None]
 
 
-def quantize(layers, seed: int = 0) -> QNetwork:
-    """Random float weights for a chain of ``conv`` / ``dwconv`` layers, quantized with
+def quantize(layers, seed: int = 0, weights: dict | None = None) -> QNetwork:
+    """Float weights for a chain of ``conv`` / ``dwconv`` layers (``weights``: layer name
+    -> ``(w, b)`` with ``w`` HWIO or HWC, else random He-normal), quantized with
     per-tensor scales from one numpy float forward pass."""
     body = [lay for lay in layers if lay.op != "input"]
     for lay in body:
@@ -103,6 +104,10 @@ def quantize(layers, seed: int = 0) -> QNetwork:
         shape = (lay.k, lay.k, lay.c, lay.o) if lay.op == "conv" else (lay.k, lay.k, lay.c)
         w = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
         b = rng.standard_normal(lay.o) * 0.1
+        if weights and lay.name in weights:
+            w, b = (np.asarray(a, dtype=np.float64) for a in weights[lay.name])
+            if w.shape != shape or b.shape != (lay.o,):
+                raise CocopieError(f"{lay.name}: weights {w.shape} / bias {b.shape}, want {shape}")
         y = _float_layer(x, lay, w, b)
         s_w = np.abs(w).max() / 127
         s_y = max(float(y.max()), 1e-6) / 255
