@@ -14,7 +14,17 @@ the parts that work without the proprietary SDK:
   ``vmpy`` / ``vmpa`` / ``vrmpy`` (:mod:`.gemm` is their shared loop nest, :mod:`.hvx`
   the intrinsics, :mod:`.tirgen` the TIR building helpers);
 - :mod:`.measure`: packets of each kernel and of stock TVM's lowering, bit-exactness
-  checked (``scripts/bench_hexagon.py``).
+  checked (``scripts/bench_hexagon.py``); :mod:`.tvm_vrmpy`: stock TVM's own ``vrmpy``
+  tensor intrinsic tensorized into a conv, the strongest stock baseline;
+- :mod:`.costmodel` (data in :mod:`._calibration`): packets per kernel variant and
+  layout transform, fitted on emulator counts (§4.4.1's ``Cost`` and ``TC``);
+- :mod:`.selection`: GCD²'s global layout/instruction selection (§4.4.2): local
+  choice, exhaustive search, Eq. 4.2's chain DP, an exact frontier DP on DAGs, and
+  partitioning at desirable edges; :mod:`.networks`: ResNet-50 / MobileNetV2 layer
+  graphs priced by the cost model;
+- :mod:`.executor` (with :mod:`.memplan`, :mod:`.onnx_chain`, :mod:`.cli`): a whole
+  quantized conv chain as one program with a static memory plan, bit-exact against
+  numpy (``tvm-cocopie hexagon run MODEL.onnx``).
 
 Submodules import TVM lazily where they can; importing this package is cheap.
 """
