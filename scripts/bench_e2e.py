@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         try:
             wl = get_workload(name, image_size=image_size)
         except ModelFetchError as err:
-            logging.warning("skipping %s: %s", name, err)
+            logging.getLogger("bench_e2e").warning("skipping %s: %s", name, err)
             records.append({"model": name, "skipped": str(err)})
             continue
         records.append(compare_workload(wl, target, args.threads, repeat=repeat,

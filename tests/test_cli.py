@@ -55,6 +55,7 @@ def test_unknown_bench(capsys):
 def test_console_script_info():
     exe = VENV_BIN / "tvm-cocopie"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "tvm_cocopie.cli"]
-    res = subprocess.run([*cmd, "info"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*cmd, "info"], capture_output=True, text=True, timeout=120,
+                         check=False)
     assert res.returncode == 0, res.stderr
     assert "relax pipeline 'cocopie'" in res.stdout

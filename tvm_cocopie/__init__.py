@@ -19,13 +19,13 @@ from .errors import CocopieError
 
 __version__ = "0.1.0"
 __all__ = [
-    "register",
-    "compile",
-    "from_onnx",
+    "CocopieError",
     "CompiledModel",
     "PipelineOptions",
+    "compile",
     "errors",
-    "CocopieError",
+    "from_onnx",
+    "register",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

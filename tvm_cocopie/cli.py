@@ -4,6 +4,8 @@
     tvm-cocopie compile MODEL.onnx --target JSON [--shape NAME=1,3,224,224] -o OUT.so
     tvm-cocopie bench NAME [ARGS...]        # runs scripts/bench_NAME.py
     tvm-cocopie info                         # what register() puts into TVM
+    tvm-cocopie hexagon run MODEL.onnx       # int8 conv chain on emulated Hexagon HVX
+    tvm-cocopie tune | transfer-tune ...     # MetaSchedule logs and their reuse
 
 Errors from tvm-cocopie are printed as one readable line, exit code 2.
 """
@@ -118,7 +120,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="register and show the cocopie pipeline")
     info.set_defaults(func=cmd_info)
+    _add_plugin_parsers(sub)
     return parser
+
+
+#: Subcommands that live with their subsystem: (module, function adding the parsers).
+PLUGIN_PARSERS = (
+    ("tvm_cocopie.hexagon.cli", "add_parser"),  # hexagon run
+    ("tvm_cocopie.transfer_tuning.cli", "add_parsers"),  # tune, transfer-tune
+)
+
+
+def _add_plugin_parsers(sub) -> None:
+    import importlib
+
+    for module_name, function in PLUGIN_PARSERS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                raise
+            continue  # that subsystem's commands are not in this build
+        getattr(module, function)(sub)
 
 
 def main(argv=None) -> int:

@@ -44,7 +44,7 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
             raise ModelError(f"no ONNX file at {path}: check the path")
         try:
             proto = onnx.load(str(path))
-        except Exception as err:  # protobuf DecodeError and friends
+        except Exception as err:  # noqa: BLE001 - protobuf DecodeError and friends
             raise ModelError(
                 f"{path} is not a valid ONNX file ({type(err).__name__}: {err}). "
                 "Re-export the model, or check that the file is complete."
@@ -53,7 +53,7 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
         where = "the given bytes"
         try:
             proto = onnx.load_from_string(bytes(model))
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - protobuf raises several types
             raise ModelError(f"the bytes are not a serialized ONNX model ({err})") from None
     else:
         raise ModelError(

@@ -139,7 +139,7 @@ def _fold_node(node, consts, static, opset) -> list[np.ndarray] | None:
         return None
     try:
         values = _evaluate(node, [consts.get(n) for n in node.input], opset)
-    except Exception as err:  # an op the reference cannot run: leave it to TVM
+    except Exception as err:  # noqa: BLE001 - the reference cannot run it: leave it to TVM
         log.debug("not folding %s (%s): %s", node.name, node.op_type, err)
         return None
     if any(np.asarray(v).size > MAX_FOLDED_ELEMENTS for v in values):

@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import tvm
 from tvm.target import Target, codegen
 
 from .errors import TargetError
@@ -53,7 +52,7 @@ def parse_target(target: Any = None) -> Target:
         config = _as_dict(target)
         try:
             tgt = Target(config)
-        except Exception as err:  # TVM raises ValueError or its own FFI errors
+        except Exception as err:  # noqa: BLE001 - TVM raises ValueError or FFI errors
             first = str(err).splitlines()[0]
             raise TargetError(
                 f"TVM refused the target {json.dumps(config)}: {first}. Known kinds include "
@@ -129,9 +128,9 @@ def cpu_info(target: Target) -> CpuInfo:
     if triple.startswith("hexagon"):
         bits = 1024 if any("128b" in a for a in mattr) else 512
         return CpuInfo("hexagon", bits, 1, False)
-    if triple.startswith("aarch64") or triple.startswith("arm64"):
+    if triple.startswith(("aarch64", "arm64")):
         return CpuInfo("aarch64", 128, cores, True)
-    if triple.startswith("x86_64") or triple.startswith("i686"):
+    if triple.startswith(("x86_64", "i686")):
         with target:
             has = codegen.llvm_cpu_has_features
             bits = 512 if has(["avx512f"], target) else 256 if has(["avx2"], target) else 128
