@@ -97,6 +97,11 @@ class _ConstantChainFolder(relax.PyExprMutator):
         if not isinstance(new, relax.Call) or not isinstance(new.op, tvm.ir.Op):
             return new
         consts = [self._as_const(a) for a in new.args]
+        if new.op.name == "relax.reshape" and consts and consts[0] is not None:
+            value = self._try_reshape(new, consts[0])
+            if value is not None:
+                self.folded += 1
+                return value
         if consts and all(c is not None for c in consts):
             value = self._try_fold(new, consts)
             if value is not None:
@@ -106,6 +111,19 @@ class _ConstantChainFolder(relax.PyExprMutator):
             args = [c if c is not None else a for a, c in zip(new.args, consts)]
             return relax.Call(new.op, args, new.attrs, new.ty_args)
         return new
+
+    def _try_reshape(self, call, const):
+        shape = getattr(call.ty, "shape", None)
+        try:
+            dims = [int(d) for d in shape.values] if hasattr(shape, "values") else None
+        except (TypeError, ValueError):  # a symbolic dim
+            dims = None
+        if dims is None or not isinstance(const.value, tvm.runtime.Tensor):
+            return None
+        array = const.value.numpy()
+        if array.size != int(np.prod(dims)) or array.size > MAX_ELEMENTS:
+            return None
+        return relax.const(np.ascontiguousarray(array.reshape(dims)), str(array.dtype))
 
     def _try_fold(self, call, consts):
         if not all(isinstance(c.value, tvm.runtime.Tensor) for c in consts):
