@@ -60,11 +60,14 @@ def interleaved_times(
     repeat: int = 10,
     warmup: int = 1,
     max_seconds: float | None = None,
+    settle_seconds: float = 0.005,
 ) -> dict[str, list[float]]:
     """Run each contender ``repeat`` times, round-robin, after ``warmup`` rounds.
 
     Returns ``{name: [milliseconds, ...]}``. With ``max_seconds`` the rounds stop
-    early once that much time has passed (at least three rounds are kept).
+    early once that much time has passed (at least three rounds are kept). Between
+    two calls the loop pauses ``settle_seconds`` (untimed), so that the worker threads
+    one runtime leaves spinning after its call are idle before the next one starts.
     """
     for _ in range(warmup):
         for fn in contenders.values():
@@ -73,6 +76,8 @@ def interleaved_times(
     start = time.perf_counter()
     for i in range(repeat):
         for name, fn in contenders.items():
+            if settle_seconds:
+                time.sleep(settle_seconds)
             t0 = time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - t0) * 1e3)
@@ -135,14 +140,23 @@ def bench_result(name: str, records: list, summary: dict, threads: int | None = 
     return {"bench": name, "machine": machine_info(threads), "records": records, "summary": summary}
 
 
-def ort_session(model, threads: int):
-    """An ONNX Runtime CPU session with ``threads`` intra-op threads (the yardstick)."""
+def ort_session(model, threads: int, spinning: bool = False):
+    """An ONNX Runtime CPU session with ``threads`` intra-op threads (the yardstick).
+
+    ORT's intra-op threads spin-wait after each run by default. Interleaved with TVM
+    on the same cores, the spinning threads take the cores TVM's next call needs
+    (measured on PP-OCR cls, 2 cores: TVM 139 ms beside a spinning ORT, 8 ms beside a
+    non-spinning one, while ORT's own best time moved from 1.6 to 1.7 ms). So the
+    side-by-side runs use ``spinning=False``.
+    """
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
