@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TuningLogError
@@ -41,6 +42,8 @@ class ImportSummary:
     kept: int = 0
     skipped: Counter = field(default_factory=Counter)
     examples: dict = field(default_factory=dict)
+    #: counts that are not skipped records (e.g. Ansor steps only approximated)
+    notes: Counter = field(default_factory=Counter)
 
     def skip(self, reason: str, detail: str) -> None:
         self.skipped[reason] += 1
@@ -53,6 +56,7 @@ class ImportSummary:
         self.lines += other.lines
         self.kept += other.kept
         self.skipped.update(other.skipped)
+        self.notes.update(other.notes)
         for reason, ex in other.examples.items():
             mine = self.examples.setdefault(reason, [])
             mine.extend(ex[: MAX_EXAMPLES - len(mine)])
@@ -60,13 +64,15 @@ class ImportSummary:
 
     def as_dict(self) -> dict:
         return {"source": self.source, "lines": self.lines, "kept": self.kept,
-                "skipped": dict(self.skipped), "examples": self.examples}
+                "skipped": dict(self.skipped), "notes": dict(self.notes), "examples": self.examples}
 
     def explain(self) -> str:
         parts = [f"{self.source}: {self.kept} of {self.lines} record(s) usable"]
         for reason, n in sorted(self.skipped.items()):
             ex = self.examples.get(reason, [])
             parts.append(f"  {n} skipped: {reason}" + (f" (e.g. {ex[0]})" if ex else ""))
+        for note, n in sorted(self.notes.items()):
+            parts.append(f"  note: {n} {note}")
         return "\n".join(parts)
 
 
@@ -203,7 +209,7 @@ def best_per_workload(records: list[SourceRecord]) -> list[SourceRecord]:
     """The fastest record of each distinct workload (structural equality)."""
     best: dict[int, SourceRecord] = {}
     for rec in records:
-        key = tvm.ir.structural_hash(rec.workload)
+        key = tvm_ffi.structural_hash(rec.workload)
         if key not in best or rec.mean_secs < best[key].mean_secs:
             best[key] = rec
     return list(best.values())
