@@ -75,6 +75,8 @@ OPS = {
                           lambda bb, x: bb.emit(R.tanh(R.multiply(R.add(x, x), x))),
                           lambda x: np.tanh((x + x) * x)),
     "scalar": ((), lambda bb, x: bb.emit(R.add(x, x)), lambda x: x + x),
+    "cosh-sinh-not-vectorizable": ((4, 40), lambda bb, x: bb.emit(R.add(R.cosh(x), R.sinh(x))),
+                                   lambda x: np.cosh(x) + np.sinh(x)),
 }
 
 

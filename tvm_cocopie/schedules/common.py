@@ -11,6 +11,7 @@ that result tile by tile under the anchor's tile loop.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 import tvm
@@ -117,6 +118,16 @@ def try_apply(sch: s_tir.Schedule, fn: Callable[[s_tir.Schedule], object]):
     return trial
 
 
+#: Intrinsics TVM's LLVM backend cannot emit on vectors (checked on TVM 0.27: the
+#: build fails with "unknown intrinsic"); loops computing them stay scalar.
+_NO_VECTOR_INTRINSICS = re.compile(r"T\.(sinh|cosh|clz|popcount)\(")
+
+
+def vectorizable(sch: s_tir.Schedule, block) -> bool:
+    """Whether the body of ``block`` can be vectorized by TVM's LLVM backend."""
+    return not _NO_VECTOR_INTRINSICS.search(sch.get(block).script())
+
+
 def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int, max_full: int = 64) -> bool:
     """Vectorize ``loop`` (whole if short, else an inner split of ``lanes``)."""
     ext = const_extent(sch, loop)
@@ -180,14 +191,15 @@ def parallel_spatial(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     work = block_work(sch, block)
     if len(loops) == 1:
         ext = const_extent(sch, loops[0])
-        if ext is not None and ext >= 4 * lanes and ext % lanes == 0:
+        if ext is not None and ext >= 4 * lanes and ext % lanes == 0 and vectorizable(sch, block):
             outer, inner = sch.split(loops[0], [None, lanes])
             sch.vectorize(inner)
             fuse_parallel(sch, [outer], info, work)
         else:
             fuse_parallel(sch, loops, info, work)
         return
-    vectorize_inner(sch, loops[-1], lanes)
+    if vectorizable(sch, block):
+        vectorize_inner(sch, loops[-1], lanes)
     fuse_parallel(sch, loops[:-1], info, work)
 
 

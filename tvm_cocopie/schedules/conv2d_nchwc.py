@@ -39,6 +39,7 @@ from .common import (
     inline_consumers,
     inline_prologue,
     parallel_spatial,
+    vectorizable,
     vectorize_inner,
 )
 
@@ -140,7 +141,8 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
 
     sch.reverse_compute_at(final, attach)
     final_loops = sch.get_loops(final)
-    vectorize_inner(sch, final_loops[-1], info.f32_lanes)
+    if vectorizable(sch, final):
+        vectorize_inner(sch, final_loops[-1], info.f32_lanes)
 
     for loop in inner:
         sch.unroll(loop)

@@ -33,6 +33,7 @@ from .common import (
     parallel_spatial,
     root_blocks,
     try_apply,
+    vectorizable,
     vectorize_inner,
     writes_output,
 )
@@ -84,7 +85,7 @@ def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
                 and _contiguous_in(stmt.writes, candidate)
                 and _contiguous_in(stmt.reads, candidate)):
             vec_var = spatial[-1]
-    if vec_var is not None:
+    if vec_var is not None and vectorizable(sch, block):
         sch.reorder(*spatial[:-1], *reduce, vec_var)
         fuse_parallel(sch, spatial[:-1], info, work)
         vectorize_inner(sch, vec_var, info.f32_lanes)

@@ -31,6 +31,7 @@ from .common import (
     inline_consumers,
     inline_prologue,
     parallel_spatial,
+    vectorizable,
     vectorize_inner,
 )
 
@@ -77,7 +78,8 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     else:
         fuse_parallel(sch, par_loops, info, work)
     sch.reverse_compute_at(final, attach)
-    vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
+    if vectorizable(sch, final):
+        vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
     for loop in inner:
         sch.unroll(loop)
     sch.vectorize(nv)
