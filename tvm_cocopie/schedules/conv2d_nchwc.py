@@ -17,7 +17,9 @@ vector registers. Consumers of the conv (bias, batch-norm scale/shift, ReLU/ReLU
 clip, HardSwish, sigmoid, residual add, layout change back to NCHW...) are inlined
 into the block that writes the function's result, and that block runs under the
 tile loop, on the tile just computed, while it is in L1. The padded input and any
-layout packing stay separate, parallel, vectorized passes.
+layout packing stay separate, parallel, vectorized passes (``pad_per_tile`` computes
+them inside the conv's parallel loop instead: one fork-join less, but every
+output-channel tile and halo row redoes the padding, 6-18% slower on one core).
 
 Depthwise convs use the same nest without ``rco``/``rci``/``ocr``.
 """
@@ -55,6 +57,10 @@ class ConvKnobs:
     flat: bool
     ow: int
     unroll_channel: bool = True  # unroll the rci loop (conv) / the window (depthwise)
+    #: compute the padded input per parallel iteration (one fork-join per conv) instead of
+    #: as its own parallel pass: measured 6-18% slower on one core (halo rows and every
+    #: output-channel tile redo the padding), so off by default; a tuning knob
+    pad_per_tile: bool = False
 
     @classmethod
     def from_annotation(cls, ann) -> ConvKnobs:
@@ -82,7 +88,7 @@ def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> N
     and by each output-channel tile: copies that cost far less than the FMAs they feed.
     Blocks that cannot move get their own parallel loop.
     """
-    for block in reversed(blocks):
+    for block in reversed(blocks):  # the direct producer of the anchor first
         try:
             sch.compute_at(block, loop, preserve_unit_loops=True)
         except Exception:  # noqa: BLE001 - an opaque producer: schedule it at the root
@@ -137,7 +143,11 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         par = attach
     else:
         par = fuse_parallel(sch, par_loops, info, work)
-    attach_prologue(sch, prologue, par, info)
+    if knobs.pad_per_tile:
+        attach_prologue(sch, prologue, par, info)
+    else:
+        for block in prologue:
+            parallel_spatial(sch, block, info)
 
     sch.reverse_compute_at(final, attach)
     final_loops = sch.get_loops(final)
@@ -173,9 +183,10 @@ class Conv2dNCHWc(CpuRule):
             return schedule_conv(sch, anchor, knobs, info)
         spaces = []
         for unroll in (True, False):
-            trial = sch.copy()
-            spaces.append(schedule_conv(trial, trial.get_sblock(name),
-                                        _replace(knobs, unroll_channel=unroll), info))
+            for pad_per_tile in (False, True):
+                trial = sch.copy()
+                variant = _replace(knobs, unroll_channel=unroll, pad_per_tile=pad_per_tile)
+                spaces.append(schedule_conv(trial, trial.get_sblock(name), variant, info))
         return spaces
 
 
