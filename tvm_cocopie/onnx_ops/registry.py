@@ -36,6 +36,7 @@ FAMILIES = (
     "recurrent",
     "quantized",
     "transformer",
+    "loss",
     "detection",
     "image",
     "control",
