@@ -139,6 +139,9 @@ def transfer(record, mod: tvm.IRModule, target, validate: bool = True) -> Transf
     With ``validate`` the result is built for ``target``: one that fails to build is
     rejected. Numerical checks are :func:`check_numerics`.
     """
+    from ..target import parse_target
+
+    target = parse_target(target)
     if not same_blocks(record.workload, mod):
         return Transferred(False, "block names differ from the source kernel's")
     result = apply_trace(record.trace, mod, target)
@@ -165,6 +168,9 @@ def random_args(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
 
 
 def run_kernel(mod: tvm.IRModule, target, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    from ..target import parse_target
+
+    target = parse_target(target)
     lib = tvm.compile(mod, target=target)
     dev = tvm.cpu(0)
     tensors = [tvm.runtime.tensor(a.copy(), dev) for a in arrays]

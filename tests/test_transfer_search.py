@@ -1,0 +1,126 @@
+"""Transfer (thesis §6.2.1) and the search (§6.2.3-6.2.4): tiles, numerics, rejection, resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from transfer_helpers import matmul_relu, tile_matmul
+
+from tvm_cocopie.transfer_tuning import kernel_class, search, transfer
+from tvm_cocopie.transfer_tuning.readers import SourceRecord
+
+LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+
+
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=5), st.integers(1, 4096))
+def test_adapt_tile_is_a_perfect_tiling(decision, extent):
+    new = transfer.adapt_tile(decision, extent)
+    assert len(new) == len(decision) and math.prod(new) == extent
+
+
+def test_adapt_tile_keeps_dividing_inner_factors():
+    assert transfer.adapt_tile([8, 4, 2], 64) == [8, 4, 2]
+    assert transfer.adapt_tile([8, 4, 2], 96) == [12, 4, 2]
+    assert transfer.adapt_tile([1, 16], 24)[1] in (12, 24, 8)
+
+
+def _record(mod, name="A"):
+    from tvm_cocopie.target import parse_target
+
+    return SourceRecord(mod, tile_matmul(mod).trace, [1e-3], parse_target(LLVM), f"{name}#1", name)
+
+
+@pytest.mark.parametrize("shape", [(48, 96, 32), (64, 32, 128), (30, 20, 10)])
+def test_transferred_schedule_matches_unscheduled_build(shape):
+    src, dst = matmul_relu(64, 64, 64), matmul_relu(*shape)
+    assert kernel_class.class_key(src) == kernel_class.class_key(dst)
+    result = transfer.transfer(_record(src), dst, LLVM)
+    assert result.ok, result.reason
+    assert transfer.check_numerics(result.mod, dst, LLVM) < 1e-3
+
+
+def test_kernel_classes_ignore_shapes_not_ops():
+    from tvm import te
+
+    a = te.placeholder((8, 8), name="A")
+    b = te.compute((8, 8), lambda i, j: a[i, j] + 1.0, name="B")
+    other = te.create_prim_func([a, b])
+    assert kernel_class.class_key(matmul_relu(8, 8, 8)) == kernel_class.class_key(matmul_relu(3, 5, 7))
+    assert kernel_class.class_key(other) != kernel_class.class_key(matmul_relu(8, 8, 8))
+
+
+class FakeMeasurer(search.Measurer):
+    """Deterministic times without builds; counts what it was asked to measure."""
+
+    def __init__(self, target, crash_if=None):
+        super().__init__(target)
+        self.calls = 0
+        self.crash_if = crash_if
+
+    def measure(self, mods):
+        out = []
+        for mod in mods:
+            self.calls += 1
+            text = mod.script()
+            if self.crash_if and self.crash_if(text):
+                out.append((search.FAILED, "run: worker crashed (segfault)"))
+            else:
+                fast = "k_1" in text  # only the transferred tiling splits the reduction
+                out.append((1e-4 if fast else 1e-3 / (1 + text.count("T.parallel")), ""))
+        return out
+
+
+def _kernels():
+    return [kernel_class.Kernel("k1", matmul_relu(48, 96, 32), 2),
+            kernel_class.Kernel("k2", matmul_relu(32, 32, 64), 1)]
+
+
+def test_search_picks_transferred_and_resumes_without_remeasuring(tmp_path):
+    from tvm_cocopie.target import parse_target
+
+    target = parse_target(LLVM)
+    recs = [_record(matmul_relu(64, 64, 64))]
+    fake = FakeMeasurer(target)
+    rep = search.transfer_tune(None, recs, target, tmp_path, measurer=fake, kernels=_kernels())
+    first = fake.calls
+    assert first >= 4
+    assert all(k.best == "A#1" for k in rep.kernels), rep.table()
+    assert (tmp_path / "database_tuning_record.json").read_text().count("\n") == 2
+    again = FakeMeasurer(target)
+    rep2 = search.transfer_tune(None, recs, target, tmp_path, measurer=again, kernels=_kernels())
+    assert again.calls == 0 and rep2.cache_hits >= first
+    assert [k.best for k in rep2.kernels] == [k.best for k in rep.kernels]
+
+
+def test_crashing_and_invalid_schedules_are_dropped_and_reported(tmp_path):
+    from tvm_cocopie.target import parse_target
+
+    target = parse_target(LLVM)
+    good = _record(matmul_relu(64, 64, 64))
+    broken = SourceRecord(matmul_relu(64, 64, 64), good.trace, [1e-3], target, "B#1", "A")
+    fake = FakeMeasurer(target, crash_if=lambda text: "T.vectorized" in text)
+    rep = search.transfer_tune(None, [good, broken], target, tmp_path, mode="pool",
+                               measurer=fake, kernels=_kernels()[:1])
+    k = rep.kernels[0]
+    assert k.best in (search.UNTUNED, search.DEFAULT)
+    assert any("crashed" in why for why in k.rejected.values())
+
+
+def test_model_scores_prefer_models_with_the_costly_class():
+    ks = _kernels()
+    for k in ks:
+        k.untuned_secs = 1e-3
+    same = _record(matmul_relu(16, 16, 16), "same")
+    from tvm import te
+
+    a = te.placeholder((8, 8), name="A")
+    other = te.compute((8, 8), lambda i, j: a[i, j] + 1.0, name="B")
+    import tvm
+
+    mod = tvm.IRModule({"main": te.create_prim_func([a, other])})
+    diff = SourceRecord(mod, None, [1e-3], None, "other#1", "other")
+    scores = search.model_scores(ks, [same, diff])
+    assert scores["same"] > scores["other"] == 0.0
