@@ -78,6 +78,7 @@ def _kernels():
             kernel_class.Kernel("k2", matmul_relu(32, 32, 64), 1)]
 
 
+@pytest.mark.slow
 def test_search_picks_transferred_and_resumes_without_remeasuring(tmp_path):
     from tvm_cocopie.target import parse_target
 
