@@ -129,3 +129,19 @@ def test_residual_block_keeps_the_blocked_layout():
     text = laid["main"].script()
     assert text.count("R.layout_transform(") == 2  # x in (shared by conv and add) + out
     assert text.count('data_layout="NCHW8c"') == 2 or text.count("NCHW16c") >= 2
+
+
+@pytest.mark.parametrize("c,o,s,hw", [(24, 16, 2, 7), (8, 5, 3, 4)])
+def test_conv_transpose_kernel_equals_stride_as_subpixel_conv(c, o, s, hw):
+    rng = np.random.default_rng(c + o)
+    w = rng.standard_normal((c, o, s, s)).astype("float32")
+    x = tensor_var("x", (1, c, hw, hw))
+    mod = build_graph([x], lambda bb, x: bb.emit(R.nn.relu(R.nn.conv2d_transpose(
+        x, relax.const(w), strides=[s, s]))))
+    data = rng.standard_normal((1, c, hw, hw)).astype("float32")
+    ref = np.einsum("ncij,coab->noiajb", data.astype(np.float64), w).reshape(1, o, hw * s, hw * s)
+    assert_allclose(run(mod, [data]), np.maximum(ref, 0))
+    from test_kernels_common import scheduled
+
+    text = scheduled(mod).script()
+    assert "conv2d_transpose" not in text and "cocopie.conv2d_nchwc" in text

@@ -98,9 +98,11 @@ def layout_passes_for(target: tvm.target.Target) -> list:
         return []
     from .layout_constants import fold_layout_constants
     from .layout_lift import lift_elementwise_tir
+    from .layout_subpixel import subpixel_conv_transpose
 
     return [
         lift_elementwise_tir,
+        subpixel_conv_transpose,
         relax.transform.DecomposeOpsForInference(),
         blocked_layout(target),
         relax.transform.Normalize(),

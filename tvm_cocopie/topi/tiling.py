@@ -11,8 +11,8 @@ tuning:
   consecutive convolutions.
 * **Register tile** (:func:`conv_tile`): the accumulators of the inner loop must
   fit the vector register file with room for the weight vectors and one broadcast:
-  ``r`` weight vectors times ``q`` output pixels accumulators, ``r * q <= regs - r - 2``
-  (12 on AVX2 with ``r = 2``), and at least 8 accumulators so that two FMA pipes
+  ``r`` weight vectors times ``q`` output pixels accumulators, ``r * q <= regs - r - 1``
+  (13 on AVX2 with ``r = 2``), and at least 8 accumulators so that two FMA pipes
   with a 4-cycle latency stay busy (latency x pipes). Among the tiles that qualify we
   pick the one that wastes least padding, preferring a row-aligned ``1 x 4`` or
   ``2 x 2`` tile (measured fastest on znver3) and falling back to a flattened
@@ -63,7 +63,8 @@ class MatmulTile:
 
 
 def _acc_budget(info: CpuInfo, r: int) -> int:
-    return vector_registers(info) - r - 2
+    """Accumulator registers left beside ``r`` weight vectors and one broadcast."""
+    return vector_registers(info) - r - 1
 
 
 def _weight_tile_ok(geo: ConvGeometry, ib: int, ob: int, r: int) -> bool:
@@ -83,7 +84,10 @@ def conv_tile(geo: ConvGeometry, ib: int, ob: int, info: CpuInfo) -> ConvTile:
     """Pick the register tile of a NCHWc convolution (see the module docstring)."""
     lanes = info.f32_lanes
     vec_per_chunk = max(1, ob // lanes) if ob % lanes == 0 else 1
-    r = 2 if ob % lanes == 0 and vec_per_chunk == 1 and _weight_tile_ok(geo, ib, ob, 2) else 1
+    r = 1
+    if ob % lanes == 0 and vec_per_chunk == 1:
+        # two weight vectors per tile (measured best); three when the chunks are odd
+        r = next((k for k in (2, 3) if _weight_tile_ok(geo, ib, ob, k)), 1)
     budget = _acc_budget(info, r * vec_per_chunk)
     qmax = max(1, budget // (r * vec_per_chunk))
     qmin = min(qmax, max(1, -(-8 // (r * vec_per_chunk))))
@@ -94,7 +98,7 @@ def conv_tile(geo: ConvGeometry, ib: int, ob: int, info: CpuInfo) -> ConvTile:
                 return ConvTile(ib, ob, wide, 1, oh * ow, True)
         return ConvTile(ib, ob, 1, 1, oh * ow, True)
     # row-aligned 2-D tiles first, when they need no padding
-    for th, tw in ((1, 4), (2, 2), (1, 6), (2, 3), (3, 2), (1, 5)):
+    for th, tw in ((1, 4), (2, 2), (1, 6), (2, 3), (3, 2), (1, 5), (1, 3), (3, 1)):
         q = th * tw
         if qmin <= q <= qmax and oh % th == 0 and ow % tw == 0:
             return ConvTile(ib, ob, r, th, tw, False)
