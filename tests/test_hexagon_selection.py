@@ -39,7 +39,7 @@ def graphs(draw, chain=False, max_nodes=7):
     return selection.Graph(nodes, lambda u, v, pu, pv: tcs[(u.name, v.name, pu, pv)])
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(graphs(chain=True, max_nodes=8))
 def test_chain_dp_equals_exhaustive(graph):
     dp = selection.chain_select(graph)
@@ -49,7 +49,7 @@ def test_chain_dp_equals_exhaustive(graph):
     assert selection.global_select(graph).cost == ex.cost
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(graphs(max_nodes=7))
 def test_dag_dp_equals_exhaustive(graph):
     ex = selection.exhaustive_select(graph)
@@ -59,7 +59,7 @@ def test_dag_dp_equals_exhaustive(graph):
     assert selection.local_select(graph).cost >= ex.cost
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(graphs(max_nodes=7))
 def test_partitioning_without_cuts_is_exact(graph):
     if selection.desirable_edges(graph) or graph.is_chain():
