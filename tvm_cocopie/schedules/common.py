@@ -203,10 +203,15 @@ def parallel_spatial(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     fuse_parallel(sch, loops[:-1], info, work)
 
 
-#: Below this many innermost iterations a loop nest runs on one thread: a fork-join
-#: costs microseconds on an idle machine and a scheduler time slice when a worker
-#: has been preempted, more than ~30k element-wise iterations take on one core.
-MIN_PARALLEL_WORK = 1 << 15
+#: Below this many innermost iterations a loop nest runs on one thread. A fork-join of
+#: TVM's thread pool costs microseconds on an idle machine but a scheduler time slice
+#: (milliseconds) when a worker has been preempted, and the pool waits for every
+#: worker. Measured on a loaded 2-core machine, MobileNetV2 at 112x112 ran 3x faster
+#: fully serial than with every kernel parallel. The thresholds keep kernels of less
+#: than ~40 us of single-core work serial: element-wise iterations...
+MIN_PARALLEL_WORK = 1 << 17
+#: ... and multiply-adds of the register-tiled conv / matmul kernels.
+MIN_PARALLEL_MACS = 1 << 20
 
 
 def block_work(sch: s_tir.Schedule, block) -> int | None:
@@ -220,12 +225,13 @@ def block_work(sch: s_tir.Schedule, block) -> int | None:
     return total
 
 
-def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | None = None):
+def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | None = None,
+                  min_work: int = MIN_PARALLEL_WORK):
     """Fuse the leading ``loops`` until they give enough parallel iterations; parallelize.
 
     Returns the fused loop (``None`` for no loops). Enough is 8 iterations per core,
     so that a static split over the thread pool stays balanced. ``work`` (innermost
-    iterations of the whole nest) below :data:`MIN_PARALLEL_WORK` keeps it serial.
+    iterations of the whole nest) below ``min_work`` keeps it serial.
     """
     if not loops:
         return None
@@ -241,6 +247,6 @@ def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | N
         if total >= want:
             break
     fused = sch.fuse(*chosen) if len(chosen) > 1 else chosen[0]
-    if info.num_cores > 1 and (work is None or work >= MIN_PARALLEL_WORK):
+    if info.num_cores > 1 and (work is None or work >= min_work):
         sch.parallel(fused)
     return fused

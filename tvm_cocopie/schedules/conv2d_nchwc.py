@@ -33,6 +33,7 @@ from tvm import s_tir
 from ..target import CpuInfo
 from ..topi.conv2d_nchwc import ANNOTATION
 from .common import (
+    MIN_PARALLEL_MACS,
     CpuRule,
     annotated_blocks,
     block_work,
@@ -139,10 +140,10 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
     if par_iters < 4 * max(1, info.num_cores):
-        attach = fuse_parallel(sch, [*par_loops, attach], info, work)
+        attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
         par = attach
     else:
-        par = fuse_parallel(sch, par_loops, info, work)
+        par = fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
     if knobs.pad_per_tile:
         attach_prologue(sch, prologue, par, info)
     else:

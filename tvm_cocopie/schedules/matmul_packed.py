@@ -23,6 +23,7 @@ from tvm import s_tir
 from ..target import CpuInfo
 from ..topi.dense_packed import ANNOTATION
 from .common import (
+    MIN_PARALLEL_MACS,
     CpuRule,
     annotated_blocks,
     block_work,
@@ -74,9 +75,9 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     for loop in par_loops:
         iters *= const_extent(sch, loop) or 1
     if iters < 4 * max(1, info.num_cores):
-        attach = fuse_parallel(sch, [*par_loops, attach], info, work)
+        attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
     else:
-        fuse_parallel(sch, par_loops, info, work)
+        fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
     sch.reverse_compute_at(final, attach)
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
