@@ -151,3 +151,26 @@ def test_rules_only_for_cpu_targets():
     assert default_rules(hexagon, None) == []
     assert [type(r).__name__ for r in default_rules(TARGET, None)] == [
         "Conv2dNCHWc", "MatmulPacked", "Fallback"]
+
+
+def test_tunable_rules_return_a_space_that_builds():
+    """tunable=True: a list of schedules with sampled decisions, each one buildable."""
+    from test_kernels_common import build_graph as graph
+
+    from tvm_cocopie.schedules import Conv2dNCHWc, MatmulPacked
+
+    w = rng.standard_normal((16, 8, 3, 3)).astype("float32")
+    b = rng.standard_normal((32, 24)).astype("float32")
+    x, y = tensor_var("x", (1, 8, 10, 10)), tensor_var("y", (20, 32))
+    conv = graph([x], lambda bb, x: bb.emit(R.nn.relu(R.nn.conv2d(x, relax.const(w),
+                                                                   padding=[1, 1, 1, 1]))))
+    mm = graph([y], lambda bb, y: bb.emit(R.matmul(y, relax.const(b))))
+    for mod, rule in ((conv, Conv2dNCHWc()), (mm, MatmulPacked())):
+        funcs = prim_funcs(scheduled(mod, schedule=False))
+        anchor = next(f for n, f in funcs.items() if "nchwc" in n or "matmul" in n)
+        space = rule.apply(anchor, TARGET, True)
+        assert isinstance(space, list) and len(space) == 2
+        for sch in space:
+            assert "sample_categorical" in str(sch.trace)
+            func = sch.mod["main"].with_attr("global_symbol", "main")
+            tvm.compile(tvm.IRModule({"main": func}), target=TARGET)

@@ -58,6 +58,9 @@ class ConvKnobs:
     flat: bool
     ow: int
     unroll_channel: bool = True  # unroll the rci loop (conv) / the window (depthwise)
+    #: tuning: instead of ``unroll_channel``, sample LLVM's unroll budget for the
+    #: reduction nest (``pragma_auto_unroll_max_step``), a MetaSchedule decision
+    sample_unroll: bool = False
     #: compute the padded input per parallel iteration (one fork-join per conv) instead of
     #: as its own parallel pass: measured 6-18% slower on one core (halo rows and every
     #: output-channel tile redo the padding), so off by default; a tuning knob
@@ -96,6 +99,18 @@ def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> N
             parallel_spatial(sch, block, info)
             continue
         vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
+
+
+#: unroll budgets MetaSchedule chooses from (0: leave the reduction loops rolled)
+UNROLL_CANDIDATES = (0, 16, 64, 512)
+
+
+def sample_unroll_budget(sch: s_tir.Schedule, loop) -> None:
+    """Annotate ``loop`` with a sampled auto-unroll budget (a tunable decision)."""
+    budget = sch.sample_categorical(list(UNROLL_CANDIDATES),
+                                    [1.0 / len(UNROLL_CANDIDATES)] * len(UNROLL_CANDIDATES))
+    sch.annotate(loop, "pragma_auto_unroll_max_step", budget)
+    sch.annotate(loop, "pragma_unroll_explicit", 1)
 
 
 def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
@@ -157,7 +172,9 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
 
     for loop in inner:
         sch.unroll(loop)
-    if knobs.unroll_channel:
+    if knobs.sample_unroll:
+        sample_unroll_budget(sch, reductions[0])
+    elif knobs.unroll_channel:
         if rci is not None:
             sch.unroll(rci)
         else:
@@ -182,12 +199,12 @@ class Conv2dNCHWc(CpuRule):
         knobs = ConvKnobs.from_annotation(sch.get(anchor).annotations[ANNOTATION])
         if not tunable:
             return schedule_conv(sch, anchor, knobs, info)
+        # a design space: where the padding is computed x a sampled unroll budget
         spaces = []
-        for unroll in (True, False):
-            for pad_per_tile in (False, True):
-                trial = sch.copy()
-                variant = _replace(knobs, unroll_channel=unroll, pad_per_tile=pad_per_tile)
-                spaces.append(schedule_conv(trial, trial.get_sblock(name), variant, info))
+        for pad_per_tile in (False, True):
+            trial = sch.copy()
+            variant = _replace(knobs, sample_unroll=True, pad_per_tile=pad_per_tile)
+            spaces.append(schedule_conv(trial, trial.get_sblock(name), variant, info))
         return spaces
 
 

@@ -35,6 +35,7 @@ from .common import (
     vectorizable,
     vectorize_inner,
 )
+from .conv2d_nchwc import sample_unroll_budget
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class MatmulKnobs:
     tm: int
     nb: int
     columns_outer: bool = False  # iterate column panels outside row blocks
+    sample_unroll: bool = False  # tuning: sample LLVM's unroll budget of the k loop
 
 
 def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo):
@@ -83,6 +85,8 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
     for loop in inner:
         sch.unroll(loop)
+    if knobs.sample_unroll:
+        sample_unroll_budget(sch, k)
     sch.vectorize(nv)
     sch.decompose_reduction(anchor, k)
     return sch
@@ -106,6 +110,6 @@ class MatmulPacked(CpuRule):
         spaces = []
         for columns_outer in (False, True):
             trial = sch.copy()
-            spaces.append(schedule_matmul(trial, trial.get_sblock(name),
-                                          MatmulKnobs(knobs.tm, knobs.nb, columns_outer), info))
+            variant = MatmulKnobs(knobs.tm, knobs.nb, columns_outer, sample_unroll=True)
+            spaces.append(schedule_matmul(trial, trial.get_sblock(name), variant, info))
         return spaces
