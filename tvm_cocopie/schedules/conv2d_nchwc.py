@@ -16,10 +16,10 @@ The ``r x th x tw`` accumulators live in a ``local`` buffer that LLVM keeps in
 vector registers. Consumers of the conv (bias, batch-norm scale/shift, ReLU/ReLU6,
 clip, HardSwish, sigmoid, residual add, layout change back to NCHW...) are inlined
 into the block that writes the function's result, and that block runs under the
-tile loop, on the tile just computed, while it is in L1. The padded input and any
-layout packing stay separate, parallel, vectorized passes (``pad_per_tile`` computes
-them inside the conv's parallel loop instead: one fork-join less, but every
-output-channel tile and halo row redoes the padding, 6-18% slower on one core).
+tile loop, on the tile just computed, while it is in L1. For dense convs the padded
+input and any layout packing stay separate, parallel, vectorized passes; depthwise
+convs (memory-bound) compute their padded rows inside the parallel loop instead, in
+L1 (``ConvKnobs.pad_per_tile`` says why).
 
 Depthwise convs use the same nest without ``rco``/``rci``/``ocr``.
 """
@@ -61,15 +61,18 @@ class ConvKnobs:
     #: tuning: instead of ``unroll_channel``, sample LLVM's unroll budget for the
     #: reduction nest (``pragma_auto_unroll_max_step``), a MetaSchedule decision
     sample_unroll: bool = False
-    #: compute the padded input per parallel iteration (one fork-join per conv) instead of
-    #: as its own parallel pass: measured 6-18% slower on one core (halo rows and every
-    #: output-channel tile redo the padding), so off by default; a tuning knob
+    #: compute the padded input per parallel iteration, where it stays in L1 (one
+    #: fork-join per conv), instead of as its own parallel pass over memory. Dense convs:
+    #: 6-18% slower on one core (halo rows and every output-channel tile redo the
+    #: padding). Depthwise convs are memory-bound and have no output-channel tiles: the
+    #: separate pass tripled their DRAM traffic (1.4-2x slower, stride 2), so on for them
     pad_per_tile: bool = False
 
     @classmethod
     def from_annotation(cls, ann) -> ConvKnobs:
-        return cls(str(ann["kind"]), int(ann["r"]), int(ann["th"]), int(ann["tw"]),
-                   bool(int(ann["flat"])), int(ann["ow"]))
+        kind = str(ann["kind"])
+        return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
+                   int(ann["ow"]), pad_per_tile=kind == "depthwise")
 
 
 def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
