@@ -57,15 +57,15 @@ RESNET50_CONVS = [
     ("l4.1x1b", 512, 7, 2048, 1, 1),
     ("l4.1x1c", 2048, 7, 512, 1, 1),
 ]
-QUICK_CONVS = ["l1.3x3", "l2.3x3", "l3.3x3", "l4.3x3", "l1.1x1b", "l1.1x1c", "l3.1x1c",
-               "l4.1x1b"]
+QUICK_CONVS = ["l1.3x3", "l2.3x3s2", "l2.3x3", "l3.3x3", "l4.3x3", "l1.1x1b", "l1.1x1c",
+               "l3.1x1c", "l4.down", "l4.1x1b"]
 #: (name, M, N, K)
 MATMULS = [("mm512", 512, 512, 512), ("mm128x1536x384", 128, 1536, 384)]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="8 convs + 2 matmuls, few rounds (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="10 convs + 2 matmuls (< 1 min)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per op")
     p.add_argument("--only", help="comma-separated op names")
@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     tvm_cocopie.register()
     target = host_target(args.threads)
     info = cpu_info(target)
-    rounds = args.rounds or (5 if args.quick else 9)
+    rounds = args.rounds or (7 if args.quick else 11)
     names = set(args.only.split(",")) if args.only else None
     convs = [c for c in RESNET50_CONVS
              if (names is None and (not args.quick or c[0] in QUICK_CONVS))
