@@ -10,6 +10,12 @@ Hexagon here: it needs an RPC device, and the emulator is not one) that keeps th
 accumulators of one pixel in a register, tensorizes the inner ``32 x 4`` with the
 intrinsic, and vectorizes the requantization over the 32 output channels.
 
+Importing ``tvm.s_tir.tensor_intrin`` parses every target's intrinsics (CUDA's
+alone take about a minute here); :func:`stock_vrmpy_intrin` instead runs stock TVM's
+own ``tensor_intrin/hexagon.py`` source on its own and registers its
+``VRMPY_u8i8i32_INTRIN`` (same description and implementation) under a private name,
+unless the stock package is already imported.
+
 Input: NHWC uint8 already zero padded (``[1, H+2p, W+2p, C4]``, ``C4`` = ``C``
 rounded up to 4), like the GCD² kernels whose input arrives packed.
 """
@@ -20,6 +26,40 @@ import numpy as np
 
 from .int8_compute import Requant, conv2d_output_size
 from .layouts import round_up
+
+
+def stock_vrmpy_intrin() -> str:
+    """The registered name of stock TVM's ``VRMPY_u8i8i32_INTRIN`` (see module doc)."""
+    import sys
+    from pathlib import Path
+
+    import tvm.s_tir
+    from tvm.s_tir import TensorIntrin
+
+    module = sys.modules.get("tvm.s_tir.tensor_intrin.hexagon")
+    if module is not None:
+        return module.VRMPY_u8i8i32_INTRIN
+    path = Path(tvm.s_tir.__file__).parent / "tensor_intrin" / "hexagon.py"
+    source = path.read_text()
+    if "from .. import TensorIntrin" not in source:
+        from tvm.s_tir.tensor_intrin.hexagon import VRMPY_u8i8i32_INTRIN
+
+        return VRMPY_u8i8i32_INTRIN
+    recorded = {}
+
+    class _Recorder:
+        @staticmethod
+        def register(name, desc, impl, override=False):
+            recorded[name] = (desc, impl)
+
+    namespace = {"TensorIntrin": _Recorder, "__name__": "_cocopie_stock_hexagon_intrin"}
+    code = compile(source.replace("from .. import TensorIntrin", ""), str(path), "exec")
+    exec(code, namespace)  # noqa: S102 - stock TVM's own file, without the other targets
+    name = namespace["VRMPY_u8i8i32_INTRIN"]
+    private = f"cocopie_stock_{name}"
+    if TensorIntrin.get(private, allow_missing=True) is None:
+        TensorIntrin.register(private, *recorded[name])
+    return private
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -44,7 +84,6 @@ def conv_func(h, w, c, o, kernel, stride, pad, rq: Requant):
     """A PrimFunc ``(x, w, bias, y)`` tensorized with TVM's ``vrmpy`` intrinsic."""
     import tvm
     from tvm import te
-    from tvm.s_tir.tensor_intrin.hexagon import VRMPY_u8i8i32_INTRIN
 
     if o % 32:
         raise ValueError("TVM's vrmpy intrinsic computes 32 output channels at a time")
@@ -84,5 +123,5 @@ def conv_func(h, w, c, o, kernel, stride, pad, rq: Requant):
     sch.reorder(*reductions, a_oi, a_ci)
     init = sch.decompose_reduction(b_acc, reductions[0] if reductions else a_oi)
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.tensorize(a_oi, VRMPY_u8i8i32_INTRIN)
+    sch.tensorize(a_oi, stock_vrmpy_intrin())
     return sch.mod["main"]
