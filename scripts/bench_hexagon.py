@@ -285,11 +285,15 @@ def resnet_convs(records, args, t) -> dict:
         "peak_fraction": round(macs / total / HVX_PEAK_MACS_PER_PACKET, 3),
         "goals": {"packet_ratio_vs_tvm": 3.4, "packet_ratio_vs_tvm_vrmpy": 1.5},
     }
-    if not args.no_stock:
+    with_stock = [r for r in layers if r["stock_packets"]]
+    if with_stock:
         out["packet_ratio_vs_tvm"] = round(
-            bm.geomean(r["stock_packets"] / r["packets"] for r in layers), 2
+            bm.geomean(r["stock_packets"] / r["packets"] for r in with_stock), 2
         )
-        out["packet_ratio_vs_tvm_total"] = round(sum(r["stock_packets"] for r in layers) / total, 2)
+        out["packet_ratio_vs_tvm_total"] = round(
+            sum(r["stock_packets"] for r in with_stock) / sum(r["packets"] for r in with_stock), 2
+        )
+        out["packet_ratio_vs_tvm_layers"] = len(with_stock)
     return out
 
 
