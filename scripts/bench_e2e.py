@@ -89,8 +89,8 @@ def main(argv=None) -> int:
 
     summary = save() or summarize(records)
     print(table(records))
-    print(f"geomean cocopie/ORT {summary['geomean_cocopie_over_ort']:.3f}, "
-          f"cocopie/TVM {summary['geomean_cocopie_over_tvm']:.3f}")
+    print(f"geomean cocopie/ORT {summary['geomean_cocopie_over_ort']}, "
+          f"cocopie/TVM {summary['geomean_cocopie_over_tvm']}")
     return 0
 
 

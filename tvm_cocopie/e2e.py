@@ -59,12 +59,18 @@ def summarize(records: list[dict]) -> dict:
     return {
         "models": len(done),
         "skipped": [r["model"] for r in records if "skipped" in r],
-        "geomean_cocopie_over_ort": bm.geomean(r["cocopie_over_ort"] for r in done),
-        "geomean_cocopie_over_tvm": bm.geomean(r["cocopie_over_tvm"] for r in done),
+        "geomean_cocopie_over_ort": _geomean_or_none(r["cocopie_over_ort"] for r in done),
+        "geomean_cocopie_over_tvm": _geomean_or_none(r["cocopie_over_tvm"] for r in done),
         "max_abs_err": max((r["max_abs_err"] for r in done), default=None),
         "max_rel_err": max((r["max_rel_err"] for r in done), default=None),
         "max_compile_s": max((r["cocopie_compile_s"] for r in done), default=None),
     }
+
+
+def _geomean_or_none(values):
+    """Geometric mean, or None (valid JSON, unlike NaN) when nothing was measured."""
+    vals = [v for v in values if v]
+    return bm.geomean(vals) if vals else None
 
 
 def table(records: list[dict]) -> str:
