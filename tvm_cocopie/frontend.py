@@ -191,8 +191,11 @@ def from_onnx(
             ops=missing,
         )
     shapes = check_shapes(proto, shapes)
-    proto, _ = fold_constants(proto, shapes)
     from .onnx_ops import import_model
+    from .onnx_ops.control import fold_keeping_captures, simplify
+
+    proto = fold_keeping_captures(proto, lambda m: fold_constants(m, shapes)[0])
+    proto = simplify(proto, lambda m: fold_constants(m)[0])  # constant If / Loop
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # checker warnings and renames are already handled

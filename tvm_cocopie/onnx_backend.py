@@ -53,20 +53,50 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Compress": (1,), "SplitToSequence": (1,), "Bernoulli": (), "ReduceSum": (1,),
     "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
     "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
-    "ReduceSumSquare": (1,), "TfIdfVectorizer": (), "Einsum": (),
+    "ReduceSumSquare": (1,), "Loop": (0, 1),
 }
 
 
 def shape_operand_inputs(proto: onnx.ModelProto) -> list[str]:
-    """Graph inputs that feed a shape-determining operand (see :data:`SHAPE_OPERANDS`)."""
-    inputs = set(_graph_input_names(proto))
+    """Graph inputs that decide a shape operand (see :data:`SHAPE_OPERANDS`).
+
+    An input feeding such an operand directly counts; so does an integer or scalar
+    input that reaches one through other nodes (``Sub``, ``Concat``, ...: the shape arithmetic of
+    exported and function-expanded graphs). The walk stops at ``Shape``/``Size``,
+    which depend on static shapes only.
+    """
+    inits = {t.name for t in proto.graph.initializer}
+    int_types = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+    inputs = {v.name: v.type.tensor_type for v in proto.graph.input if v.name not in inits}
+    producers: dict[str, onnx.NodeProto] = {}
     found: dict[str, None] = {}
+    seen: set[str] = set()
+
+    def trace(name: str, direct: bool) -> None:
+        if not name or name in seen:
+            return
+        seen.add(name)
+        if name in inputs:
+            ttype = inputs[name]
+            scalar = ttype.HasField("shape") and not ttype.shape.dim
+            if direct or ttype.elem_type in int_types or scalar:
+                found.setdefault(name, None)
+            return
+        node = producers.get(name)
+        if node is None or node.op_type in ("Shape", "Size"):
+            return
+        for upstream in node.input:
+            trace(upstream, False)
 
     def visit(graph):
         for node in graph.node:
+            for out in node.output:
+                producers[out] = node
+        for node in graph.node:
             for index in SHAPE_OPERANDS.get(node.op_type, ()):
-                if index < len(node.input) and node.input[index] in inputs:
-                    found.setdefault(node.input[index], None)
+                if index < len(node.input):
+                    seen.discard(node.input[index])
+                    trace(node.input[index], True)
             for attr in node.attribute:
                 for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
                     visit(sub)

@@ -82,3 +82,11 @@ def filled(shape: Sequence, value, dtype: str) -> relax.Expr:
     """A tensor of ``shape`` holding ``value`` (``relax.op.full`` fails to legalize
     infinities and NaN in TVM 0.27: its TOPI checks ``"float" in dtype`` on a type)."""
     return relax.op.broadcast_to(scalar(value, dtype), list(shape))
+
+
+def const(value, dtype: str | None = None) -> relax.Expr:
+    """A Relax constant that keeps the numpy dtype (``relax.const`` alone turns int64
+    into int32 and float64 into float32)."""
+    arr = np.asarray(value)
+    dtype = str(dtype or arr.dtype)
+    return relax.const(arr.astype(dtype), dtype)

@@ -26,6 +26,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 from ..errors import ModelError
 from .common import (
     attr_str,
+    const,
     const_value,
     dtype_of,
     is_empty,
@@ -139,7 +140,7 @@ def resize(bb, data, out_shape, scales, attr, roi=None):
         coords, outside = source_coordinates(coord, out, size, scale, axis_roi)
         idx, weights = taps(coords, size, scale, mode, nearest_mode, cubic_a, antialias, exclude)
         n = idx.shape[1]
-        picked = bb.emit(op.take(x, relax.const(idx.reshape(-1).astype("int64")), axis))
+        picked = bb.emit(op.take(x, const(idx.reshape(-1), "int64"), axis))
         if weights is None:
             x = picked
         else:
@@ -148,13 +149,13 @@ def resize(bb, data, out_shape, scales, attr, roi=None):
             picked = bb.emit(op.reshape(picked, split))
             wshape = [1] * (rank + 1)
             wshape[axis], wshape[axis + 1] = out, n
-            w = relax.const(weights.reshape(wshape).astype(work))
+            w = const(weights.reshape(wshape), work)
             x = bb.emit(op.sum(op.multiply(picked, w), axis=[axis + 1]))
         if outside is not None and outside.any():
             mshape = [1] * rank
             mshape[axis] = out
-            mask = relax.const(outside.reshape(mshape))
-            x = bb.emit(op.where(mask, relax.const(np.array(extrapolation, work)), x))
+            mask = const(outside.reshape(mshape))
+            x = bb.emit(op.where(mask, const(extrapolation, work), x))
     if work != dtype:
         info = np.iinfo(np.dtype(dtype))
         x = op.clip(op.round(x), float(info.min), float(info.max))

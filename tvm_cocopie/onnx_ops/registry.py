@@ -29,16 +29,15 @@ log = logging.getLogger(__name__)
 #: Family modules holding our converters, imported on first use.
 FAMILIES = (
     "elementwise",
-    "cast",
     "reduction",
     "normalization",
     "tensor",
+    "image",
     "recurrent",
     "quantized",
     "transformer",
     "loss",
     "detection",
-    "image",
     "control",
 )
 

@@ -163,3 +163,54 @@ class Attention(stock.Attention):
             return additive
         keep = additive if additive is not None else scalar(0, dtype)
         return bb.emit(op.where(allowed, op.astype(keep, dtype), scalar(-np.inf, dtype)))
+
+
+@register("RotaryEmbedding")
+class RotaryEmbedding(stock.OnnxOpConverter):
+    """Rotary position embedding (RoPE): pairs of features are rotated by the angle
+    whose cosine and sine the caches hold, for each token's position. Pairs are the
+    two halves of the rotated part, or neighbours with ``interleaved=1``; only the
+    first ``rotary_embedding_dim`` features rotate."""
+
+    @classmethod
+    def _impl_v23(cls, bb, inputs, attr, params):
+        op = relax.op
+        x, cos, sin = inputs[0], inputs[1], inputs[2]
+        positions = None if is_empty(inputs[3]) else inputs[3]
+        three_d = rank_of(x) == 3
+        if three_d:
+            heads = int(attr.get("num_heads", 0))
+            if not heads:
+                raise ModelError("3-D RotaryEmbedding needs num_heads")
+            b, s, _ = shape_of(x)
+            tokens = bb.emit(op.reshape(x, [b, s, heads, -1]))
+        else:
+            tokens = bb.emit(op.permute_dims(x, [0, 2, 1, 3]))  # [B, S, H, D]
+        head = shape_of(tokens)[3]
+        dim = int(attr.get("rotary_embedding_dim", 0)) or head
+        half = dim // 2
+        if positions is not None:
+            cos = bb.emit(op.take(cos, positions, axis=0))
+            sin = bb.emit(op.take(sin, positions, axis=0))
+        cos = bb.emit(op.expand_dims(cos, 2))  # [B, S, 1, dim/2]
+        sin = bb.emit(op.expand_dims(sin, 2))
+        rot = bb.emit(op.strided_slice(tokens, [3], [0], [dim])) if dim < head else tokens
+        if int(attr.get("interleaved", 0)):
+            x1 = bb.emit(op.strided_slice(rot, [3], [0], [dim], [2]))
+            x2 = bb.emit(op.strided_slice(rot, [3], [1], [dim], [2]))
+        else:
+            x1 = bb.emit(op.strided_slice(rot, [3], [0], [half]))
+            x2 = bb.emit(op.strided_slice(rot, [3], [half], [dim]))
+        real = bb.emit(op.subtract(op.multiply(cos, x1), op.multiply(sin, x2)))
+        imag = bb.emit(op.add(op.multiply(sin, x1), op.multiply(cos, x2)))
+        if int(attr.get("interleaved", 0)):
+            pairs = bb.emit(op.stack([real, imag], axis=4))
+            rotated = bb.emit(op.reshape(pairs, [*shape_of(rot)[:3], dim]))
+        else:
+            rotated = bb.emit(op.concat([real, imag], axis=3))
+        if dim < head:
+            rest = bb.emit(op.strided_slice(tokens, [3], [dim], [head]))
+            rotated = bb.emit(op.concat([rotated, rest], axis=3))
+        if three_d:
+            return op.reshape(rotated, shape_of(x))
+        return op.permute_dims(rotated, [0, 2, 1, 3])
