@@ -186,6 +186,21 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+def subsample_nchwc(data: te.Tensor, geo: ConvGeometry) -> te.Tensor:
+    """The pixels a strided 1x1 conv reads, made contiguous: ``(N, CB, OH, OW, ib)``.
+
+    A stride-2 1x1 conv (a ResNet downsample) reads one pixel in four, half of each
+    cache line, with a stride the prefetchers cannot follow, once per output-channel
+    tile. Gathering them once into a compact tensor (a quarter of the input) was
+    2-6x faster in ResNet-50 (layer 3 and 4 downsamples; their input no longer fits
+    L2 otherwise).
+    """
+    sh, sw = geo.stride
+    n, cb, _, _, ib = data.shape
+    return te.compute((n, cb, geo.oh, geo.ow, ib),
+                      lambda i, c, y, x, ci: data[i, c, y * sh, x * sw, ci], name="data_stride")
+
+
 def padded_extent(geo: ConvGeometry, tile: ConvTile) -> tuple[int, ...]:
     """Spatial extent the conv block computes: ``(P',)`` when flat, else ``(OH', OW')``."""
     if tile.flat:
@@ -257,7 +272,10 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Co
         raise CompilationError(f"weight tile {wb} must be a multiple of {ob} dividing {geo.o}")
     sh, sw = geo.stride
     dh, dw = geo.dilation
-    dpad = pad_nchwc(data, geo, *input_extent(geo))
+    if geo.kh == geo.kw == 1 and (sh, sw) != (1, 1) and not any(geo.padding):
+        dpad, sh, sw = subsample_nchwc(data, geo), 1, 1
+    else:
+        dpad = pad_nchwc(data, geo, *input_extent(geo))
     cbg = group_span(geo, tile)
     rco = te.reduce_axis((0, cbg), "rco")
     ry = te.reduce_axis((0, geo.kh), "ry")
