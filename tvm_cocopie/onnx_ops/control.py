@@ -159,7 +159,109 @@ def _unroll_loop(node, consts, initializers, tag, opset) -> list[onnx.NodeProto]
     return nodes
 
 
-def _rewrite(graph: onnx.GraphProto, counter: list[int], opset: int) -> int:
+def _stack(values, out, axis, tag, opset, initializers) -> list[onnx.NodeProto]:
+    """Nodes stacking ``values`` along a new ``axis`` into ``out``."""
+    nodes, parts = [], []
+    axes_name = f"{tag}_axes{axis}"
+    if opset >= 13 and axes_name not in {t.name for t in initializers}:
+        initializers.append(numpy_helper.from_array(np.array([axis], dtype=np.int64), axes_name))
+    for i, value in enumerate(values):
+        part = f"{tag}_part{i}"
+        if opset >= 13:
+            nodes.append(helper.make_node("Unsqueeze", [value, axes_name], [part]))
+        else:
+            nodes.append(helper.make_node("Unsqueeze", [value], [part], axes=[axis]))
+        parts.append(part)
+    nodes.append(helper.make_node("Concat", parts, [out], axis=axis))
+    return nodes
+
+
+def _unroll_scan(node, shapes, initializers, tag, opset) -> list[onnx.NodeProto] | None:
+    """``Scan`` (opset 9+) over a statically known sequence length."""
+    if opset < 9:
+        return None
+    attrs = {a.name: a for a in node.attribute}
+    body = attrs["body"].g
+    n_scan = attrs["num_scan_inputs"].i
+    n_state = len(node.input) - n_scan
+    scan_inputs = list(node.input[n_state:])
+    in_axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * n_scan
+    in_dirs = (list(attrs["scan_input_directions"].ints) if "scan_input_directions" in attrs
+               else [0] * n_scan)
+    n_out_scan = len(body.output) - n_state
+    out_axes = (list(attrs["scan_output_axes"].ints) if "scan_output_axes" in attrs
+                else [0] * n_out_scan)
+    out_dirs = (list(attrs["scan_output_directions"].ints)
+                if "scan_output_directions" in attrs else [0] * n_out_scan)
+    first = shapes.get(scan_inputs[0])
+    if first is None:
+        return None
+    axis0 = in_axes[0] % len(first)
+    steps = first[axis0]
+    if not isinstance(steps, int) or steps > MAX_UNROLL:
+        return None
+    initializers.extend(body.initializer)
+    local = {t.name for t in body.initializer}
+    for n in body.node:
+        local.update(n.output)
+    nodes: list[onnx.NodeProto] = []
+    states = list(node.input[:n_state])
+    collected: list[list[str]] = [[] for _ in range(n_out_scan)]
+    for i in range(steps):
+        prefix = f"{tag}_it{i}_"
+        binding = dict(zip((v.name for v in body.input[:n_state]), states))
+        for j, (name, value) in enumerate(zip(body.input[n_state:], scan_inputs)):
+            rank = len(shapes.get(value, first))
+            index = steps - 1 - i if in_dirs[j] else i
+            idx_name = f"{prefix}idx{j}"
+            initializers.append(numpy_helper.from_array(np.array(index, dtype=np.int64),
+                                                        idx_name))
+            sliced = f"{prefix}slice{j}"
+            nodes.append(helper.make_node("Gather", [value, idx_name], [sliced],
+                                          axis=in_axes[j] % rank))
+            binding[name.name] = sliced
+
+        def rename(name, binding=binding, prefix=prefix):
+            if name in binding:
+                return binding[name]
+            return prefix + name if name in local else name
+
+        nodes += _copy_nodes(body, rename)
+        outs = [rename(o.name) for o in body.output]
+        states = outs[:n_state]
+        for k in range(n_out_scan):
+            collected[k].append(outs[n_state + k])
+    for value, out in zip(states, node.output[:n_state]):
+        if out:
+            nodes.append(_identity(value, out))
+    for k, out in enumerate(node.output[n_state:]):
+        if not out:
+            continue
+        values = collected[k][::-1] if out_dirs[k] else collected[k]
+        nodes += _stack(values, out, out_axes[k], f"{tag}_out{k}", opset, initializers)
+    return nodes
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - shape inference is best effort here
+        log.debug("shape inference failed: %s", err)
+        inferred = model
+    shapes = {}
+    g = inferred.graph
+    for value in [*g.value_info, *g.input, *g.output]:
+        ttype = value.type.tensor_type
+        if ttype.HasField("shape"):
+            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param
+                                  for d in ttype.shape.dim]
+    for init in g.initializer:
+        shapes[init.name] = list(init.dims)
+    return shapes
+
+
+def _rewrite(graph: onnx.GraphProto, counter: list[int], opset: int,
+             shapes: dict | None = None) -> int:
     consts = _constants(graph)
     new_nodes: list[onnx.NodeProto] = []
     extra_inits: list[onnx.TensorProto] = []
@@ -172,6 +274,10 @@ def _rewrite(graph: onnx.GraphProto, counter: list[int], opset: int) -> int:
             elif node.op_type == "Loop":
                 counter[0] += 1
                 replacement = _unroll_loop(node, consts, extra_inits, f"__loop{counter[0]}",
+                                           opset)
+            elif node.op_type == "Scan" and shapes is not None:
+                counter[0] += 1
+                replacement = _unroll_scan(node, shapes, extra_inits, f"__scan{counter[0]}",
                                            opset)
         if replacement is None:
             new_nodes.append(node)
@@ -225,7 +331,9 @@ def simplify(model: onnx.ModelProto, fold: Callable[[onnx.ModelProto], onnx.Mode
         out = onnx.ModelProto()
         out.CopyFrom(model)
         try:
-            changed = _rewrite(out.graph, counter, opset)
+            has_scan = any(n.op_type == "Scan" for n in out.graph.node)
+            changed = _rewrite(out.graph, counter, opset,
+                               _static_shapes(out) if has_scan else None)
         except (StopIteration, KeyError, IndexError) as err:
             raise ModelError(f"malformed control-flow node: {err}") from None
         if not changed:
@@ -233,6 +341,18 @@ def simplify(model: onnx.ModelProto, fold: Callable[[onnx.ModelProto], onnx.Mode
         log.info("resolved %d control-flow node(s) at compile time", changed)
         model = fold_keeping_captures(out, fold)
     return model
+
+
+@register("Scan")
+class Scan(OnnxOpConverter):
+    """Only reached when :func:`simplify` could not unroll the scan."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        raise ModelError(
+            f"Scan needs a static sequence length (at most {MAX_UNROLL}) to be unrolled "
+            "(opset 8 Scan, with its batch axis, is not supported); fix the input shapes "
+            "with shapes={...}")
 
 
 @register("Loop")

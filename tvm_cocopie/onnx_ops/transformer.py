@@ -26,7 +26,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from ..errors import ModelError
-from .common import dtype_of, filled, is_empty, rank_of, scalar, shape_of
+from .common import attr_str, dtype_of, filled, is_empty, rank_of, scalar, shape_of
 from .registry import register
 
 
@@ -214,3 +214,100 @@ class RotaryEmbedding(stock.OnnxOpConverter):
         if three_d:
             return op.reshape(rotated, shape_of(x))
         return op.permute_dims(rotated, [0, 2, 1, 3])
+
+
+@register("CausalConvWithState")
+class CausalConvWithState(stock.OnnxOpConverter):
+    """Depthwise causal 1-D convolution over ``concat(past_state, input)`` (opset 27);
+    ``present_state`` keeps the last ``k - 1`` positions. Taps are unrolled: the
+    kernel is short (Mamba and Gated DeltaNet use 4)."""
+
+    @classmethod
+    def _impl_v27(cls, bb, inputs, attr, params):
+        op = relax.op
+        x, w = inputs[0], inputs[1]
+        bias = None if is_empty(inputs[2]) else inputs[2]
+        past = None if is_empty(inputs[3]) else inputs[3]
+        dtype = dtype_of(x)
+        work = "float32" if dtype in ("float16", "bfloat16") else dtype
+        b, c, length = shape_of(x)
+        k = shape_of(w)[2]
+        if past is None:
+            past = bb.emit(op.zeros([b, c, k - 1], dtype))
+        padded = bb.emit(op.concat([past, x], axis=2))
+        wide = padded if work == dtype else bb.emit(op.astype(padded, work))
+        taps = bb.emit(op.astype(op.reshape(w, [1, c, k]), work) if work != dtype
+                       else op.reshape(w, [1, c, k]))
+        acc = None
+        for j in range(k):
+            term = op.multiply(op.strided_slice(wide, [2], [j], [j + length]),
+                               op.strided_slice(taps, [2], [j], [j + 1]))
+            acc = bb.emit(term if acc is None else op.add(acc, term))
+        if bias is not None:
+            acc = bb.emit(op.add(acc, op.reshape(op.astype(bias, work), [1, c, 1])))
+        out = bb.emit(op.astype(acc, dtype)) if work != dtype else acc
+        if attr_str(attr, "activation", "none") in ("silu", "swish"):
+            wide_out = bb.emit(op.astype(out, work)) if work != dtype else out
+            out = bb.emit(op.multiply(wide_out, op.sigmoid(wide_out)))
+            out = bb.emit(op.astype(out, dtype)) if work != dtype else out
+        present = bb.emit(op.strided_slice(padded, [2], [length], [length + k - 1]))
+        return relax.Tuple([out, present])
+
+
+@register("LinearAttention")
+class LinearAttention(stock.OnnxOpConverter):
+    """Recurrent linear attention (opset 27), unrolled over the sequence in float32.
+
+    The state ``S[B, H_kv, d_k, d_v]`` is updated per token by the ``update_rule``
+    (``linear``: ``S += k v^T``; ``gated``: decays by ``exp(g)`` first; ``delta``:
+    writes ``beta * (v - S^T k)`` instead of ``v``; ``gated_delta``: both) and read
+    as ``scale * q^T S``, each KV head serving ``q_heads / kv_heads`` query heads."""
+
+    @classmethod
+    def _impl_v27(cls, bb, inputs, attr, params):
+        op = relax.op
+        q, k, v = inputs[0], inputs[1], inputs[2]
+        past = None if is_empty(inputs[3]) else inputs[3]
+        decay = None if is_empty(inputs[4]) else inputs[4]
+        beta = None if is_empty(inputs[5]) else inputs[5]
+        rule = attr_str(attr, "update_rule", "gated_delta")
+        q_heads, kv_heads = int(attr["q_num_heads"]), int(attr["kv_num_heads"])
+        dtype = dtype_of(q)
+        f32 = "float32"
+        b, steps, _ = shape_of(q)
+        d_k = shape_of(q)[2] // q_heads
+        d_v = shape_of(v)[2] // kv_heads
+        group = q_heads // kv_heads
+        scale = float(attr.get("scale", 0.0)) or 1.0 / np.sqrt(d_k)
+
+        def heads(x, n):  # [B, T, n*D] -> [B, T, n, D] in float32
+            return bb.emit(op.reshape(bb.emit(op.astype(x, f32)), [b, steps, n, -1]))
+
+        q4, k4, v4 = heads(q, q_heads), heads(k, kv_heads), heads(v, kv_heads)
+        g4 = heads(decay, kv_heads) if decay is not None else None  # last dim d_k or 1
+        beta4 = None
+        if beta is not None:
+            beta4 = bb.emit(op.reshape(bb.emit(op.astype(beta, f32)),
+                                       [b, steps, shape_of(beta)[2], 1]))
+        state = (bb.emit(op.astype(past, f32)) if past is not None
+                 else bb.emit(op.zeros([b, kv_heads, d_k, d_v], f32)))
+        outs = []
+        for t in range(steps):
+            def at(x, t=t):
+                return bb.emit(op.squeeze(op.strided_slice(x, [1], [t], [t + 1]), [1]))
+
+            k_t, v_t, q_t = at(k4), at(v4), at(q4)  # [B, H, D]
+            if rule in ("gated", "gated_delta"):
+                state = bb.emit(op.multiply(state, op.expand_dims(op.exp(at(g4)), 3)))
+            if rule in ("delta", "gated_delta"):
+                recalled = bb.emit(op.sum(op.multiply(state, op.expand_dims(k_t, 3)), [2]))
+                v_t = bb.emit(op.multiply(at(beta4), op.subtract(v_t, recalled)))
+            state = bb.emit(op.add(state, op.multiply(op.expand_dims(k_t, 3),
+                                                      op.expand_dims(v_t, 2))))
+            read = state if group == 1 else bb.emit(op.repeat(state, group, axis=1))
+            o_t = bb.emit(op.sum(op.multiply(read, op.expand_dims(q_t, 3)), [2]))
+            outs.append(bb.emit(op.multiply(o_t, scalar(scale, f32))))  # [B, Hq, d_v]
+        out = bb.emit(op.stack(outs, axis=1))  # [B, T, Hq, d_v]
+        out = bb.emit(op.astype(op.reshape(out, [b, steps, q_heads * d_v]), dtype))
+        present = op.astype(state, dtype_of(past) if past is not None else dtype)
+        return relax.Tuple([out, bb.emit(present)])
