@@ -88,6 +88,9 @@ EPILOGUES = {
                        lambda y, b: y * b + np.sqrt(np.abs(b))),
     "hardswish": (lambda bb, y, b: bb.emit(R.multiply(y, R.divide(R.clip(R.add(y, relax.const(
         3.0)), 0, 6), relax.const(6.0)))), lambda y, b: y * _relu6(y + 3) / 6),
+    "hardsigmoid": (lambda bb, y, b: bb.emit(R.clip(R.add(R.multiply(y, relax.const(0.2)),
+                                                          relax.const(0.5)), 0, 1)),
+                    lambda y, b: np.clip(y * 0.2 + 0.5, 0, 1)),
     "sigmoid": (lambda bb, y, b: bb.emit(R.sigmoid(R.add(y, b))),
                 lambda y, b: 1 / (1 + np.exp(-(y + b)))),
     "gelu": (lambda bb, y, b: bb.emit(R.nn.gelu(y)),
