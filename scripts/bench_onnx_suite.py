@@ -40,7 +40,9 @@ def parse_args(argv=None):
                    help="comma-separated subset of cocopie,stock,ort")
     p.add_argument("--no-light", action="store_true", help="skip the light models")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds per case")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds per node case")
+    p.add_argument("--light-timeout", type=float, default=900.0,
+                   help="seconds per light model (compiling DenseNet-121 takes minutes)")
     p.add_argument("--pipeline", default="default",
                    help="Relax pipeline of the cocopie contender (default or cocopie)")
     p.add_argument("--reuse", metavar="PATH",
@@ -182,7 +184,8 @@ def main(argv=None) -> int:
                                                             threads=1))
         return summary
 
-    runner = IsolatedRunner(jobs=args.jobs, timeout=args.timeout, pipeline=args.pipeline)
+    runner = IsolatedRunner(jobs=args.jobs, timeout=args.timeout, pipeline=args.pipeline,
+                            light_timeout=args.light_timeout)
     bar = tqdm(total=len(tasks), desc="onnx cases", unit="case", file=sys.stderr)
     last_save = time.monotonic()
     for record in runner.run(tasks):

@@ -173,9 +173,19 @@ def from_onnx(
     ``shapes`` fixes symbolic input dims (``{"x": [1, 3, 224, 224]}``); unset symbolic
     dims stay symbolic. Weights become constants unless ``keep_params_in_input``.
     Shape arithmetic that the fixed shapes make constant is folded first
-    (:mod:`.onnx_folding`), which TVM's importer needs for models such as PP-OCR's.
+    (:mod:`.onnx_folding`), which TVM's importer needs for models such as PP-OCR's;
+    ``If``/``Loop``/``Scan`` known at compile time are resolved
+    (:mod:`.onnx_ops.control`). Operators still unsupported after that are all
+    reported at once.
     """
     proto = load_model(model)
+    shapes = check_shapes(proto, shapes)
+    from .onnx_ops import import_model
+    from .onnx_ops.control import fold_keeping_captures, simplify
+
+    proto = fold_keeping_captures(proto, lambda m: fold_constants(m, shapes)[0])
+    proto = simplify(proto, lambda m: fold_constants(m)[0])  # constant If / Loop
+    # after folding: an op whose inputs are all constants needs no converter
     missing = unsupported_operators(proto)
     if missing:
         lines = [
@@ -190,12 +200,6 @@ def from_onnx(
             "onnxsim), or file an issue naming them.",
             ops=missing,
         )
-    shapes = check_shapes(proto, shapes)
-    from .onnx_ops import import_model
-    from .onnx_ops.control import fold_keeping_captures, simplify
-
-    proto = fold_keeping_captures(proto, lambda m: fold_constants(m, shapes)[0])
-    proto = simplify(proto, lambda m: fold_constants(m)[0])  # constant If / Loop
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # checker warnings and renames are already handled

@@ -43,9 +43,9 @@ DEFAULT_PIPELINE = "default"
 #: Operands (input positions) Relax needs at compile time: they decide an output's
 #: shape or rank (or the stock converter requires a constant), per ONNX op.
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,),
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "OneHot": (1, 2),
     "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3), "Squeeze": (1,), "Unsqueeze": (1,),
-    "Split": (1,), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "OneHot": (1,),
+    "Split": (1,), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
     "Range": (0, 1, 2), "CenterCropPad": (1,), "Col2Im": (1, 2), "CumSum": (1,),
     "CumProd": (1,), "Trilu": (1,), "AffineGrid": (1,), "MaxUnpool": (2,),
     "NonMaxSuppression": (2, 3, 4), "DFT": (1, 2), "STFT": (1, 3), "HannWindow": (0,),

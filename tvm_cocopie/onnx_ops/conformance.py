@@ -262,9 +262,11 @@ class IsolatedRunner:
     """
 
     def __init__(self, jobs: int = 1, timeout: float = 120.0, pipeline: str = "default",
-                 quiet: bool = True):
+                 quiet: bool = True, light_timeout: float | None = None):
         self.jobs = max(1, int(jobs))
         self.timeout = float(timeout)
+        #: whole models (the ``light`` cases) compile for minutes on a busy machine
+        self.light_timeout = float(light_timeout or max(timeout, 900.0))
         self.pipeline = pipeline
         self.quiet = quiet
         self._ctx = multiprocessing.get_context("spawn")
@@ -303,8 +305,9 @@ class IsolatedRunner:
                         w.proc.join(timeout=1)
                         record = self._lost(w, "crash",
                                             f"worker died (exit code {w.proc.exitcode})")
-                    elif now - w.started > self.timeout:
-                        record = self._lost(w, "timeout", f"no result in {self.timeout:.0f} s")
+                    elif now - w.started > self._limit(w.task[0]):
+                        limit = self._limit(w.task[0])
+                        record = self._lost(w, "timeout", f"no result in {limit:.0f} s")
                     if record is None:
                         continue
                     if record["status"] in ("crash", "timeout"):
@@ -316,6 +319,9 @@ class IsolatedRunner:
         finally:
             for w in workers:
                 w.stop(kill=bool(w.task))
+
+    def _limit(self, case: Case) -> float:
+        return self.light_timeout if case.kind == "light" else self.timeout
 
     @staticmethod
     def _lost(worker: _Worker, status: str, why: str) -> dict:
@@ -329,9 +335,10 @@ class IsolatedRunner:
 
 def run_isolated(cases: Sequence[Case], contenders: Sequence[str] = ("cocopie",),
                  jobs: int = 1, timeout: float = 120.0, pipeline: str = "default",
-                 progress: Any = None) -> list[dict]:
+                 progress: Any = None, light_timeout: float | None = None) -> list[dict]:
     """All ``cases`` x ``contenders`` through an :class:`IsolatedRunner`; the records."""
-    runner = IsolatedRunner(jobs=jobs, timeout=timeout, pipeline=pipeline)
+    runner = IsolatedRunner(jobs=jobs, timeout=timeout, pipeline=pipeline,
+                            light_timeout=light_timeout)
     tasks = [(case, c) for case in cases for c in contenders]
     records = []
     for record in runner.run(tasks):

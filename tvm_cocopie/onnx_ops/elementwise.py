@@ -224,3 +224,14 @@ class BitCast(stock.OnnxOpConverter):
                               name="bitcast")
 
         return bb.emit_te(compute, x)
+
+
+@register("SwiGLU")
+class SwiGLU(stock.OnnxOpConverter):
+    """``Swish_alpha(A) * B`` (opset 28)."""
+
+    @classmethod
+    def _impl_v28(cls, bb, inputs, attr, params):
+        a, b = inputs[0], inputs[1]
+        gate = bb.emit(Swish._impl_v24(bb, stock.onnx_input([a]), attr, params))
+        return relax.op.multiply(gate, b)

@@ -301,3 +301,33 @@ class Det(stock.OnnxOpConverter):
                 below = bb.emit(op.subtract(below, op.multiply(factor, pivot_row)))
                 a = bb.emit(op.concat([op.strided_slice(a, [1], [0], [k + 1]), below], axis=1))
         return op.reshape(det, batch) if batch else op.reshape(det, [])
+
+
+@register("OneHot")
+class OneHot(stock.OneHot):
+    """``values[1]`` where the index (negative ones count from ``depth``) equals the
+    position along the new ``axis``, ``values[0]`` elsewhere and for indices out of
+    ``[-depth, depth)``."""
+
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        op = relax.op
+        indices = inputs[0]
+        depth = const_value(inputs[1], params)
+        values = inputs[2]
+        if depth is None:
+            raise ModelError("OneHot needs a constant depth")
+        depth = int(depth.reshape(-1)[0])
+        rank = rank_of(indices)
+        axis = int(attr.get("axis", -1))
+        axis = axis + rank + 1 if axis < 0 else axis
+        idx = bb.emit(op.astype(indices, "int64"))
+        idx = bb.emit(op.where(op.less(idx, scalar(0, "int64")),
+                               op.add(idx, scalar(depth, "int64")), idx))
+        view = [1] * (rank + 1)
+        view[axis] = depth
+        positions = const(np.arange(depth).reshape(view), "int64")
+        hit = bb.emit(op.equal(op.expand_dims(idx, axis), positions))
+        off = bb.emit(op.strided_slice(values, [0], [0], [1]))
+        on = bb.emit(op.strided_slice(values, [0], [1], [2]))
+        return op.where(hit, op.reshape(on, []), op.reshape(off, []))
