@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from .errors import CompilationError, InputShapeError, TargetError
-from .frontend import from_onnx
+from .frontend import from_onnx, graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
 from .target import parse_target
 
@@ -163,8 +163,9 @@ def compile_model(
             raise CompilationError("the IRModule has no 'main' function to compile")
         mod, names = model, None
     else:
-        mod = from_onnx(model, shapes=shapes)
-        names = _onnx_input_names(model)
+        proto = load_model(model)  # read the file once, for the import and the input names
+        mod = from_onnx(proto, shapes=shapes)
+        names = list(graph_inputs(proto))
     inputs = _input_specs(mod, names)
     if pipeline == "cocopie":
         if isinstance(options, Mapping):
@@ -188,9 +189,3 @@ def compile_model(
     seconds = time.perf_counter() - start
     log.info("compiled with %s for %s in %.1fs", pipeline, tgt.export().get("mcpu"), seconds)
     return CompiledModel(executable, inputs, tgt, pipeline, seconds)
-
-
-def _onnx_input_names(model) -> list[str]:
-    from .frontend import graph_inputs, load_model
-
-    return list(graph_inputs(load_model(model)))

@@ -143,14 +143,12 @@ def conv2d_output_size(size: int, kernel: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - kernel) // stride + 1
 
 
-def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: str = "qconv2d"):
-    """NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C, O] (HWIO), zero padding."""
+def _zero_pad_nhwc(x, pad: int, name: str):
+    """uint8 NHWC ``x`` with ``pad`` zeros on each side of H and W (shared by the convs)."""
     from tvm import te, tirx
 
     _, h, wd, c = (int(d) for d in x.shape)
-    kh, kw, _, o = (int(d) for d in w.shape)
-    oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
-    padded = te.compute(
+    return te.compute(
         (1, h + 2 * pad, wd + 2 * pad, c),
         lambda n, i, j, ci: tirx.if_then_else(
             tirx.all(i >= pad, i < h + pad, j >= pad, j < wd + pad),
@@ -159,6 +157,16 @@ def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: s
         ),
         name=f"{name}_pad",
     )
+
+
+def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: str = "qconv2d"):
+    """NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C, O] (HWIO), zero padding."""
+    from tvm import te
+
+    _, h, wd, c = (int(d) for d in x.shape)
+    kh, kw, _, o = (int(d) for d in w.shape)
+    oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
+    padded = _zero_pad_nhwc(x, pad, name)
     ry, rx, rc = (
         te.reduce_axis((0, kh), "ry"),
         te.reduce_axis((0, kw), "rx"),
@@ -178,20 +186,12 @@ def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: s
 
 def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride=1, pad=0, name="qdwconv2d"):
     """Depthwise NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C]."""
-    from tvm import te, tirx
+    from tvm import te
 
     _, h, wd, c = (int(d) for d in x.shape)
     kh, kw, _ = (int(d) for d in w.shape)
     oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
-    padded = te.compute(
-        (1, h + 2 * pad, wd + 2 * pad, c),
-        lambda n, i, j, ci: tirx.if_then_else(
-            tirx.all(i >= pad, i < h + pad, j >= pad, j < wd + pad),
-            x[n, i - pad, j - pad, ci],
-            tirx.const(0, "uint8"),
-        ),
-        name=f"{name}_pad",
-    )
+    padded = _zero_pad_nhwc(x, pad, name)
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     acc = te.compute(
         (1, oh, ow, c),

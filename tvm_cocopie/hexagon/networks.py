@@ -115,15 +115,9 @@ def resnet50_layers(image: int = 224, blocks=(3, 4, 6, 3), classes: int = 1000) 
 
 def mobilenetv2_layers(image: int = 224, classes: int = 1000, stages=None) -> list:
     """MobileNetV2 (width 1.0) as layers: inverted residuals ``(t, c, n, s)``."""
-    cfg = stages or [
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    ]
+    from ..models.mobilenet import INVERTED_RESIDUAL_SETTING
+
+    cfg = stages or INVERTED_RESIDUAL_SETTING
     net = _Net(image, image, 3)
     x = net.add("conv", "input", 32, 3, 2, 1, name="stem")
     cin = 32
