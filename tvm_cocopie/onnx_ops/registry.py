@@ -38,6 +38,7 @@ FAMILIES = (
     "transformer",
     "loss",
     "detection",
+    "pad",
     "control",
 )
 
