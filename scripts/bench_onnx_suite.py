@@ -15,6 +15,10 @@ op and by error.
 
     python scripts/bench_onnx_suite.py --quick --json onnx_suite.json
     python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json   # all cases
+    python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json --resume  # continue
+
+``--reuse OLD.json`` takes the stock TVM and ONNX Runtime records from an earlier run
+(their results do not change with tvm-cocopie), so only the cocopie contender runs.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--reuse", metavar="PATH",
                    help="take stock/ort records from this earlier JSON instead of re-running")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the records already in --json PATH and run only the rest")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -171,6 +177,16 @@ def main(argv=None) -> int:
         log.info("reusing %d stock/ort records from %s", len(reused), args.reuse)
     else:
         have = set()
+    if args.resume and args.json and os.path.exists(args.json):
+        import json
+
+        with open(args.json) as fh:
+            done = [r for r in json.load(fh)["records"]
+                    if r["case"] in {c.name for c in selected}
+                    and (r["case"], r["contender"]) not in have]
+        reused += done
+        have |= {(r["case"], r["contender"]) for r in done}
+        log.warning("resuming: %d records already in %s", len(done), args.json)
     tasks = [(case, c) for case in selected for c in contenders if (case.name, c) not in have]
     records = list(reused)
 
