@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 from tvm import relax
 
 from .rule import Example, Rule
-from .terms import Match, V, op, op_name
+from .terms import Match, V, const_np, is_const, make_const, op, op_name
 
 X = V("X")
 
@@ -97,6 +98,97 @@ def _full_slice(m: Match) -> bool:
     return _unit_strides(m.call("s"))
 
 
+# ------------------------------------------------- transposes through elementwise ops
+#: unary elementwise operators (extra operands, as clip's bounds, are scalars)
+_UNARY_EW = frozenset({"negative", "abs", "sqrt", "rsqrt", "exp", "log", "square",
+                       "nn.relu", "sigmoid", "tanh", "erf", "clip", "nn.gelu", "nn.silu",
+                       "nn.leakyrelu", "astype", "floor", "ceil", "round", "sign"})
+#: binary elementwise operators; the other operand must be a broadcast constant
+_BINARY_EW = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                        "power"})
+
+
+def _through_step(graph, var):
+    """``(call, index of the tensor operand)`` if ``var`` is bound to an elementwise op
+    that commutes with a permutation of its tensor operand, else None."""
+    value = graph.defs.get(var)
+    name = op_name(value)
+    if name in _UNARY_EW:
+        return value, 0
+    if name in _BINARY_EW and len(value.args) == 2:
+        a, b = value.args
+        if is_const(b) and not is_const(a):
+            return value, 0
+        if is_const(a) and not is_const(b):
+            return value, 1
+    return None
+
+
+def _transpose_sandwich(graph, var):
+    """``permute_dims(f_k(...f_1(permute_dims(X, p))...), q)`` with every ``f_i``
+    elementwise (unary, or binary with a constant) and used once."""
+    outer = graph.defs.get(var)
+    if op_name(outer) != "permute_dims" or not isinstance(outer.args[0], relax.Var):
+        return
+    chain, cur = [], outer.args[0]
+    while True:
+        value = graph.defs.get(cur)
+        if op_name(value) == "permute_dims":
+            break
+        step = _through_step(graph, cur)
+        if step is None or graph.uses[cur] != 1 or not isinstance(step[0].args[step[1]],
+                                                                   relax.Var):
+            return
+        chain.append((cur, *step))
+        cur = step[0].args[step[1]]
+    if not chain:  # a plain transpose pair is layout/transpose-transpose
+        return
+    inner = value
+    parents = [var] + [c[0] for c in chain]
+    m = Match(var, env={"X": inner.args[0]}, calls={"t1": inner, "t2": outer},
+              edges=list(zip(parents, parents[1:] + [cur])), graph=graph,
+              ops=["permute_dims"] + [op_name(c[1]) for c in chain] + ["permute_dims"])
+    m.env["chain"] = chain
+    yield m
+
+
+def _permute_const(c, axes: list[int]):
+    """The broadcast constant ``c`` seen through ``permute_dims(., axes)``."""
+    arr = const_np(c)
+    if arr.size == 1 and arr.ndim == 0:
+        return c
+    if arr.ndim > len(axes):
+        return None
+    arr = arr.reshape((1,) * (len(axes) - arr.ndim) + arr.shape)
+    return make_const(np.ascontiguousarray(np.transpose(arr, axes)), str(arr.dtype))
+
+
+def transpose_through_elementwise(m: Match) -> relax.Expr | None:
+    """permute(f(permute(X, p)), q) = f'(permute(X, p∘q)), constants permuted by q."""
+    ndim = m["X"].ty.ndim
+    outer = _axes(m.call("t2"), ndim)
+    expr = compose_transposes(m)
+    for _var, call, idx in reversed(m["chain"]):
+        args = list(call.args)
+        args[idx] = expr
+        if op_name(call) in _BINARY_EW:
+            other = _permute_const(args[1 - idx], outer)
+            if other is None:
+                return None
+            args[1 - idx] = other
+        expr = relax.Call(call.op, args, call.attrs)
+    return expr
+
+
+def _tte_lhs(other_kind="c"):
+    def lhs(e):
+        t = relax.op.permute_dims(e["X"], [0, 2, 3, 1])
+        y = relax.op.nn.relu(relax.op.add(t, e["C"]))
+        return relax.op.permute_dims(relax.op.sigmoid(y), [0, 3, 1, 2])
+    return Example(leaves={"X": ("in", (1, 4, 3, 5)), "C": (other_kind, (3, 5, 4))},
+                   lhs=lhs, flops=(3 * 60, 3 * 60))
+
+
 _T = Example(leaves={"X": ("in", (2, 3, 4))},
              ops={"t1": lambda x: relax.op.permute_dims(x, [1, 0, 2]),
                   "t2": lambda x: relax.op.permute_dims(x, [1, 0, 2])})
@@ -161,4 +253,10 @@ RULES = [
              [relax.op.strided_slice(e["X"], [1], [0], [3]),
               relax.op.strided_slice(e["X"], [1], [4], [8])], axis=1)),
          match_fn=_concat_slices, roots=("concat",)),
+    Rule("layout/transpose-through-elementwise", "layout", None,
+         transpose_through_elementwise, (),
+         "permute(f(permute(X, p)), q) = f(permute(X, p∘q)) for elementwise f (unary, or "
+         "binary with a constant, which is permuted by q); every f used once",
+         _tte_lhs("c"), _tte_lhs("in"),
+         match_fn=_transpose_sandwich, roots=("permute_dims",)),
 ]
