@@ -45,6 +45,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's pool starts
+    os.environ.setdefault("TVM_BIND_THREADS", "0")  # shared machines: let the OS move threads
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from tqdm import tqdm

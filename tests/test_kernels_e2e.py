@@ -4,6 +4,8 @@ and the kernel rules actually applied to it."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -90,3 +92,17 @@ def test_every_conv_gets_the_register_tiled_schedule():
     assert len(convs) == 7  # every Conv of the net, stem and grouped ones included
     for text in convs:
         assert "T.vectorized" in text and "T.unroll" in text and "_local" in text
+
+
+def test_thread_pool_defaults_leave_user_settings(monkeypatch):
+    """``configure_thread_pool`` unpins the pool's workers unless the user chose."""
+    from tvm_cocopie.compiler import configure_thread_pool
+
+    monkeypatch.delenv("TVM_BIND_THREADS", raising=False)
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    configure_thread_pool(3)
+    assert (os.environ["TVM_BIND_THREADS"], os.environ["TVM_NUM_THREADS"]) == ("0", "3")
+    monkeypatch.setenv("TVM_BIND_THREADS", "1")
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    configure_thread_pool(2)
+    assert (os.environ["TVM_BIND_THREADS"], os.environ["TVM_NUM_THREADS"]) == ("1", "1")
