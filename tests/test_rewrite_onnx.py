@@ -190,3 +190,19 @@ def test_cost_counts_flops_and_bytes():
     # 3 elementwise ops of 32 elements + softmax (5 FLOPs/element); each elementwise
     # op moves 3 x 128 bytes, the softmax 2 x 128
     assert c == Cost(flops=3 * 32 + 5 * 32, bytes=3 * 384 + 256, ops=4, heavy=32)
+
+
+def test_clip_bounds_fold_to_scalar_constants():
+    """The importer writes Clip's bounds as where(isnan(c), ∓inf, c) over scalar
+    constants: folded to rank-0 constants (a rank-1 result would change the type)."""
+    lo, hi = (numpy_helper.from_array(np.array(v, np.float32), k) for k, v in
+              (("lo", 0.0), ("hi", 6.0)))
+    model = make_model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+                       [helper.make_tensor_value_info("x", F, [2, 8])],
+                       [helper.make_tensor_value_info("y", F, [2, 8])], [lo, hi])
+    mod = from_onnx(model)
+    new, stats = rw.rewrite_module(mod, rw.RULES)
+    assert stats.applied["fold/constant-subgraph"] == 4
+    assert not {"isnan", "where"} & set(_ops(new))
+    feeds = {"x": RNG.uniform(-3, 9, (2, 8)).astype(np.float32)}
+    assert_close(_run_stock(new, feeds), ort_run(model, feeds))

@@ -64,7 +64,7 @@ _UNARY = {
     "negative": np.negative, "abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
     "square": np.square, "nn.relu": lambda a: np.maximum(a, 0),
     "rsqrt": lambda a: 1.0 / np.sqrt(a), "sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)),
-    "tanh": np.tanh,
+    "tanh": np.tanh, "isnan": np.isnan,
 }
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _safe_divide,
@@ -80,11 +80,14 @@ def evaluate(call: relax.Call):
         if name in _UNARY and len(args) == 1 and is_const(args[0]):
             a = const_np(args[0])
             with np.errstate(all="ignore"):
-                return _UNARY[name](a).astype(a.dtype)
+                out = _UNARY[name](a)
+                return out if out.dtype == np.bool_ else out.astype(a.dtype)
         if name in _BINARY and len(args) == 2 and all(is_const(a) for a in args):
             a, b = const_np(args[0]), const_np(args[1])
             with np.errstate(all="ignore"):
                 return np.asarray(_BINARY[name](a, b)).astype(np.result_type(a, b))
+        if name == "where" and len(args) == 3 and all(is_const(a) for a in args):
+            return np.where(*(const_np(a) for a in args))
         if not args or not is_const(args[0]):
             return None
         a = const_np(args[0])
@@ -109,7 +112,7 @@ def fold(call: relax.Call):
     value = evaluate(call)
     if value is None:
         return None
-    return make_const(np.ascontiguousarray(value))
+    return make_const(np.array(value, order="C"))
 
 
 #: operators whose result is never negative (for a real input where defined)

@@ -179,7 +179,7 @@ def _const_call_matches(graph, var):
 
 def fold_constant(m: Match) -> relax.Expr:
     arr = evaluate(m["value"])
-    return make_const(np.ascontiguousarray(arr), str(m.root.ty.dtype))
+    return make_const(np.array(arr, order="C"), str(m.root.ty.dtype))
 
 
 def _conv_ops(**kw):
