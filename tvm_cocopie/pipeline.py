@@ -33,7 +33,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from . import relay_passes, schedules, topi
 from .errors import TargetError
-from .target import parse_target
+from .target import is_hexagon, parse_target
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +98,28 @@ _STAGE_BUILDERS = {
 }
 
 
+def _hexagon_builders(target) -> dict:
+    """Hexagon (seed 004, GCD²): the ``layout`` stage is the global layout/instruction
+    selection over the int8 graph (:mod:`.hexagon.relax_graph`), which emits the
+    computes the ``schedule`` stage turns into HVX kernels; no rewriting or fusion."""
+    from .hexagon.relax_graph import HexagonSelect, check_target
+
+    check_target(target)
+    return {
+        **_STAGE_BUILDERS,
+        "dispatch": lambda target, options: [],
+        "rewrite": lambda target, options: [],
+        "layout": lambda target, options: [HexagonSelect(local=not options.layout)],
+        "fusion": lambda target, options: [],
+    }
+
+
 def stage_passes(target, options: PipelineOptions | None = None) -> list[tuple[str, list]]:
     """``[(stage name, [passes])]`` of the cocopie pipeline for ``target``."""
     target = parse_target(target)
     options = options or PipelineOptions()
-    return [(name, _STAGE_BUILDERS[name](target, options)) for name in STAGES]
+    builders = _hexagon_builders(target) if is_hexagon(target) else _STAGE_BUILDERS
+    return [(name, builders[name](target, options)) for name in STAGES]
 
 
 def cocopie_pipeline(**options) -> tvm.transform.Pass:

@@ -161,66 +161,22 @@ class Tensor:
         return x[ch // v, i * self.wq + j, ch % v]
 
 
-def _vectorize_inner(func, lanes=128):
-    import tvm
-
-    sch = tvm.s_tir.Schedule(func)
-    block = sch.get_sblock("y")
-    loops = sch.get_loops(block)
-    inner = sch.fuse(loops[-2], loops[-1])
-    extent = int(sch.get(inner).extent)
-    if extent % lanes == 0:
-        sch.vectorize(sch.split(inner, factors=[None, lanes])[-1])
-    return sch.mod["main"]
-
-
-def regrid_func(src: Tensor, geo: ConvGeometry, variant: str):
-    """A PrimFunc ``(x, y)``: ``src`` into the padded, phase-split input grid of a
-    ``geo`` convolution in ``variant``'s layout (zero padding written explicitly)."""
-    from tvm import te, tirx
-
-    lay = LAYOUT_OF[variant]
-    shape = geo.in_shape(variant, src.c)
-    x = te.placeholder(src.shape, "uint8", name="x")
-    s, p, gw = geo.stride, geo.pad, geo.grid_w
-
-    def body(ph, g, r, j):
-        gi, gj = r // gw, r % gw
-        i = gi * s + ph // s - p
-        jj = gj * s + ph % s - p
-        ch = g * lay.cols + j
-        ok = tirx.all(i >= 0, i < src.h, jj >= 0, jj < src.w, ch < src.c, gi < geo.grid_h)
-        value = src.read(
-            x,
-            tirx.max(tirx.min(i, src.h - 1), 0),
-            tirx.max(tirx.min(jj, src.w - 1), 0),
-            tirx.min(ch, src.c - 1),
-        )
-        return tirx.if_then_else(ok, value, tirx.const(0, "uint8"))
-
-    y = te.compute(shape, body, name="y")
-    return _vectorize_inner(te.create_prim_func([x, y]))
-
-
-def shift_copy_func(src: Tensor, geo: ConvGeometry, variant: str):
-    """A PrimFunc ``(x, mask, y)`` for the common case of :func:`regrid_func`: a
-    stride-1 consumer in the producer's layout on a grid of the producer's width.
+def shift_copy_kernel(v: int, groups: int, s_src: int, s_dst: int, sh: int):
+    """The HVX kernel of :func:`tvm_cocopie.topi.int8_hvx.shift_copy` ``(x, mask, y)``:
+    the common case of a regrid, a stride-1 consumer in the producer's layout on a grid
+    of the producer's width.
 
     Then pixel ``(i, j)`` moves by the constant ``pad * Wq + pad`` rows, and the
     producer's junk columns land exactly on the consumer's padding: the regrid is a
     shifted vector copy ANDed with a constant mask of the consumer's valid positions
-    (``x`` and ``y`` are flat views of the two grids). Vectors that would read outside
-    the source are done byte by byte.
+    (``x`` and ``y`` are flat views of the two grids; ``s_src``/``s_dst`` the bytes of
+    one channel group, ``sh`` the shift in bytes). Vectors that would read outside the
+    source are done byte by byte.
     """
     from tvm import tirx
 
     from .tirgen import T, kernel, ramp
 
-    v = LAYOUT_OF[variant].cols
-    dst_shape = geo.in_shape(variant, src.c)
-    groups, rows_dst = dst_shape[1], dst_shape[2]
-    s_src, s_dst = src.shape[1] * v, rows_dst * v
-    sh = (geo.pad * geo.grid_w + geo.pad) * v
     n_vec = s_dst // 128
     t_lo = -(-sh // 128)
     t_hi = min(n_vec - 1, (s_src + sh - 128) // 128)
@@ -247,6 +203,17 @@ def shift_copy_func(src: Tensor, geo: ConvGeometry, variant: str):
     return out[0]
 
 
+def shift_copy_compute(src: Tensor, geo: ConvGeometry, variant: str):
+    """:func:`tvm_cocopie.topi.int8_hvx.shift_copy` from ``src``'s grid into a ``geo``
+    convolution's input grid in ``variant``'s layout (see :func:`shift_copy_kernel`)."""
+    from ..topi import int8_hvx
+
+    v = LAYOUT_OF[variant].cols
+    dst_shape = geo.in_shape(variant, src.c)
+    sh = (geo.pad * geo.grid_w + geo.pad) * v
+    return int8_hvx.shift_copy(v, dst_shape[1], src.shape[1] * v, dst_shape[2] * v, sh)
+
+
 def shift_mask(geo: ConvGeometry, variant: str, h: int, w: int) -> np.ndarray:
     """0xFF where the consumer's grid holds a pixel, 0 on its padding (flat bytes)."""
     v = LAYOUT_OF[variant].cols
@@ -259,7 +226,7 @@ def shift_mask(geo: ConvGeometry, variant: str, h: int, w: int) -> np.ndarray:
 
 def grid_widths(layers, plan) -> list:
     """Output grid width each layer should use so that stride-1 consumers in the same
-    layout can take its output by :func:`shift_copy_func` (0: no preference)."""
+    layout can take its output by :func:`shift_copy_kernel` (0: no preference)."""
     want = [0] * len(layers)
     for i in range(len(layers) - 2, -1, -1):
         nxt = layers[i + 1]
@@ -270,15 +237,6 @@ def grid_widths(layers, plan) -> list:
         else:
             want[i] = max(nxt.w + 2 * nxt.p, want[i + 1])
     return want
-
-
-def unpack_func(src: Tensor):
-    """A PrimFunc ``(x, y)``: an output grid back to NHWC ``[1, h, w, c]``."""
-    from tvm import te
-
-    x = te.placeholder(src.shape, "uint8", name="x")
-    y = te.compute((1, src.h, src.w, src.c), lambda n, i, j, ch: src.read(x, i, j, ch), name="y")
-    return te.create_prim_func([x, y])
 
 
 # ------------------------------------------------------------------ compilation
@@ -296,12 +254,15 @@ class Program:
     plan: dict  # layer name -> variant
     memory: memplan.MemoryPlan = None
     roles: list = field(default_factory=list)  # per call: (layer name, "kernel"|"regrid"|...)
+    #: buffer name -> the buffer whose memory it views (a reshape, no copy)
+    aliases: dict = field(default_factory=dict)
 
 
-def choose_plans(net: QNetwork, model=None) -> dict:
-    """GCD²'s global selection over the chain (cost model, nothing run)."""
+def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
+    """GCD²'s global selection over the chain (cost model, nothing run); ``local``:
+    each layer's cheapest plan alone, transforms ignored."""
     from .networks import selection_graph
-    from .selection import global_select
+    from .selection import global_select, local_select
 
     first = net.layers[0].layer
     layers = [Layer("input", "input", (), first.h, first.w, first.c, first.c)]
@@ -315,7 +276,7 @@ def choose_plans(net: QNetwork, model=None) -> dict:
         exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
         prev = lay.name
     graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False))
-    sel = global_select(graph)
+    sel = local_select(graph) if local else global_select(graph)
     return {k: v for k, v in sel.plan.items() if k != "input"}
 
 
@@ -323,16 +284,24 @@ def _vmpa_ok(w: np.ndarray) -> bool:
     return all(vmpa_exact(w[dy, dx]) for dy in range(w.shape[0]) for dx in range(w.shape[1]))
 
 
-def compile_network(net: QNetwork, plan: dict | None = None, model=None) -> Program:
-    """Kernels and calls of the whole chain, and its static memory plan."""
-    from .conv2d import conv2d
-    from .depthwise import depthwise_conv2d
+def compile_network(
+    net: QNetwork, plan: dict | None = None, model=None, *, schedule: bool = True
+) -> Program:
+    """Kernels and calls of the whole chain, and its static memory plan.
+
+    Every PrimFunc is first the TE compute of :mod:`tvm_cocopie.topi.int8_hvx` for the
+    layer's chosen variant, then (``schedule``) the HVX kernel the Hexagon schedule
+    rule makes of it (:func:`tvm_cocopie.schedules.hexagon_int8.hvx_kernel`), exactly
+    as ``tvm.compile(..., relax_pipeline="cocopie")`` does for a Hexagon target.
+    """
+    from ..schedules.hexagon_int8 import hvx_kernel
+    from ..topi import int8_hvx
 
     plan = dict(plan or choose_plans(net, model))
     first = net.layers[0].layer
     cur = Tensor("image", first.h, first.w, first.c, None, 0, (1, first.h, first.w, first.c))
     funcs, calls, roles = {}, [], []
-    inputs = {"image": net.image_q}
+    inputs = {"image": net.image_q if net.image is not None else None}
     aliases = {}
     want = grid_widths([q.layer for q in net.layers], plan)
     for idx, q in enumerate(net.layers):
@@ -359,17 +328,17 @@ def compile_network(net: QNetwork, plan: dict | None = None, model=None) -> Prog
                 inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
                 aliases[f"{cur.name}_flat"] = cur.name
                 aliases[f"{x_name}_flat"] = x_name
-                funcs[f"regrid{idx}"] = shift_copy_func(cur, geo, variant)
+                funcs[f"regrid{idx}"] = shift_copy_compute(cur, geo, variant)
                 calls.append((f"regrid{idx}", [f"{cur.name}_flat", f"mask{idx}", f"{x_name}_flat"]))
             else:
-                funcs[f"regrid{idx}"] = regrid_func(cur, geo, variant)
+                funcs[f"regrid{idx}"] = int8_hvx.regrid(cur, geo, variant)
                 calls.append((f"regrid{idx}", [cur.name, x_name]))
             roles.append((lay.name, "regrid"))
         if lay.op == "conv":
-            func = conv2d(variant, geo, lay.c, lay.o, q.rq)
+            func = int8_hvx.qconv2d_grid(variant, geo, lay.c, lay.o, q.rq)
             words = pack_conv_weights(q.weights, variant)
         else:
-            func = depthwise_conv2d(variant, geo, lay.c, q.rq)
+            func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
             words = pack_dw_weights(q.weights, variant)
         funcs[f"layer{idx}"] = func
         inputs[f"w{idx}"] = words
@@ -382,18 +351,26 @@ def compile_network(net: QNetwork, plan: dict | None = None, model=None) -> Prog
         cur = Tensor(
             out_name, valid_h, valid_w, lay.o, variant, geo.grid_w, geo.out_shape(variant, lay.o)
         )
-    funcs["unpack"] = unpack_func(cur)
+    funcs["unpack"] = int8_hvx.unpack(cur)
+    if schedule:
+        funcs = {name: hvx_kernel(f) or f for name, f in funcs.items()}
     calls.append(("unpack", [cur.name, "y"]))
     roles.append(("output", "unpack"))
-    prog = Program(funcs, calls, inputs, "y", cur, plan, roles=roles)
+    prog = Program(funcs, calls, inputs, "y", cur, plan, roles=roles, aliases=aliases)
     prog.memory = _plan_memory(prog, aliases)
     return prog
 
 
 def _plan_memory(prog: Program, aliases: dict) -> memplan.MemoryPlan:
+    return plan_memory(prog.funcs, prog.calls, list(prog.inputs), prog.output, aliases)
+
+
+def plan_memory(funcs, calls, inputs, output: str, aliases: dict) -> memplan.MemoryPlan:
+    """The static memory plan of a program; ``aliases`` maps a buffer to the one whose
+    memory it views (same bytes, another shape), so both get one offset."""
     from .runner import normalize_module, program_spec
 
-    spec = program_spec(normalize_module(prog.funcs), prog.calls, list(prog.inputs), [prog.output])
+    spec = program_spec(normalize_module(funcs), calls, list(inputs), [output])
     sizes = {b.name: b.nbytes for b in spec.buffers}
 
     def storage(name):
@@ -401,11 +378,11 @@ def _plan_memory(prog: Program, aliases: dict) -> memplan.MemoryPlan:
             name = aliases[name]
         return name
 
-    calls = [(f, [storage(a) for a in args]) for f, args in prog.calls]
+    calls = [(f, [storage(a) for a in args]) for f, args in calls]
     st_sizes: dict = {}
     for name, n in sizes.items():
         st_sizes[storage(name)] = max(st_sizes.get(storage(name), 0), n)
-    mp = memplan.plan(calls, list(prog.inputs), [prog.output], st_sizes)
+    mp = memplan.plan(calls, list(inputs), [output], st_sizes)
     memplan.check(mp, st_sizes)
     mp.offsets = {name: mp.offsets[storage(name)] for name in sizes}
     return mp

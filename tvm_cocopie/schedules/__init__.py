@@ -11,6 +11,9 @@ fusion:
 2. :class:`~.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
 3. :class:`~.fallback.Fallback`: parallel + vectorized loops for everything else.
 
+On Hexagon targets the list is :class:`~.hexagon_int8.HexagonInt8`: the HVX kernel
+of the variant GCD²'s selection chose for each int8 operator.
+
 Every rule catches its own failures (logged as warnings) and answers ``None``, so a
 function a rule cannot handle falls through to the next, never breaking the build.
 """
@@ -22,13 +25,16 @@ import tvm
 from ..target import is_hexagon
 from .conv2d_nchwc import Conv2dNCHWc
 from .fallback import Fallback
+from .hexagon_int8 import HexagonInt8
 from .matmul_packed import MatmulPacked
 
-__all__ = ["Conv2dNCHWc", "Fallback", "MatmulPacked", "default_rules"]
+__all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "default_rules"]
 
 
 def default_rules(target: tvm.target.Target, options) -> list:
     """The ordered schedule rules for ``target`` (empty: stock TVM's untouched loops)."""
-    if target.kind.name != "llvm" or is_hexagon(target):
+    if is_hexagon(target):
+        return [HexagonInt8()]
+    if target.kind.name != "llvm":
         return []
     return [Conv2dNCHWc(), MatmulPacked(), Fallback()]
