@@ -327,7 +327,9 @@ def program_of(mod) -> tuple:
     scheduled) module: the PrimFuncs ``main`` calls, in order, constants as inputs, and
     each reshape as an alias of its source (give :func:`.executor.plan_memory`'s
     offsets to :func:`.runner.run`)."""
+    from tvm import relax
 
+    mod = relax.transform.RewriteDataflowReshape()(mod)  # legalized reshapes are views
     func = mod["main"]
     names, inputs, funcs, calls, aliases = {func.params[0]: "image"}, {}, {}, [], {}
 

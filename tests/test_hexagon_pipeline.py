@@ -1,0 +1,140 @@
+"""``tvm.compile(mod, hexagon, relax_pipeline="cocopie")``: GCD²'s selection at graph level,
+each int8 conv scheduled with the chosen HVX kernel -- the executor's kernels, run under
+qemu-hexagon bit-exact with the same packet counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+import tvm_cocopie
+from tvm_cocopie.errors import TargetError, UnsupportedOperatorError
+from tvm_cocopie.hexagon import executor, relax_graph, runner, toolchain
+from tvm_cocopie.hexagon.networks import _Net
+from tvm_cocopie.pipeline import stage_passes
+from tvm_cocopie.target import HEXAGON_V66, host_target
+from tvm_cocopie.topi.int8_hvx import descriptor
+
+needs_toolchain = pytest.mark.skipif(
+    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
+)
+
+
+def _chain():
+    """Strided 3x3 stem, depthwise 3x3, 1x1, then a 3x3 in the same layout (shift copy)."""
+    net = _Net(12, 12, 3)
+    x = net.add("conv", "input", 16, 3, 2, 1, name="stem")
+    x = net.add("dwconv", x, 16, 3, 1, 1, name="dw")
+    x = net.add("conv", x, 32, 1, name="expand")
+    net.add("conv", x, 32, 3, 1, 1, name="c3")
+    return executor.quantize(net.layers, seed=3)
+
+
+@pytest.fixture(scope="module")
+def net():
+    return _chain()
+
+
+@pytest.fixture(scope="module")
+def scheduled(net):
+    """The module after the cocopie pipeline's stages up to ``schedule`` (not lowered)."""
+    tvm_cocopie.register()
+    target = tvm.target.Target(HEXAGON_V66)
+    mod = relax_graph.relax_module(net)
+    with target:
+        for name, passes in stage_passes(target):
+            if name == "lower":
+                break
+            for p in passes:
+                mod = p(mod)
+    return mod
+
+
+def _normalized(func):
+    """Signature and body; attributes (name, op pattern, is_scheduled) set aside."""
+    return tvm.tirx.PrimFunc(func.params, func.body)
+
+
+def test_relax_form_round_trips(net):
+    back = relax_graph.read_network(relax_graph.relax_module(net)["main"])
+    assert [q.layer.op for q in back.layers] == [q.layer.op for q in net.layers]
+    for a, b in zip(net.layers, back.layers):
+        assert (a.layer.k, a.layer.s, a.layer.p, a.layer.c, a.layer.o) == (
+            b.layer.k, b.layer.s, b.layer.p, b.layer.c, b.layer.o)
+        assert np.array_equal(a.weights, b.weights) and np.array_equal(a.bias, b.bias)
+        assert a.rq == b.rq
+
+
+def test_pipeline_emits_the_executors_kernels(net, scheduled):
+    funcs, calls, _, _, _ = relax_graph.program_of(scheduled)
+    prog = executor.compile_network(net)
+    assert [c[0] for c in calls] == [c[0] for c in prog.calls]
+    plan = executor.choose_plans(net)
+    for i, q in enumerate(net.layers):
+        desc = descriptor(funcs[f"layer{i}"])
+        assert desc["variant"] == plan[q.layer.name]
+        assert "llvm.hexagon" in funcs[f"layer{i}"].script()  # an HVX kernel, not the TE loop
+    for name, func in funcs.items():
+        assert tvm_ffi.structural_equal(_normalized(func), _normalized(prog.funcs[name])), name
+    assert any(descriptor(f)["op"] == "shift_copy" for f in funcs.values())
+
+
+@needs_toolchain
+def test_compiled_kernels_run_bit_exact_with_the_executors_packets(net, scheduled):
+    funcs, calls, inputs, output, aliases = relax_graph.program_of(scheduled)
+    inputs = {"image": net.image_q, **inputs}
+    memory = executor.plan_memory(funcs, calls, inputs, output, aliases)
+    res = runner.run(funcs, calls, inputs, [output], count_packets=True, offsets=memory.offsets)
+    assert np.array_equal(res.outputs[output], executor.reference_forward(net))
+    ours = executor.run_network(net)
+    assert ours.exact
+    assert list(res.packets) == list(ours.packets)
+
+
+def test_hvx_layout_computes_match_numpy_on_the_host(net):
+    """The TE computes the graph pass emits (before the Hexagon rule replaces them) are
+    themselves right: the rewritten module built for the host equals the int8 reference."""
+    mod = relax_graph.rewrite(relax_graph.relax_module(net))
+    ex = tvm.compile(mod, host_target(), relax_pipeline="default")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(net.image_q)).numpy()
+    assert np.array_equal(out, executor.reference_forward(net))
+
+
+def test_tvm_compile_for_hexagon_builds_the_selected_program(net):
+    tvm_cocopie.register()
+    ex = tvm.compile(relax_graph.relax_module(net), tvm.target.Target(HEXAGON_V66),
+                     relax_pipeline="cocopie")
+    text = ex.as_text()
+    assert all(f"layer{i}" in text for i in range(len(net.layers)))
+
+
+def test_local_choice_when_layout_selection_is_off(net):
+    local = executor.choose_plans(net, local=True)
+    mod = relax_graph.rewrite(relax_graph.relax_module(net), local=True)
+    variants = [descriptor(mod[f"layer{i}"])["variant"] for i in range(len(net.layers))]
+    assert variants == [local[q.layer.name] for q in net.layers]
+
+
+def test_target_without_128_byte_hvx_is_refused(net):
+    tvm_cocopie.register()
+    bad = tvm.target.Target({"kind": "llvm", "mtriple": "hexagon", "mcpu": "hexagonv66"})
+    with pytest.raises(TargetError, match="hvx-length128b"):
+        tvm.compile(relax_graph.relax_module(net), bad, relax_pipeline="cocopie")
+
+
+def test_unsupported_operator_is_named(net):
+    tvm_cocopie.register()
+    first = net.layers[0].layer
+    x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax_graph.emit_qconv(bb, x, net.layers[0]))
+            out = bb.emit_output(relax.op.nn.max_pool2d(y, 2, 2, layout="NHWC"))
+        bb.emit_func_output(out)
+    with pytest.raises(UnsupportedOperatorError, match="max_pool2d"):
+        tvm.compile(bb.get(), tvm.target.Target(HEXAGON_V66), relax_pipeline="cocopie")
