@@ -130,10 +130,8 @@ def test_float_reassociation_guard():
     assert rw.rewrite_module(graph(1.0, -2.0), [rule])[1].applied
 
 
-@pytest.mark.parametrize("name", ["assoc/sqrt-pair", "fold/bn-into-conv",
-                                  "dist/square-minus-product", "layout/transpose-transpose"])
-def test_idempotent(name):
-    rule = next(r for r in RULES if r.name == name)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+def test_idempotent(rule):
     mod, _ = build_example(rule)
     once, _ = rw.rewrite_module(mod, RULES)
     twice, stats = rw.rewrite_module(once, RULES)
@@ -169,11 +167,15 @@ def test_unknown_rule_names_raise():
 
 _UNARY = [relax.op.negative, relax.op.abs, relax.op.exp, relax.op.sqrt, relax.op.square,
           relax.op.nn.relu, lambda e: relax.op.divide(relax.const(1.0, "float32"), e),
-          lambda e: relax.op.reshape(relax.op.permute_dims(e, [1, 0]), (3, 4))]
+          lambda e: relax.op.reshape(relax.op.permute_dims(e, [1, 0]), (3, 4)),
+          # transpose sandwiches: the pair cancels through the elementwise ops
+          lambda e: relax.op.permute_dims(relax.op.nn.relu(relax.op.permute_dims(e)), [1, 0]),
+          lambda e: relax.op.permute_dims(relax.op.multiply(
+              relax.op.permute_dims(e), relax.const(np.full((1, 3), 2.0, "float32"))))]
 _BINARY = [relax.op.add, relax.op.subtract, relax.op.multiply, relax.op.divide]
 
 _program = st.lists(
-    st.tuples(st.integers(0, 11), st.integers(0, 100), st.integers(0, 100),
+    st.tuples(st.integers(0, len(_UNARY) + 3), st.integers(0, 100), st.integers(0, 100),
               st.sampled_from([0.0, 1.0, -1.0, 2.0, 0.5, 1e8, -1e8])),
     min_size=1, max_size=14)
 
