@@ -27,6 +27,8 @@ SMALL: dict[str, dict] = {
     "wrn40_2_g16": {"image_size": 16},
     "wrn40_2_gN": {},
     "bert_encoder": {"num_layers": 2, "seq": 64},
+    "crnn": {"image_size": 32, "hidden": 32},
+    "kws_gru": {"frames": 16, "hidden": 32},
 }
 
 WRN_GROUPS = {"wrn40_2_g2": 2, "wrn40_2_g4": 4, "wrn40_2_g8": 8, "wrn40_2_g16": 16,
@@ -43,6 +45,10 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
 def _expected_output_shape(name: str, kwargs: dict) -> tuple[int, ...]:
     if name == "bert_encoder":
         return (1, kwargs.get("seq", 128), 256)
+    if name == "crnn":
+        return (1, kwargs["image_size"] // 4, 37)
+    if name == "kws_gru":
+        return (1, 12)
     return (1, kwargs.get("num_classes", 10 if name.startswith("wrn") else 1000))
 
 

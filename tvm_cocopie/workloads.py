@@ -58,4 +58,4 @@ def get_workload(name: str, image_size: int | None = None, seed: int = 0, **kwar
 
 
 def _takes_image_size(name: str) -> bool:
-    return not name.startswith("bert")
+    return not name.startswith(("bert", "kws"))

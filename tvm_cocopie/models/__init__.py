@@ -28,7 +28,9 @@ from onnx import helper
 
 from ..errors import ModelError
 from .bert import bert_encoder
+from .crnn import crnn
 from .graph_builder import IR_VERSION
+from .kws import kws_gru
 from .mobilenet import mobilenetv2
 from .resnet import resnet18, resnet34, resnet50, resnext50_32x4d
 from .vgg import vgg16
@@ -51,6 +53,8 @@ ZOO: dict[str, Callable[..., onnx.ModelProto]] = {
     "wrn40_2_gN": wrn40_2_gN,
     "vgg16": vgg16,
     "bert_encoder": bert_encoder,
+    "crnn": crnn,
+    "kws_gru": kws_gru,
 }
 
 #: The model demos and benchmarks use when none is named.
