@@ -53,3 +53,34 @@ def test_vmpa_is_refused_for_full_range_weights():
     net = executor.quantize(executor.resnet50_stem_chain(16)[:2], seed=0)
     with pytest.raises(CocopieError, match="vmpa"):
         executor.compile_network(net, {"stem": "vmpa"})
+
+
+def test_residual_add_and_max_pool_reference_tracks_the_float_model():
+    from tvm_cocopie.topi.int8_compute import AddRequant
+
+    net = executor.quantize(executor.resnet50_head(16, 2), seed=2)
+    ops = [q.layer.op for q in net.layers]
+    assert ops.count("add") == 2 and ops.count("pool") == 1
+    assert all(isinstance(q.rq, AddRequant) for q in net.layers if q.layer.op == "add")
+    ref, flt = executor.reference_forward(net), executor.float_forward(net)
+    assert np.abs(ref * net.output_scale - flt).max() <= 0.1 * flt.max()
+
+
+@needs_toolchain
+@pytest.mark.parametrize(
+    "layers, plan",
+    [
+        (lambda: executor.resnet50_head(16, 2), None),
+        # the add's inputs arrive in two layouts: one is regridded into the other's
+        (lambda: executor.mobilenetv2_blocks(16), {"b1_1_project": "vmpy", "b1_1_add": "vrmpy"}),
+    ],
+    ids=["resnet50-blocks", "mobilenetv2-add-across-layouts"],
+)
+def test_residual_blocks_run_bit_exact(layers, plan):
+    net = executor.quantize(layers(), seed=4)
+    if plan is not None:
+        plan = {**executor.choose_plans(net), **plan}
+    res = executor.run_network(net, plan)
+    assert res.exact
+    if plan is not None:
+        assert ("b1_1_add", "regrid") in res.roles

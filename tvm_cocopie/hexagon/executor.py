@@ -19,10 +19,14 @@ order. Here the same holds under ``qemu-hexagon``:
 4. :func:`run_network` runs the program once and checks the output bit for bit
    against the numpy int8 reference (:mod:`.reference`).
 
-Simplifications (stated, not hidden): chains only (no residual adds), ReLU after
-every layer (MobileNetV2's linear projections are clipped at 0 in both the float and
-the int8 model), batch 1, the input image arrives as NHWC uint8 and is regridded on
-the device like any other tensor.
+Networks are DAGs of convolutions, depthwise convolutions, residual adds
+(:class:`.int8_compute.AddRequant`, inputs regridded to one grid where they differ)
+and max pools, in topological order (a chain when layers name no inputs).
+
+Simplifications (stated, not hidden): ReLU after every conv and add (MobileNetV2's
+linear projections are clipped at 0 in both the float and the int8 model), no global
+average pool or classifier, batch 1, the input image arrives as NHWC uint8 and is
+regridded on the device like any other tensor.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ..errors import CocopieError
 from . import memplan, reference
 from .conv2d import ConvGeometry, pack_conv_weights
 from .depthwise import pack_dw_weights
-from .int8_compute import Requant
+from .int8_compute import AddRequant, Requant
 from .layouts import LAYOUT_OF, pad_bias
 from .matmul import vmpa_exact
 from .networks import Layer
@@ -49,12 +53,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class QLayer:
-    """A quantized layer: the layer, int8 weights, int32 bias, requantization."""
+    """A quantized layer: the layer, int8 weights, int32 bias, requantization
+    (:class:`.int8_compute.AddRequant` for a residual add; none for a max pool)."""
 
     layer: Layer
     weights: np.ndarray  # int8, HWIO (conv) or HWC (dwconv)
     bias: np.ndarray  # int32
-    rq: Requant
+    rq: Requant | AddRequant | None
     float_weights: np.ndarray = None
     float_bias: np.ndarray = None
 
@@ -73,69 +78,118 @@ class QNetwork:
         return np.clip(np.round(self.image / self.input_scale), 0, 255).astype(np.uint8)
 
 
-def _float_layer(x, lay: Layer, w, b):
+def _float_layer(x, lay: Layer, w, b, other=None):
+    if lay.op == "add":
+        return np.maximum(x + other, 0)
     k, s, p = lay.k, lay.s, lay.p
     g = lay.geometry
     xp = np.pad(x[0], ((p, p), (p, p), (0, 0)))
-    acc = np.zeros((g.out_h, g.out_w, lay.o))
+    acc = np.zeros((g.out_h, g.out_w, lay.o)) if lay.op != "pool" else None
     for dy in range(k):
         for dx in range(k):
             win = xp[dy : dy + s * g.out_h : s, dx : dx + s * g.out_w : s]
-            acc += win @ w[dy, dx] if lay.op == "conv" else win * w[dy, dx]
+            if lay.op == "pool":
+                acc = win if acc is None else np.maximum(acc, win)
+            else:
+                acc += win @ w[dy, dx] if lay.op == "conv" else win * w[dy, dx]
+    if lay.op == "pool":
+        return acc[None]
     return np.maximum(acc + b, 0)[None]
 
 
-def quantize(layers, seed: int = 0, weights: dict | None = None) -> QNetwork:
-    """Float weights for a chain of ``conv`` / ``dwconv`` layers (``weights``: layer name
-    -> ``(w, b)`` with ``w`` HWIO or HWC, else random He-normal), quantized with
-    per-tensor scales from one numpy float forward pass."""
-    body = [lay for lay in layers if lay.op != "input"]
+def _source(lay: Layer, prev: str) -> tuple:
+    """Input names of ``lay`` (a chain's layers without inputs read their predecessor)."""
+    return tuple(lay.inputs) if lay.inputs else (prev,)
+
+
+def _check_ops(body) -> None:
     for lay in body:
-        if lay.op not in ("conv", "dwconv"):
-            raise CocopieError(f"the executor runs conv and dwconv chains; {lay.name} is {lay.op}")
+        if lay.op not in ("conv", "dwconv", "add", "pool") or (lay.op == "pool" and not lay.k):
+            raise CocopieError(
+                f"the executor runs conv, dwconv, residual add and max pool layers; "
+                f"{lay.name} is {lay.op}{' (global average)' if lay.op == 'pool' else ''}"
+            )
+
+
+def quantize(layers, seed: int = 0, weights: dict | None = None) -> QNetwork:
+    """Float weights for a DAG of ``conv`` / ``dwconv`` / ``add`` / ``pool`` (max) layers
+    in topological order (``weights``: layer name -> ``(w, b)`` with ``w`` HWIO or HWC,
+    else random He-normal), quantized with per-tensor scales from one numpy float
+    forward pass. A residual add gets an :class:`.int8_compute.AddRequant`; a max pool
+    keeps its input's scale."""
+    body = [lay for lay in layers if lay.op != "input"]
+    _check_ops(body)
     rng = np.random.default_rng(seed)
     first = body[0]
     image = rng.random((1, first.h, first.w, first.c))
-    s_x = 1.0 / 255
-    x = image
+    acts = {"input": (image, 1.0 / 255)}
+    prev = "input"
     out = []
     for lay in body:
-        fan_in = lay.k * lay.k * (lay.c if lay.op == "conv" else 1)
-        shape = (lay.k, lay.k, lay.c, lay.o) if lay.op == "conv" else (lay.k, lay.k, lay.c)
-        w = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
-        b = rng.standard_normal(lay.o) * 0.1
-        if weights and lay.name in weights:
-            w, b = (np.asarray(a, dtype=np.float64) for a in weights[lay.name])
-            if w.shape != shape or b.shape != (lay.o,):
-                raise CocopieError(f"{lay.name}: weights {w.shape} / bias {b.shape}, want {shape}")
-        y = _float_layer(x, lay, w, b)
-        s_w = np.abs(w).max() / 127
-        s_y = max(float(y.max()), 1e-6) / 255
-        wq = np.clip(np.round(w / s_w), -127, 127).astype(np.int8)
-        bq = np.round(b / (s_x * s_w)).astype(np.int32)
-        rq = Requant.from_scale(s_x * s_w / s_y)
-        out.append(QLayer(lay, wq, bq, rq, w, b))
-        x, s_x = y, s_y
-    return QNetwork(out, image, 1.0 / 255, s_x)
+        srcs = _source(lay, prev)
+        x, s_x = acts[srcs[0]]
+        if lay.op == "add":
+            other, s_o = acts[srcs[1]]
+            y = _float_layer(x, lay, None, None, other)
+            s_y = max(float(y.max()), 1e-6) / 255
+            arq = AddRequant.from_scales(s_x / s_y, s_o / s_y)
+            out.append(QLayer(lay, None, None, arq))
+        elif lay.op == "pool":
+            y, s_y = _float_layer(x, lay, None, None), s_x
+            out.append(QLayer(lay, None, None, None))
+        else:
+            fan_in = lay.k * lay.k * (lay.c if lay.op == "conv" else 1)
+            shape = (lay.k, lay.k, lay.c, lay.o) if lay.op == "conv" else (lay.k, lay.k, lay.c)
+            w = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+            b = rng.standard_normal(lay.o) * 0.1
+            if weights and lay.name in weights:
+                w, b = (np.asarray(a, dtype=np.float64) for a in weights[lay.name])
+                if w.shape != shape or b.shape != (lay.o,):
+                    raise CocopieError(
+                        f"{lay.name}: weights {w.shape} / bias {b.shape}, want {shape}"
+                    )
+            y = _float_layer(x, lay, w, b)
+            s_w = np.abs(w).max() / 127
+            s_y = max(float(y.max()), 1e-6) / 255
+            wq = np.clip(np.round(w / s_w), -127, 127).astype(np.int8)
+            bq = np.round(b / (s_x * s_w)).astype(np.int32)
+            rq = Requant.from_scale(s_x * s_w / s_y)
+            out.append(QLayer(lay, wq, bq, rq, w, b))
+        acts[lay.name] = (y, s_y)
+        prev = lay.name
+    return QNetwork(out, image, 1.0 / 255, acts[body[-1].name][1])
+
+
+def _forward(net: QNetwork, image, step):
+    acts, prev = {"input": image}, "input"
+    for q in net.layers:
+        srcs = _source(q.layer, prev)
+        acts[q.layer.name] = step(q, *(acts[n] for n in srcs))
+        prev = q.layer.name
+    return acts[prev]
+
+
+def _reference_step(q: QLayer, x, other=None):
+    lay = q.layer
+    if lay.op == "conv":
+        return reference.qconv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
+    if lay.op == "dwconv":
+        return reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
+    if lay.op == "add":
+        return q.rq.numpy(x, other)
+    return reference.maxpool_nhwc(x, lay.k, lay.s, lay.p)
 
 
 def reference_forward(net: QNetwork) -> np.ndarray:
-    """The numpy int8 reference of the whole chain."""
-    x = net.image_q
-    for q in net.layers:
-        lay = q.layer
-        if lay.op == "conv":
-            x = reference.qconv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
-        else:
-            x = reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
-    return x
+    """The numpy int8 reference of the whole network."""
+    return _forward(net, net.image_q, _reference_step)
 
 
 def float_forward(net: QNetwork) -> np.ndarray:
-    x = net.image
-    for q in net.layers:
-        x = _float_layer(x, q.layer, q.float_weights, q.float_bias)
-    return x
+    return _forward(
+        net, net.image,
+        lambda q, x, other=None: _float_layer(x, q.layer, q.float_weights, q.float_bias, other),
+    )
 
 
 # ------------------------------------------------------------------ tensors on device
@@ -224,18 +278,26 @@ def shift_mask(geo: ConvGeometry, variant: str, h: int, w: int) -> np.ndarray:
     return np.repeat(np.where(ok, 255, 0).astype(np.uint8), v)
 
 
+def _passes_grid(lay: Layer) -> bool:
+    """Layers whose input grid is their producer's output grid, unshifted."""
+    return lay.op == "add" or (lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0)
+
+
 def grid_widths(layers, plan) -> list:
     """Output grid width each layer should use so that stride-1 consumers in the same
     layout can take its output by :func:`shift_copy_kernel` (0: no preference)."""
+    index = {lay.name: i for i, lay in enumerate(layers)}
     want = [0] * len(layers)
-    for i in range(len(layers) - 2, -1, -1):
-        nxt = layers[i + 1]
-        if plan[nxt.name] != plan[layers[i].name] or nxt.s != 1:
-            continue
-        if nxt.k == 1 and nxt.p == 0:
-            want[i] = want[i + 1]
-        else:
-            want[i] = max(nxt.w + 2 * nxt.p, want[i + 1])
+    for j in range(len(layers) - 1, 0, -1):
+        nxt = layers[j]
+        for src in _source(nxt, layers[j - 1].name):
+            i = index.get(src)
+            if i is None or plan[nxt.name] != plan[layers[i].name] or nxt.s != 1:
+                continue
+            if _passes_grid(nxt):
+                want[i] = max(want[i], want[j])
+            else:
+                want[i] = max(want[i], nxt.w + 2 * nxt.p, want[j])
     return want
 
 
@@ -259,7 +321,7 @@ class Program:
 
 
 def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
-    """GCD²'s global selection over the chain (cost model, nothing run); ``local``:
+    """GCD²'s global selection over the network (cost model, nothing run); ``local``:
     each layer's cheapest plan alone, transforms ignored."""
     from .networks import selection_graph
     from .selection import global_select, local_select
@@ -271,7 +333,8 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
     for q in net.layers:
         lay = q.layer
         layers.append(
-            Layer(lay.name, lay.op, (prev,), lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p)
+            Layer(lay.name, lay.op, _source(lay, prev), lay.h, lay.w, lay.c, lay.o,
+                  lay.k, lay.s, lay.p)
         )
         exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
         prev = lay.name
@@ -284,10 +347,75 @@ def _vmpa_ok(w: np.ndarray) -> bool:
     return all(vmpa_exact(w[dy, dx]) for dy in range(w.shape[0]) for dx in range(w.shape[1]))
 
 
+@dataclass
+class _Emit:
+    """What :func:`compile_network` accumulates: kernels, calls, constants, views."""
+
+    funcs: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+    roles: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)
+
+    def call(self, name, func, args, role):
+        self.funcs[name] = func
+        self.calls.append((name, args))
+        self.roles.append(role)
+
+
+def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, width: int):
+    """``(geometry, buffer name, direct)``: ``cur`` made the input grid of ``lay``."""
+    from ..topi import int8_hvx
+
+    x_name = f"in{idx}"
+    if lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant:
+        em.aliases[x_name] = cur.name  # a 1x1 reads its producer's grid as it is
+        return ConvGeometry(cur.h, cur.wq, 1), x_name, True
+    g0 = lay.geometry
+    if lay.s == 1 and cur.variant == variant:
+        width = max(width, cur.wq)  # take the producer's grid as it is
+    geo = ConvGeometry(g0.h, g0.w, g0.kernel, g0.stride, g0.pad, width)
+    if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w:
+        em.inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
+        em.aliases[f"{cur.name}_flat"] = cur.name
+        em.aliases[f"{x_name}_flat"] = x_name
+        em.call(f"regrid{idx}", shift_copy_compute(cur, geo, variant),
+                [f"{cur.name}_flat", f"mask{idx}", f"{x_name}_flat"], (lay.name, "regrid"))
+    else:
+        em.call(f"regrid{idx}", int8_hvx.regrid(cur, geo, variant), [cur.name, x_name],
+                (lay.name, "regrid"))
+    return geo, x_name, False
+
+
+def _add(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Tensor:
+    """A residual add: both inputs brought to one grid (``variant``, width of an input
+    already in it), regridded only where they are not."""
+    from ..topi import int8_hvx
+
+    lay = q.layer
+    a = ins[0]
+    wq = next((t.wq for t in ins if t.variant == variant), a.w)
+    geo = ConvGeometry(a.h, a.w, 1, 1, 0, wq)
+    shape = geo.out_shape(variant, lay.o)
+    args = []
+    for k, t in enumerate(ins):
+        if t.variant == variant and t.wq == wq and tuple(t.shape) == shape:
+            args.append(t.name)
+            continue
+        grid = f"add{idx}_{k}"
+        em.aliases[grid] = f"{grid}_grid"
+        em.call(f"regrid{idx}_{k}", int8_hvx.regrid(t, geo, variant), [t.name, f"{grid}_grid"],
+                (lay.name, "regrid"))
+        args.append(grid)
+    em.call(f"layer{idx}", int8_hvx.qadd_grid(variant, shape, q.rq), [*args, f"out{idx}"],
+            (lay.name, "kernel"))
+    return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
+
+
 def compile_network(
     net: QNetwork, plan: dict | None = None, model=None, *, schedule: bool = True
 ) -> Program:
-    """Kernels and calls of the whole chain, and its static memory plan.
+    """Kernels and calls of the whole network, and its static memory plan.
 
     Every PrimFunc is first the TE compute of :mod:`tvm_cocopie.topi.int8_hvx` for the
     layer's chosen variant, then (``schedule``) the HVX kernel the Hexagon schedule
@@ -299,65 +427,52 @@ def compile_network(
 
     plan = dict(plan or choose_plans(net, model))
     first = net.layers[0].layer
-    cur = Tensor("image", first.h, first.w, first.c, None, 0, (1, first.h, first.w, first.c))
-    funcs, calls, roles = {}, [], []
-    inputs = {"image": net.image_q if net.image is not None else None}
-    aliases = {}
+    tensors = {
+        "input": Tensor("image", first.h, first.w, first.c, None, 0,
+                        (1, first.h, first.w, first.c))
+    }
+    em = _Emit(inputs={"image": net.image_q if net.image is not None else None})
     want = grid_widths([q.layer for q in net.layers], plan)
+    prev = "input"
     for idx, q in enumerate(net.layers):
         lay = q.layer
         variant = plan[lay.name]
+        srcs = _source(lay, prev)
+        prev = lay.name
+        if lay.op == "add":
+            tensors[lay.name] = _add(em, idx, q, variant, [tensors[n] for n in srcs])
+            continue
         if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):
             raise CocopieError(
                 f"{lay.name}: vmpa's 16-bit pair sums overflow for these weights "
                 "(|w| > 64); choose vmpy or vrmpy"
             )
-        direct = lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant
-        if direct:
-            geo = ConvGeometry(cur.h, cur.wq, 1)
-            x_name = f"in{idx}"
-            aliases[x_name] = cur.name
-        else:
-            g0 = lay.geometry
-            width = want[idx]
-            if lay.s == 1 and cur.variant == variant:
-                width = max(width, cur.wq)  # take the producer's grid as it is
-            geo = ConvGeometry(g0.h, g0.w, g0.kernel, g0.stride, g0.pad, width)
-            x_name = f"in{idx}"
-            if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w:
-                inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
-                aliases[f"{cur.name}_flat"] = cur.name
-                aliases[f"{x_name}_flat"] = x_name
-                funcs[f"regrid{idx}"] = shift_copy_compute(cur, geo, variant)
-                calls.append((f"regrid{idx}", [f"{cur.name}_flat", f"mask{idx}", f"{x_name}_flat"]))
-            else:
-                funcs[f"regrid{idx}"] = int8_hvx.regrid(cur, geo, variant)
-                calls.append((f"regrid{idx}", [cur.name, x_name]))
-            roles.append((lay.name, "regrid"))
-        if lay.op == "conv":
-            func = int8_hvx.qconv2d_grid(variant, geo, lay.c, lay.o, q.rq)
-            words = pack_conv_weights(q.weights, variant)
-        else:
-            func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
-            words = pack_dw_weights(q.weights, variant)
-        funcs[f"layer{idx}"] = func
-        inputs[f"w{idx}"] = words
-        inputs[f"b{idx}"] = pad_bias(q.bias, variant)
+        cur = tensors[srcs[0]]
+        geo, x_name, direct = _input_grid(em, idx, lay, cur, variant, want[idx])
         out_name = f"out{idx}"
-        calls.append((f"layer{idx}", [x_name, f"w{idx}", f"b{idx}", out_name]))
-        roles.append((lay.name, "kernel"))
+        if lay.op == "pool":
+            func, args = int8_hvx.maxpool_grid(variant, geo, lay.c), [x_name, out_name]
+        else:
+            if lay.op == "conv":
+                func = int8_hvx.qconv2d_grid(variant, geo, lay.c, lay.o, q.rq)
+                em.inputs[f"w{idx}"] = pack_conv_weights(q.weights, variant)
+            else:
+                func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
+                em.inputs[f"w{idx}"] = pack_dw_weights(q.weights, variant)
+            em.inputs[f"b{idx}"] = pad_bias(q.bias, variant)
+            args = [x_name, f"w{idx}", f"b{idx}", out_name]
+        em.call(f"layer{idx}", func, args, (lay.name, "kernel"))
         g = lay.geometry
         valid_h, valid_w = (g.out_h, g.out_w) if not direct else (cur.h, cur.w)
-        cur = Tensor(
+        tensors[lay.name] = Tensor(
             out_name, valid_h, valid_w, lay.o, variant, geo.grid_w, geo.out_shape(variant, lay.o)
         )
-    funcs["unpack"] = int8_hvx.unpack(cur)
-    if schedule:
-        funcs = {name: hvx_kernel(f) or f for name, f in funcs.items()}
-    calls.append(("unpack", [cur.name, "y"]))
-    roles.append(("output", "unpack"))
-    prog = Program(funcs, calls, inputs, "y", cur, plan, roles=roles, aliases=aliases)
-    prog.memory = _plan_memory(prog, aliases)
+    cur = tensors[prev]
+    em.call("unpack", int8_hvx.unpack(cur), [cur.name, "y"], ("output", "unpack"))
+    funcs = {name: hvx_kernel(f) or f for name, f in em.funcs.items()} if schedule else em.funcs
+    prog = Program(funcs, em.calls, em.inputs, "y", cur, plan, roles=em.roles,
+                   aliases=em.aliases)
+    prog.memory = _plan_memory(prog, em.aliases)
     return prog
 
 
@@ -466,3 +581,20 @@ def resnet50_stem_chain(image: int = 32) -> list:
     x = net.add("conv", x, 64, 3, 1, 1, name="l1b0_c2")
     net.add("conv", x, 256, 1, name="l1b0_c3")
     return net.layers
+
+
+def resnet50_head(image: int = 32, blocks: int = 2) -> list:
+    """ResNet-50's stem, max pool and first ``blocks`` bottlenecks with their shortcuts
+    (the downsampling 1x1 of the first) and residual adds."""
+    from .networks import resnet50_layers
+
+    layers = resnet50_layers(image, blocks=(blocks,))
+    return [lay for lay in layers if lay.op not in ("matmul", "pool") or (lay.op == "pool" and lay.k)]
+
+
+def mobilenetv2_blocks(image: int = 16) -> list:
+    """MobileNetV2's stem and first three inverted residuals, the third with its add."""
+    from .networks import mobilenetv2_layers
+
+    return mobilenetv2_layers(image, stages=[(1, 16, 1, 1), (6, 24, 2, 2)])
+

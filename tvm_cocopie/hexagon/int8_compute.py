@@ -3,6 +3,7 @@
 from ..topi.int8_compute import (  # noqa: F401 - re-exports
     MULTIPLIER_BITS,
     SHIFT_RANGE,
+    AddRequant,
     Requant,
     conv2d_output_size,
     qconv2d_func,

@@ -39,3 +39,11 @@ def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 
     for dy, dx, win in _windows(x, w.shape[0], stride, pad):
         acc = acc + win * w[dy, dx].astype(np.int64)
     return rq.numpy(acc + bias.astype(np.int64))[None]
+
+
+def maxpool_nhwc(x: np.ndarray, kernel: int, stride: int, pad: int) -> np.ndarray:
+    """Max pool of non-negative uint8 [1, H, W, C] with zero padding (zero is the minimum)."""
+    out = None
+    for _, _, win in _windows(x, kernel, stride, pad):
+        out = win if out is None else np.maximum(out, win)
+    return out.astype(np.uint8)[None]

@@ -12,7 +12,8 @@ rules, replaces each by its kernel:
   :func:`tvm_cocopie.hexagon.depthwise.depthwise_conv2d`), same signature;
 - ``shift_copy``: the vector masked copy
   (:func:`tvm_cocopie.hexagon.executor.shift_copy_kernel`);
-- ``regrid``: the gather, its two inner loops fused and vectorized by 128 bytes;
+- ``regrid`` (the gather), ``add`` and ``maxpool``: the two inner loops fused and
+  vectorized by 128 bytes (TVM's HVX code generation does the rest);
 - ``unpack``: left to TVM (it runs once, at the end).
 
 The static executor (:mod:`tvm_cocopie.hexagon.executor`) builds its kernels through
@@ -62,7 +63,7 @@ def hvx_kernel(func):
 
         kernel = shift_copy_kernel(desc["v"], desc["groups"], desc["src"], desc["dst"],
                                    desc["shift"])
-    elif op == "regrid":
+    elif op in ("regrid", "add", "maxpool"):
         kernel = _vectorize_inner(func)
     else:
         return None

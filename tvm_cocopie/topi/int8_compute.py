@@ -121,6 +121,54 @@ class Requant:
         return (t >> np.int32(self.shift - 16)) + np.int32(self.zero_point)
 
 
+@dataclass(frozen=True)
+class AddRequant:
+    """Requantized sum of two uint8 tensors of different scales (a residual add):
+    ``clip((a * ma + b * mb + 2**(s-1)) >> s, 0, 255)``, zero points 0.
+
+    ``ma / 2**s`` and ``mb / 2**s`` are the input-to-output scale ratios; with 15-bit
+    multipliers every intermediate fits int32 (``2 * 255 * 2**15 < 2**31``), so any
+    target evaluates it exactly in 32-bit lanes.
+    """
+
+    ma: int
+    mb: int
+    shift: int
+
+    def __post_init__(self):
+        for m in (self.ma, self.mb):
+            if not 0 <= m < 2**MULTIPLIER_BITS:
+                raise ValueError(f"add multiplier {m} is outside [0, 2**15)")
+        if not 1 <= self.shift <= 30:
+            raise ValueError(f"add shift {self.shift} is outside [1, 30]")
+
+    @classmethod
+    def from_scales(cls, ratio_a: float, ratio_b: float) -> AddRequant:
+        """The largest shift keeping both ``round(ratio * 2**s)`` under 2**15."""
+        top = max(ratio_a, ratio_b)
+        if not top > 0:
+            raise ValueError(f"add scale ratios must be positive, got {ratio_a}, {ratio_b}")
+        shift = min(30, MULTIPLIER_BITS - 1 - math.floor(math.log2(top)))
+        while round(top * 2.0**shift) >= 2**MULTIPLIER_BITS:
+            shift -= 1
+        return cls(round(ratio_a * 2.0**shift), round(ratio_b * 2.0**shift), shift)
+
+    def numpy(self, a, b) -> np.ndarray:
+        y = a.astype(np.int64) * self.ma + b.astype(np.int64) * self.mb
+        return np.clip((y + (1 << (self.shift - 1))) >> self.shift, 0, 255).astype(np.uint8)
+
+    def te(self, a, b):
+        """The TIR expression of :meth:`numpy` for two uint8 values (int32 arithmetic)."""
+        from tvm import tirx
+
+        def c(v):
+            return tirx.const(v, "int32")
+
+        y = a.astype("int32") * c(self.ma) + b.astype("int32") * c(self.mb)
+        y = (y + c(1 << (self.shift - 1))) >> c(self.shift)
+        return tirx.max(tirx.min(y, c(255)), c(0)).astype("uint8")
+
+
 # ------------------------------------------------------------------------- TE computes
 
 

@@ -5,6 +5,7 @@ a data layout (1-, 2- or 4-column, :mod:`tvm_cocopie.hexagon.layouts`), and inse
 layout transforms between operators whose layouts differ. This module states what
 each of those PrimFuncs computes, in plain TE, on the layouts' buffers:
 
+- :func:`qadd_grid` (residual add) and :func:`maxpool_grid` on the same grids;
 - :func:`qconv2d_grid` / :func:`qdepthwise_grid`: the int8 convolution of
   :mod:`.int8_compute` on a padded, phase-split input grid
   (:class:`tvm_cocopie.hexagon.conv2d.ConvGeometry`) with weights packed as the
@@ -152,6 +153,42 @@ def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
         te.create_prim_func([x, w, bias, y]),
         op="dwconv", variant=variant, geo=_geo_list(geo), c=channels,
         rq=[rq.multiplier, rq.shift, rq.zero_point],
+    )
+
+
+def qadd_grid(variant: str, shape: tuple, arq):
+    """PrimFunc ``(a, b, y)``: :class:`~.int8_compute.AddRequant` of two output grids of
+    one ``shape`` ``(G, rows, v)`` in ``variant``'s layout (a residual add)."""
+    from tvm import te
+
+    a = te.placeholder(shape, "uint8", name="a")
+    b = te.placeholder(shape, "uint8", name="b")
+    y = te.compute(shape, lambda *i: arq.te(a[i], b[i]), name="y")
+    return describe(
+        te.create_prim_func([a, b, y]), op="add", variant=variant, rq=[arq.ma, arq.mb, arq.shift]
+    )
+
+
+def maxpool_grid(variant: str, geo, channels: int):
+    """PrimFunc ``(x, y)``: ``K x K`` max pool on ``geo``'s phase grids (zero padding,
+    exact for the non-negative activations after ReLU), output grid as a conv's."""
+    from tvm import te, tirx
+
+    from ..hexagon.layouts import LAYOUT_OF
+
+    v = LAYOUT_OF[variant].cols
+    x = te.placeholder(geo.in_shape(variant, channels), "uint8", name="x")
+
+    def body(g, r, j):
+        taps = [_input(x, geo, v, t, r, g * v + j) for t in range(geo.kernel * geo.kernel)]
+        out = taps[0]
+        for t in taps[1:]:
+            out = tirx.max(out, t)
+        return out
+
+    y = te.compute(geo.out_shape(variant, channels), body, name="y")
+    return describe(
+        te.create_prim_func([x, y]), op="maxpool", variant=variant, geo=_geo_list(geo), c=channels
     )
 
 
