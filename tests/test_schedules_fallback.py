@@ -174,3 +174,50 @@ def test_tunable_rules_return_a_space_that_builds():
             assert "sample_categorical" in str(sch.trace)
             func = sch.mod["main"].with_attr("global_symbol", "main")
             tvm.compile(tvm.IRModule({"main": func}), target=TARGET)
+
+
+def _dynamic_model():
+    """x[1, 8, H, W] -> Conv3x3 + Relu -> GAP; t[1, S, 32] -> MatMul + Add -> Softmax."""
+    from conftest import make_model
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype("float32") / 8, "w")
+    m = numpy_helper.from_array(rng.standard_normal((32, 48)).astype("float32") / 6, "m")
+    b = numpy_helper.from_array(rng.standard_normal(48).astype("float32"), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+        helper.make_node("GlobalAveragePool", ["y"], ["p"]),
+        helper.make_node("MatMul", ["t", "m"], ["u"]),
+        helper.make_node("Add", ["u", "b"], ["v"]),
+        helper.make_node("Softmax", ["v"], ["s"], axis=-1),
+    ]
+    f32 = TensorProto.FLOAT
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", f32, [1, 8, "H", "W"]),
+         helper.make_tensor_value_info("t", f32, [1, "S", 32])],
+        [helper.make_tensor_value_info("y", f32, [1, 16, "H", "W"]),
+         helper.make_tensor_value_info("p", f32, [1, 16, 1, 1]),
+         helper.make_tensor_value_info("s", f32, [1, "S", 48])],
+        [w, m, b],
+    )
+
+
+def test_model_with_dynamic_spatial_and_sequence_dims_compiles_and_runs(caplog):
+    """Symbolic H, W and sequence length: the conv and matmul rules fall back (and say
+    so in the debug log), the fallback rule schedules the symbolic loops, every size
+    matches ONNX Runtime."""
+    from conftest import assert_close, ort_run
+
+    import tvm_cocopie
+
+    model = _dynamic_model()
+    with caplog.at_level(logging.DEBUG, logger="tvm_cocopie.topi.legalize"):
+        compiled = tvm_cocopie.compile(model, target=TARGET)
+    assert "conv2d left to TVM: symbolic shape" in caplog.text
+    assert [spec.shape for spec in compiled.inputs] == [(1, 8, "H", "W"), (1, "S", 32)]
+    for h, w, s in ((9, 13, 5), (16, 7, 11)):
+        x = rng.standard_normal((1, 8, h, w)).astype("float32")
+        t = rng.standard_normal((1, s, 32)).astype("float32")
+        assert_close(compiled(x=x, t=t), ort_run(model, {"x": x, "t": t}))
