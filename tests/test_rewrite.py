@@ -19,19 +19,23 @@ RULES = rw.RULES
 GUARDED = [r for r in RULES if r.counter is not None]
 
 
-def _run_both(before: tvm.IRModule, after: tvm.IRModule, inputs: dict):
-    """Compile both versions into one module (one build) and run them."""
+def _run_both(before: tvm.IRModule, after: tvm.IRModule, inputs):
+    """Compile both versions into one module (one build) and run them on ``inputs``
+    (one dict, or a list of dicts: then a list of ``[before, after]`` pairs)."""
     mod = tvm.IRModule({
         "main": before["main"],
         "rewritten": after["main"].with_attr("global_symbol", "rewritten"),
     })
     ex = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    outs = []
-    for name, fn in (("main", before["main"]), ("rewritten", after["main"])):
-        args = [tvm.runtime.tensor(inputs[p.name]) for p in fn.params]
-        outs.append(vm[name](*args).numpy())
-    return outs
+    pairs = []
+    for feed in inputs if isinstance(inputs, list) else [inputs]:
+        outs = []
+        for name, fn in (("main", before["main"]), ("rewritten", after["main"])):
+            args = [tvm.runtime.tensor(feed[p.name]) for p in fn.params]
+            outs.append(vm[name](*args).numpy())
+        pairs.append(outs)
+    return pairs if isinstance(inputs, list) else pairs[0]
 
 
 def test_rule_table():
@@ -47,13 +51,15 @@ def test_rule_matches_and_is_equal(rule):
     mod, inputs = build_example(rule)
     new, stats = rw.rewrite_module(mod, [rule])
     assert stats.applied[rule.name] >= 1, mod["main"].script(show_meta=False)
-    ref, got = _run_both(mod, new, inputs)
-    assert ref.shape == got.shape and ref.dtype == got.dtype
-    if np.issubdtype(ref.dtype, np.integer):
-        np.testing.assert_array_equal(got, ref)
-    else:
-        scale = float(np.max(np.abs(ref))) or 1.0
-        assert float(np.max(np.abs(got.astype(np.float64) - ref))) <= 1e-5 * scale
+    # random inputs of the example's kinds from three seeds (constants from seed 0)
+    feeds = [inputs] + [build_example(rule, seed=s)[1] for s in (1, 2)]
+    for ref, got in _run_both(mod, new, feeds):
+        assert ref.shape == got.shape and ref.dtype == got.dtype
+        if np.issubdtype(ref.dtype, np.integer):
+            np.testing.assert_array_equal(got, ref)
+        else:
+            scale = float(np.max(np.abs(ref))) or 1.0
+            assert float(np.max(np.abs(got.astype(np.float64) - ref))) <= 1e-5 * scale
 
 
 @pytest.mark.parametrize("rule", GUARDED, ids=lambda r: r.name)
