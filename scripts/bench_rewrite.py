@@ -11,9 +11,16 @@ the max error of both against ONNX Runtime.
 
 JSON (``--json PATH``): records ``{"kind": "rule", ...}`` and ``{"kind": "model",
 model, flops_before, flops_after, flop_ratio, ops_before, ops_after, kernels_without,
-kernels_with, ms_without, ms_with, speedup, max_rel_err, ...}``; summary ``rules``,
-``rules_tested``, ``categories``, ``geomean_flop_ratio``, ``geomean_speedup``,
-``max_rel_err``.
+kernels_with, ms_without, ms_with, speedup, speedup_paired_median, speedup_paired_iqr,
+speedup_best, max_rel_err, ...}``; summary ``rules``, ``rules_tested``, ``categories``,
+``geomean_flop_ratio``, ``geomean_speedup`` (and both split into the generated graphs
+and the real models), ``max_rel_err``, ``all_match_ort``.
+
+Latency: rounds of one call with and one without rewriting, alternating which goes
+first; ``speedup`` is the ratio of the medians, ``speedup_paired_median`` the median
+of the per-round ratios, with its interquartile range (on a loaded machine that range
+is the honest error bar). A model with nothing to rewrite compiles the same graph
+twice, so its speedup shows the noise floor.
 
     python scripts/bench_rewrite.py --quick --json bench_rewrite.json
 """

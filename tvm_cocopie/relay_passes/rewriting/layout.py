@@ -1,8 +1,9 @@
 """Chains of data-movement operators collapsed (transpose, reshape, squeeze, slices).
 
 DNNFusion treats Transpose/Reshape/Slice as index remapping (§3.4.4); before fusion
-the cheapest remapping is none: two transposes compose into one (or none), a reshape
-of a reshape is one reshape, ``squeeze(expand_dims(X))`` is X, and the concatenation
+the cheapest remapping is none: two transposes compose into one (or none), also with
+elementwise operators between them (they commute with any permutation; constant
+operands are permuted with them), a reshape of a reshape is one reshape, ``squeeze(expand_dims(X))`` is X, and the concatenation
 of adjacent slices of one tensor is that tensor (or one wider slice).
 """
 
