@@ -148,3 +148,28 @@ def test_conv_transpose_kernel_equals_stride_as_subpixel_conv(c, o, s, hw):
 
     text = scheduled(mod).script()
     assert "conv2d_transpose" not in text and "cocopie.conv2d_nchwc" in text
+
+
+def test_conv_left_to_tvm_keeps_the_blocked_layout_around_it(caplog):
+    """A grouped conv the kernels cannot tile (6 channels per group, 8-lane chunks)
+    between blocked convs: it stays NCHW with transforms around it, instead of TVM's
+    layout inference failing and every conv of the graph losing the blocked layout."""
+    import logging
+
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((24, 16, 1, 1)).astype("float32") / 4
+    wg = rng.standard_normal((24, 6, 3, 3)).astype("float32") / 7
+    w2 = rng.standard_normal((16, 24, 1, 1)).astype("float32") / 5
+    x = tensor_var("x", (1, 16, 9, 7))
+
+    def body(bb, x):
+        y = bb.emit(R.nn.conv2d(x, relax.const(w1)))
+        y = bb.emit(R.nn.conv2d(y, relax.const(wg), padding=[1, 1, 1, 1], groups=4))
+        return bb.emit(R.nn.conv2d(R.nn.relu(y), relax.const(w2)))
+
+    data = rng.standard_normal((1, 16, 9, 7)).astype("float32")
+    with caplog.at_level(logging.WARNING, logger="tvm_cocopie.relay_passes.layout"):
+        got = run(build_graph([x], body), [data])
+    assert "blocked layout skipped" not in caplog.text
+    y = conv2d_reference(conv2d_reference(data, w1), wg, padding=(1, 1, 1, 1), groups=4)
+    assert_allclose(got, conv2d_reference(np.maximum(y, 0), w2))
