@@ -12,8 +12,11 @@ rules, replaces each by its kernel:
   :func:`tvm_cocopie.hexagon.depthwise.depthwise_conv2d`), same signature;
 - ``shift_copy``: the vector masked copy
   (:func:`tvm_cocopie.hexagon.executor.shift_copy_kernel`);
-- ``regrid`` (the gather), ``add`` and ``maxpool``: the two inner loops fused and
-  vectorized by 128 bytes (TVM's HVX code generation does the rest);
+- ``regrid`` within one layout: row copies
+  (:func:`tvm_cocopie.hexagon.regrid.regrid_copy_kernel`, ~18x fewer packets than
+  the gather on a stride-2 phase split);
+- ``regrid`` across layouts (the gather), ``add`` and ``maxpool``: the two inner loops
+  fused and vectorized by 128 bytes (TVM's HVX code generation does the rest);
 - ``unpack``: left to TVM (it runs once, at the end).
 
 The static executor (:mod:`tvm_cocopie.hexagon.executor`) builds its kernels through
@@ -41,6 +44,25 @@ def _vectorize_inner(func, lanes: int = 128):
     return sch.mod["main"]
 
 
+def _in_root_block(kernel):
+    """The kernel's body inside an opaque root block, as TE-made functions have it
+    (Relax's reshape detection expects one on every single-input ``call_tir``)."""
+    if isinstance(kernel.body, s_tir.SBlockRealize):
+        return kernel
+    root = s_tir.SBlock([], [], [], "root", kernel.body)
+    return kernel.with_body(s_tir.SBlockRealize([], True, root))
+
+
+def _same_layout_copy(desc: dict) -> bool:
+    """A regrid between grids of one layout with no padded channel: row copies."""
+    from ..hexagon.layouts import LAYOUT_OF
+
+    variant, _, _, _, c, _ = desc["src"]
+    if variant is None:  # the NHWC image: byte copies
+        return True
+    return variant == desc["variant"] and c % LAYOUT_OF[variant].col_multiple == 0
+
+
 def hvx_kernel(func):
     """The scheduled PrimFunc for an HVX-layout compute, or ``None`` if ``func`` is not one
     (or is left to TVM). Attributes of ``func`` (name, descriptor) are kept."""
@@ -63,13 +85,20 @@ def hvx_kernel(func):
 
         kernel = shift_copy_kernel(desc["v"], desc["groups"], desc["src"], desc["dst"],
                                    desc["shift"])
+    elif op == "regrid" and _same_layout_copy(desc):
+        from ..hexagon.regrid import regrid_copy_kernel
+
+        _, shape, h, w, c, wq = desc["src"]
+        kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c)
     elif op in ("regrid", "add", "maxpool"):
         kernel = _vectorize_inner(func)
     else:
         return None
-    kernel = kernel.without_attr("global_symbol")
+    kernel = _in_root_block(kernel).without_attr("global_symbol")
     for key, value in func.attrs.items():
         kernel = kernel.with_attr(key, value)
+    if "op_pattern" in func.attrs:
+        kernel = kernel.with_attr("op_pattern", 8)  # opaque: nothing to fuse or rewrite
     return kernel
 
 

@@ -226,7 +226,10 @@ def regrid(src, geo, variant: str):
         return tirx.if_then_else(ok, value, tirx.const(0, "uint8"))
 
     y = te.compute(shape, body, name="y")
-    return describe(te.create_prim_func([x, y]), op="regrid", variant=variant)
+    return describe(
+        te.create_prim_func([x, y]), op="regrid", variant=variant, geo=_geo_list(geo),
+        src=[src.variant, list(src.shape), src.h, src.w, src.c, src.wq],
+    )
 
 
 def shift_copy(v: int, groups: int, src_bytes: int, dst_bytes: int, shift: int):
