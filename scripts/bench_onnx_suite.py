@@ -58,22 +58,10 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def primary_op(name: str, ops: list[str]) -> str:
-    """The operator a case is about (``test_lstm_with_peepholes`` -> ``LSTM``)."""
-    import re
-
-    stem = name.removeprefix("test_")
-    for op in ops:
-        snake = re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op).lower()
-        if stem.startswith((op.lower(), snake)):
-            return op
-    return ops[-1] if ops else "?"
-
-
 def select_cases(cases, quick: bool, patterns: str | None):
     import re
 
-    from tvm_cocopie.onnx_ops.conformance import case_ops
+    from tvm_cocopie.onnx_ops.conformance import case_ops, primary_op
 
     groups: dict[str, list] = defaultdict(list)
     for case in cases:

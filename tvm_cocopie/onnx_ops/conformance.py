@@ -59,6 +59,22 @@ def case_ops(proto: onnx.ModelProto) -> list[str]:
     return list(seen)
 
 
+def primary_op(name: str, ops: Sequence[str]) -> str:
+    """The operator a case is about (``test_lstm_with_peepholes`` -> ``LSTM``).
+
+    The first of ``ops`` whose name (or snake_case name) starts the case's name, else
+    the last op (an ``_expanded`` case's final node).
+    """
+    import re
+
+    stem = name.removeprefix("test_")
+    for op in ops:
+        snake = re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op).lower()
+        if stem.startswith((op.lower(), snake)):
+            return op
+    return ops[-1] if ops else "?"
+
+
 def case_opset(proto: onnx.ModelProto) -> int:
     return next((int(e.version) for e in proto.opset_import if e.domain in ("", "ai.onnx")), 1)
 

@@ -40,6 +40,8 @@ FAMILIES = (
     "detection",
     "pad",
     "control",
+    "ml",
+    "tfidf",
 )
 
 _OURS: dict[str, type] = {}
