@@ -84,3 +84,34 @@ def test_residual_blocks_run_bit_exact(layers, plan):
     assert res.exact
     if plan is not None:
         assert ("b1_1_add", "regrid") in res.roles
+
+
+@needs_toolchain
+@pytest.mark.parametrize("variant", ["vmpy", "vmpa", "vrmpy"])
+def test_same_layout_regrid_copy_equals_the_gather(variant):
+    """The row-copy regrid (stride-2 phase split of a grid, and of the NHWC image) writes
+    exactly what the TE gather it replaces writes, in far fewer packets."""
+    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.hexagon.conv2d import ConvGeometry
+    from tvm_cocopie.hexagon.regrid import regrid_copy_kernel
+    from tvm_cocopie.schedules.hexagon_int8 import _vectorize_inner
+    from tvm_cocopie.topi import int8_hvx
+
+    rng = np.random.default_rng(5)
+    h, w, c, wq = 10, 10, 16, 12
+    shape = ConvGeometry(h, wq, 1).out_shape(variant, c)
+    for src, x in (
+        (executor.Tensor("x", h, w, c, variant, wq, shape), rng.integers(0, 256, shape)),
+        (executor.Tensor("x", h, w, 3, None, 0, (1, h, w, 3)), rng.integers(0, 256, (1, h, w, 3))),
+    ):
+        geo = ConvGeometry(h, w, 3, 2, 1)
+        x = x.astype(np.uint8)
+        y0 = np.zeros(geo.in_shape(variant, src.c), np.uint8)
+        gather = _vectorize_inner(int8_hvx.regrid(src, geo, variant))
+        copy = regrid_copy_kernel(variant, src.shape, h, w, src.wq or w, geo, src.c)
+        (ref,), slow = runner.run_func(gather.with_attr("global_symbol", "gather"), [x, y0],
+                                       count_packets=True)
+        (out,), fast = runner.run_func(copy.with_attr("global_symbol", "copy"), [x, y0],
+                                       count_packets=True)
+        assert np.array_equal(out, ref)
+        assert fast.packets[0] < slow.packets[0]
