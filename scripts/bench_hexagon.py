@@ -22,7 +22,9 @@ checked bit for bit against numpy, and its executed VLIW packets are counted
   Hexagon here: it needs an RPC device); MACs per packet against the HVX peak;
 - GCD²'s global layout/instruction selection against local per-op choice on the
   int8 ResNet-50 and MobileNetV2 layer graphs (224x224, cost model), with search time;
-- the static executor running the first MobileNetV2 blocks as one int8 program.
+- the static executor running int8 networks as one program each (MobileNetV2's first
+  blocks, ResNet-50's stem, max pool and first two bottlenecks with residual adds),
+  bit-exact against numpy, with the global plan against the local one, both measured.
 
 JSON (``--json PATH``): ``{"bench": "hexagon", "machine", "records", "summary"}``;
 records ``{op, impl, shape, packets, exact, ...}``; summary keys ``table_4_2``,
@@ -206,7 +208,7 @@ def main(argv=None) -> int:
 
     resnet = {} if args.no_resnet else resnet_convs(records, args, t)
     selection_summary = global_vs_local()
-    network = run_network(records, t)
+    network = run_network(records, t, args.quick)
 
     table = table_4_2(records, sizes)
     speedups = stock_speedups(records)
@@ -312,8 +314,19 @@ def global_vs_local() -> dict:
             glo = selection.global_select(graph)
             exact = selection.frontier_select(graph)
             key = name if weights == "int8" else f"{name}_7bit_weights"
+            # why local is (nearly) global: how far each operator's second-best plan is
+            gaps = sorted(
+                sorted(n.plans.values())[1] / min(n.plans.values())
+                for n in graph.nodes
+                if len(set(n.plans.values())) > 1
+            )
             out[key] = {
                 "ratio": round(loc.cost / glo.cost, 4),
+                "local_op_packets": round(loc.op_cost(graph)),
+                "global_op_packets": round(glo.op_cost(graph)),
+                "second_best_over_best_min": round(gaps[0], 3),
+                "second_best_over_best_median": round(gaps[len(gaps) // 2], 3),
+                "ops_within_5pct_of_best": sum(g < 1.05 for g in gaps),
                 "local_packets": round(loc.cost),
                 "global_packets": round(glo.cost),
                 "exact_dp_packets": round(exact.cost),
@@ -329,49 +342,77 @@ def global_vs_local() -> dict:
     return out
 
 
-def run_network(records, t) -> dict:
-    """The static executor on the first MobileNetV2 blocks (32x32 input)."""
+#: Networks the static executor runs (32x32 input, int8), residual adds included.
+NETWORKS = {
+    "mobilenetv2_head": (
+        "MobileNetV2 stem + first two inverted residual blocks",
+        lambda executor: executor.mobilenetv2_head(32),
+    ),
+    "mobilenetv2_blocks": (
+        "MobileNetV2 stem + first three inverted residuals (the third with its add)",
+        lambda executor: executor.mobilenetv2_blocks(32),
+    ),
+    "resnet50_head": (
+        "ResNet-50 stem, max pool, two bottlenecks with shortcuts and adds",
+        lambda executor: executor.resnet50_head(32, 2),
+    ),
+}
+
+
+def run_network(records, t, quick: bool = False) -> dict:
+    """The static executor on whole int8 networks (32x32 input), bit-exact vs numpy;
+    GCD²'s global plan against local per-op choice, both measured on the emulator."""
     from tvm_cocopie.hexagon import executor
 
-    net = executor.quantize(executor.mobilenetv2_head(32), seed=0)
-    res = executor.run_network(net, timeout=t["timeout"])
-    macs = sum(q.layer.macs for q in net.layers)
-    rec = {
-        "op": "network",
-        "impl": "mobilenetv2_head",
-        "shape": [1, 32, 32, 3],
-        "packets": res.total_packets,
-        "exact": res.exact,
-    }
-    records.append(rec)
-    log.info("network mobilenetv2_head: %d packets, exact=%s", res.total_packets, res.exact)
-    # the same network with a layout change at every layer (measured, not modelled):
-    # what ignoring transform costs does on the device
-    mixed = dict.fromkeys(res.plan, "vrmpy")
-    for name, variant in zip(sorted(mixed), ("vmpy", "vrmpy") * len(mixed)):
-        mixed[name] = variant
-    alt = executor.run_network(net, mixed, timeout=t["timeout"])
-    records.append(
-        {
-            **rec,
-            "impl": "mobilenetv2_head_mixed_layouts",
-            "packets": alt.total_packets,
-            "exact": alt.exact,
+    out = {}
+    names = ["mobilenetv2_head", "resnet50_head"] if quick else list(NETWORKS)
+    for name in names:
+        title, layers = NETWORKS[name]
+        net = executor.quantize(layers(executor), seed=0)
+        res = executor.run_network(net, timeout=t["timeout"])
+        rec = {
+            "op": "network",
+            "impl": name,
+            "shape": [1, 32, 32, 3],
+            "packets": res.total_packets,
+            "exact": res.exact,
         }
-    )
-    return {
-        "model": "MobileNetV2 stem + first two inverted residual blocks, 32x32, int8",
-        "total_packets": res.total_packets,
-        "packets_by_role": res.packets_by_role(),
-        "plan": res.plan,
-        "macs": macs,
-        "arena_bytes": res.arena_bytes,
-        "separate_buffer_bytes": res.naive_bytes,
-        "exact": res.exact,
-        "mixed_layout_plan": mixed,
-        "mixed_layout_packets": alt.total_packets,
-        "mixed_layout_packets_by_role": alt.packets_by_role(),
-    }
+        records.append(rec)
+        log.info("network %s: %d packets, exact=%s", name, res.total_packets, res.exact)
+        row = {
+            "model": f"{title}, 32x32, int8",
+            "total_packets": res.total_packets,
+            "packets_by_role": res.packets_by_role(),
+            "plan": res.plan,
+            "macs": sum(q.layer.macs for q in net.layers),
+            "arena_bytes": res.arena_bytes,
+            "separate_buffer_bytes": res.naive_bytes,
+            "exact": res.exact,
+        }
+        local = executor.choose_plans(net, local=True)
+        if local != res.plan:
+            loc = executor.run_network(net, local, timeout=t["timeout"])
+            records.append({**rec, "impl": f"{name}_local_plan", "packets": loc.total_packets,
+                            "exact": loc.exact})
+            row["local_plan_packets"] = loc.total_packets
+        else:
+            row["local_plan_packets"] = res.total_packets
+        row["measured_global_over_local"] = round(row["local_plan_packets"] / res.total_packets, 4)
+        if name == "mobilenetv2_head":
+            # a layout change at every layer (measured): what ignoring transforms costs
+            mixed = dict.fromkeys(res.plan, "vrmpy")
+            for lay, variant in zip(sorted(mixed), ("vmpy", "vrmpy") * len(mixed)):
+                mixed[lay] = variant
+            alt = executor.run_network(net, mixed, timeout=t["timeout"])
+            records.append({**rec, "impl": f"{name}_mixed_layouts", "packets": alt.total_packets,
+                            "exact": alt.exact})
+            row.update(
+                mixed_layout_plan=mixed,
+                mixed_layout_packets=alt.total_packets,
+                mixed_layout_packets_by_role=alt.packets_by_role(),
+            )
+        out[name] = row
+    return out
 
 
 def _emulator_info(target) -> dict:
@@ -464,9 +505,12 @@ def _report(table, speedups, summary) -> None:
             f"global over local, {name}: {row['ratio']}x "
             f"(selection {row['selection_seconds']} s, {row['partitions']} partitions)"
         )
-    if summary.get("network"):
-        net = summary["network"]
-        print(f"network: {net['total_packets']} packets, exact={net['exact']}")
+    for name, net in summary.get("network", {}).items():
+        print(
+            f"network {name}: {net['total_packets']} packets {net['packets_by_role']}, "
+            f"exact={net['exact']}, measured global over local "
+            f"{net['measured_global_over_local']}x"
+        )
     print(f"all results bit-exact: {summary['all_exact']}")
 
 
