@@ -41,82 +41,72 @@ def softplus(bb, x, dtype):
     return op.add(op.maximum(x, scalar(0.0, dtype)), tail)
 
 
-@register("Softplus")
-class Softplus(stock.OnnxOpConverter):
+def unary(op_type: str, opset: int, build):
+    """Register the converter of a one-input element-wise op from opset ``opset`` on.
+
+    ``build(bb, x, dtype, attr)`` returns the Relax expression; its docstring is the
+    converter's. The converters below differ only in that expression.
+    """
+
+    def impl(cls, bb, inputs, attr, params):
+        x = inputs[0]
+        return build(bb, x, dtype_of(x), attr)
+
+    members = {"__doc__": build.__doc__, f"_impl_v{opset}": classmethod(impl)}
+    return register(op_type)(type(op_type, (stock.OnnxOpConverter,), members))
+
+
+def _softplus(bb, x, dtype, attr):
     """``log(exp(x) + 1)``."""
-
-    @classmethod
-    def _impl_v1(cls, bb, inputs, attr, params):
-        return softplus(bb, inputs[0], dtype_of(inputs[0]))
+    return softplus(bb, x, dtype)
 
 
-@register("Mish")
-class Mish(stock.OnnxOpConverter):
+def _mish(bb, x, dtype, attr):
     """``x * tanh(softplus(x))``."""
-
-    @classmethod
-    def _impl_v18(cls, bb, inputs, attr, params):
-        x = inputs[0]
-        sp = bb.emit(softplus(bb, x, dtype_of(x)))
-        return relax.op.multiply(x, relax.op.tanh(sp))
+    return relax.op.multiply(x, relax.op.tanh(bb.emit(softplus(bb, x, dtype))))
 
 
-@register("Elu")
-class Elu(stock.OnnxOpConverter):
+def _elu(bb, x, dtype, attr):
     """``x`` if ``x >= 0`` else ``alpha * (exp(x) - 1)``, in the input's type."""
-
-    @classmethod
-    def _impl_v1(cls, bb, inputs, attr, params):
-        op = relax.op
-        x = inputs[0]
-        dtype = dtype_of(x)
-        alpha = scalar(float(attr.get("alpha", 1.0)), dtype)
-        neg = op.multiply(alpha, op.subtract(op.exp(x), scalar(1.0, dtype)))
-        return op.where(op.less(x, scalar(0.0, dtype)), neg, x)
+    op = relax.op
+    alpha = scalar(float(attr.get("alpha", 1.0)), dtype)
+    neg = op.multiply(alpha, op.subtract(op.exp(x), scalar(1.0, dtype)))
+    return op.where(op.less(x, scalar(0.0, dtype)), neg, x)
 
 
-@register("Celu")
-class Celu(stock.OnnxOpConverter):
+def _celu(bb, x, dtype, attr):
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
-
-    @classmethod
-    def _impl_v12(cls, bb, inputs, attr, params):
-        op = relax.op
-        x = inputs[0]
-        dtype = dtype_of(x)
-        alpha = scalar(float(attr.get("alpha", 1.0)), dtype)
-        zero = scalar(0.0, dtype)
-        neg = op.multiply(alpha, op.subtract(op.exp(op.divide(x, alpha)), scalar(1.0, dtype)))
-        return op.add(op.maximum(x, zero), op.minimum(neg, zero))
+    op = relax.op
+    alpha = scalar(float(attr.get("alpha", 1.0)), dtype)
+    zero = scalar(0.0, dtype)
+    neg = op.multiply(alpha, op.subtract(op.exp(op.divide(x, alpha)), scalar(1.0, dtype)))
+    return op.add(op.maximum(x, zero), op.minimum(neg, zero))
 
 
-@register("Swish")
-class Swish(stock.OnnxOpConverter):
+def _swish(bb, x, dtype, attr):
     """``x * sigmoid(alpha * x)``."""
-
-    @classmethod
-    def _impl_v24(cls, bb, inputs, attr, params):
-        x = inputs[0]
-        alpha = float(attr.get("alpha", 1.0))
-        scaled = x if alpha == 1.0 else relax.op.multiply(x, scalar(alpha, dtype_of(x)))
-        return relax.op.multiply(x, relax.op.sigmoid(scaled))
+    alpha = float(attr.get("alpha", 1.0))
+    scaled = x if alpha == 1.0 else relax.op.multiply(x, scalar(alpha, dtype))
+    return relax.op.multiply(x, relax.op.sigmoid(scaled))
 
 
-@register("IsInf")
-class IsInf(stock.OnnxOpConverter):
+def _isinf(bb, x, dtype, attr):
     """``+inf`` and/or ``-inf`` as chosen by ``detect_positive``/``detect_negative``."""
+    op = relax.op
+    pos, neg = int(attr.get("detect_positive", 1)), int(attr.get("detect_negative", 1))
+    if pos and neg:
+        return op.isinf(x)
+    if not pos and not neg:
+        return op.zeros_like(x, "bool") if hasattr(op, "zeros_like") else op.less(x, x)
+    return op.equal(x, scalar(np.inf if pos else -np.inf, dtype))
 
-    @classmethod
-    def _impl_v10(cls, bb, inputs, attr, params):
-        op = relax.op
-        x = inputs[0]
-        dtype = dtype_of(x)
-        pos, neg = int(attr.get("detect_positive", 1)), int(attr.get("detect_negative", 1))
-        if pos and neg:
-            return op.isinf(x)
-        if not pos and not neg:
-            return op.zeros_like(x, "bool") if hasattr(op, "zeros_like") else op.less(x, x)
-        return op.equal(x, scalar(np.inf if pos else -np.inf, dtype))
+
+Softplus = unary("Softplus", 1, _softplus)
+Mish = unary("Mish", 18, _mish)
+Elu = unary("Elu", 1, _elu)
+Celu = unary("Celu", 12, _celu)
+Swish = unary("Swish", 24, _swish)
+IsInf = unary("IsInf", 10, _isinf)
 
 
 @register("Mod")
@@ -233,5 +223,5 @@ class SwiGLU(stock.OnnxOpConverter):
     @classmethod
     def _impl_v28(cls, bb, inputs, attr, params):
         a, b = inputs[0], inputs[1]
-        gate = bb.emit(Swish._impl_v24(bb, stock.onnx_input([a]), attr, params))
+        gate = bb.emit(_swish(bb, a, dtype_of(a), attr))
         return relax.op.multiply(gate, b)

@@ -63,33 +63,35 @@ def _granularity(attr, x, param):
     return axis, rank, block
 
 
+def _stock_fallbacks(stock_cls, versions=(10, 13, 19, 21, 23)):
+    """Class decorator: each ``_impl_vN`` calls ``cls._convert`` with stock's ``_impl_vN``.
+
+    ``_convert`` handles the integer types itself and hands the others (float8,
+    sub-byte) to the stock converter of the same opset.
+    """
+
+    def delegate(fallback):
+        def impl(cls, bb, inputs, attr, params):
+            return cls._convert(bb, inputs, attr, params, fallback)
+
+        return classmethod(impl)
+
+    def wrap(cls):
+        for version in versions:
+            setattr(cls, f"_impl_v{version}", delegate(getattr(stock_cls, f"_impl_v{version}")))
+        return cls
+
+    return wrap
+
+
 def _zero_point_or_none(expr):
     return None if is_empty(expr) else expr
 
 
 @register("DequantizeLinear")
+@_stock_fallbacks(stock.DequantizeLinear)
 class DequantizeLinear(stock.DequantizeLinear):
     """``y = (x - zero_point) * scale``."""
-
-    @classmethod
-    def _impl_v10(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.DequantizeLinear._impl_v10)
-
-    @classmethod
-    def _impl_v13(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.DequantizeLinear._impl_v13)
-
-    @classmethod
-    def _impl_v19(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.DequantizeLinear._impl_v19)
-
-    @classmethod
-    def _impl_v21(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.DequantizeLinear._impl_v21)
-
-    @classmethod
-    def _impl_v23(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.DequantizeLinear._impl_v23)
 
     @classmethod
     def _convert(cls, bb, inputs, attr, params, fallback):
@@ -111,28 +113,9 @@ class DequantizeLinear(stock.DequantizeLinear):
 
 
 @register("QuantizeLinear")
+@_stock_fallbacks(stock.QuantizeLinear)
 class QuantizeLinear(stock.QuantizeLinear):
     """``y = saturate(round_half_even(x / scale) + zero_point)``."""
-
-    @classmethod
-    def _impl_v10(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.QuantizeLinear._impl_v10)
-
-    @classmethod
-    def _impl_v13(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.QuantizeLinear._impl_v13)
-
-    @classmethod
-    def _impl_v19(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.QuantizeLinear._impl_v19)
-
-    @classmethod
-    def _impl_v21(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.QuantizeLinear._impl_v21)
-
-    @classmethod
-    def _impl_v23(cls, bb, inputs, attr, params):
-        return cls._convert(bb, inputs, attr, params, stock.QuantizeLinear._impl_v23)
 
     @classmethod
     def _convert(cls, bb, inputs, attr, params, fallback):
