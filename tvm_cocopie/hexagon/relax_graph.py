@@ -5,12 +5,14 @@ operator is compiled. For a Hexagon target, ``tvm.compile(mod, target,
 relax_pipeline="cocopie")`` runs :class:`HexagonSelect` in the pipeline's ``layout``
 stage:
 
-1. it reads the model's int8 convolution chain from Relax operators
-   (:func:`relax_module` writes that form): per layer ``nn.conv2d`` (NHWC, HWIO,
-   uint8 x int8 -> int32, dense or depthwise), ``add`` of an int32 bias, and the
-   requantization of :class:`~tvm_cocopie.topi.int8_compute.Requant` as ``astype
-   int64``, ``multiply``, ``add``, ``right_shift``, ``add``, ``clip(0, 255)``,
-   ``astype uint8``;
+1. it reads the model's int8 network from Relax operators (:func:`relax_module`
+   writes that form): a conv is ``nn.conv2d`` (NHWC, HWIO, uint8 x int8 -> int32,
+   dense or depthwise), ``add`` of an int32 bias, and the requantization of
+   :class:`~tvm_cocopie.topi.int8_compute.Requant` as ``astype int64``, ``multiply``,
+   ``add``, ``right_shift``, ``add``, ``clip(0, 255)``, ``astype uint8``; a residual
+   add is :class:`~tvm_cocopie.topi.int8_compute.AddRequant` (``astype int32`` and
+   ``multiply`` of each input, ``add``, ``add``, ``right_shift``, ``clip``,
+   ``astype uint8``); a max pool is ``nn.max_pool2d`` (NHWC, uint8);
 2. it runs the global selection (:func:`.executor.choose_plans`: cost model, chain DP);
 3. it replaces the chain by ``call_tir`` to the HVX-layout TE computes of
    :mod:`tvm_cocopie.topi.int8_hvx` for the chosen variants, the layout transforms
@@ -31,15 +33,11 @@ import logging
 import numpy as np
 
 from ..errors import TargetError, UnsupportedOperatorError
-from ..topi.int8_compute import Requant
+from ..topi.int8_compute import AddRequant, Requant
 from .executor import QLayer, QNetwork, choose_plans, compile_network
 from .networks import Layer
 
 log = logging.getLogger(__name__)
-
-#: The requantization as Relax operators after the conv and its bias ``add``.
-REQUANT_OPS = ("astype", "multiply", "add", "right_shift", "add", "clip", "astype")
-
 
 # ------------------------------------------------------------------ the Relax form
 
@@ -51,11 +49,24 @@ def _const(value, dtype):
     return relax.const(value, dtype) if value.ndim == 0 else relax.const(value)
 
 
-def emit_qconv(bb, x, q: QLayer):
-    """Emit one quantized layer of ``q`` on ``x`` (NHWC uint8); returns the uint8 var."""
+def emit_qconv(bb, x, q: QLayer, other=None):
+    """Emit the Relax operators of layer ``q`` on ``x`` (NHWC uint8; ``other``: the
+    second input of a residual add); returns the final uint8 expression (not emitted)."""
     from tvm import relax
 
     lay = q.layer
+    if lay.op == "pool":
+        return relax.op.nn.max_pool2d(x, lay.k, lay.s, lay.p, layout="NHWC")
+    if lay.op == "add":
+        arq = q.rq
+        a = bb.emit(relax.op.multiply(bb.emit(relax.op.astype(x, "int32")),
+                                      _const(arq.ma, "int32")))
+        b = bb.emit(relax.op.multiply(bb.emit(relax.op.astype(other, "int32")),
+                                      _const(arq.mb, "int32")))
+        y = bb.emit(relax.op.add(bb.emit(relax.op.add(a, b)),
+                                 _const(1 << (arq.shift - 1), "int32")))
+        y = bb.emit(relax.op.right_shift(y, _const(arq.shift, "int32")))
+        return relax.op.astype(bb.emit(relax.op.clip(y, 0, 255)), "uint8")
     w = q.weights if lay.op == "conv" else q.weights[:, :, None, :]
     acc = bb.emit(
         relax.op.nn.conv2d(
@@ -76,19 +87,25 @@ def emit_qconv(bb, x, q: QLayer):
 
 
 def relax_module(net: QNetwork):
-    """The quantized chain ``net`` as a Relax module ``main(image: uint8 NHWC)``."""
+    """The quantized network ``net`` as a Relax module ``main(image: uint8 NHWC)``."""
     from tvm import relax
+
+    from .executor import _source
 
     first = net.layers[0].layer
     x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            cur = x
+            env, prev = {"input": x}, "input"
             for i, q in enumerate(net.layers):
-                expr = emit_qconv(bb, cur, q)
-                cur = bb.emit_output(expr) if i == len(net.layers) - 1 else bb.emit(expr)
-        bb.emit_func_output(cur)
+                srcs = _source(q.layer, prev)
+                expr = emit_qconv(bb, *(env[n] for n in srcs[:1]), q,
+                                  *(env[n] for n in srcs[1:]))
+                last = i == len(net.layers) - 1
+                env[q.layer.name] = bb.emit_output(expr) if last else bb.emit(expr)
+                prev = q.layer.name
+        bb.emit_func_output(env[prev])
     return bb.get()
 
 
@@ -103,110 +120,6 @@ def _op_name(expr) -> str:
     return type(expr).__name__
 
 
-def _scalar(expr, what: str) -> int:
-
-    if not isinstance(expr, _constant_type()) or _array(expr).size != 1:
-        raise UnsupportedOperatorError(f"{what} must be a scalar constant, got {expr}")
-    return int(_array(expr).reshape(()))
-
-
-def _shape(var) -> tuple:
-    return tuple(int(d) for d in var.ty.shape)
-
-
-class _Chain:
-    """Walks the bindings of ``main`` from its input, one consumer at a time."""
-
-    def __init__(self, func):
-        from tvm import relax
-
-        self.values, self.users, self.order = {}, {}, []
-        for block in func.body.blocks:
-            for b in block.bindings:
-                if not isinstance(b, relax.VarBinding):
-                    raise UnsupportedOperatorError(f"{b.var.name}: a match_cast binding")
-                self.values[b.var] = b.value
-                self.order.append(b.var)
-                for arg in getattr(b.value, "args", []):
-                    if isinstance(arg, relax.Var):
-                        self.users.setdefault(arg, []).append(b.var)
-        self.used = set()
-
-    def next(self, cur, op: str):
-        users = self.users.get(cur, [])
-        if len(users) != 1:
-            raise UnsupportedOperatorError(
-                f"{cur.name} is read {len(users)} times; the Hexagon pipeline compiles "
-                "int8 conv chains (no branches or residual adds yet)"
-            )
-        var = users[0]
-        call = self.values[var]
-        if _op_name(call) != op:
-            raise UnsupportedOperatorError(
-                f"{var.name} = {_op_name(call)}(...) where the int8 conv pattern "
-                f"expects {op} (conv2d, add bias, then {', '.join(REQUANT_OPS)})",
-                {_op_name(call): 1},
-            )
-        self.used.add(var)
-        return var, call
-
-
-def _layer(chain: _Chain, cur, index: int):
-    """``(QLayer, output var)`` of the quantized conv reading ``cur``."""
-    var, conv = chain.next(cur, "nn.conv2d")
-    a = conv.attrs
-    name = f"{var.name}_{index}"
-    n, h, w, c = _shape(cur)
-    weights = conv.args[1]
-    problems = []
-    if str(a.data_layout) != "NHWC" or str(a.kernel_layout) != "HWIO":
-        problems.append(f"layouts {a.data_layout}/{a.kernel_layout} (need NHWC/HWIO)")
-    if str(a.out_dtype) != "int32" or str(cur.ty.dtype) != "uint8":
-        problems.append(f"dtypes {cur.ty.dtype} -> {a.out_dtype} (need uint8 -> int32)")
-    if not isinstance(weights, _constant_type()) or str(_array(weights).dtype) != "int8":
-        problems.append("weights that are not an int8 constant")
-    pads, strides = [int(p) for p in a.padding], [int(s) for s in a.strides]
-    if len(set(pads)) != 1 or len(set(strides)) != 1 or any(int(d) != 1 for d in a.dilation):
-        problems.append(f"padding {pads}, strides {strides}, dilation {list(a.dilation)}")
-    if n != 1:
-        problems.append(f"batch {n}")
-    if problems:
-        raise UnsupportedOperatorError(
-            f"{var.name}: conv2d with {'; '.join(problems)} is not supported on Hexagon"
-        )
-    wt = _array(weights)
-    kh, kw, ci, o = wt.shape
-    groups = int(a.groups)
-    if kh != kw or not (groups == 1 or (groups == c == o and ci == 1)):
-        raise UnsupportedOperatorError(
-            f"{var.name}: a {kh}x{kw} conv with {groups} groups; Hexagon runs square "
-            "dense or depthwise convolutions"
-        )
-    op = "conv" if groups == 1 else "dwconv"
-    lay = Layer(name, op, (), h, w, c, o, kh, strides[0], pads[0])
-    var, add = chain.next(var, "add")
-    bias = add.args[1]
-    if not isinstance(bias, _constant_type()) or _array(bias).shape != (o,):
-        raise UnsupportedOperatorError(f"{var.name}: the bias must be an int32 [{o}] constant")
-    rq_args = []
-    for op_name in REQUANT_OPS:
-        var, call = chain.next(var, op_name)
-        if op_name in ("multiply", "add", "right_shift"):
-            rq_args.append(_scalar(call.args[1], f"{var.name}'s {op_name} operand"))
-        elif op_name == "clip":
-            bounds = [int(v.value) for v in call.args[1:]]
-            if bounds != [0, 255]:
-                raise UnsupportedOperatorError(f"{var.name}: clip{bounds}, need [0, 255]")
-    m, rounding, shift, zp = rq_args
-    if rounding != 1 << (shift - 1):
-        raise UnsupportedOperatorError(
-            f"{var.name}: rounding constant {rounding} is not 2**(shift-1) = {1 << (shift - 1)}"
-        )
-    weights_np = wt if op == "conv" else wt[:, :, 0, :]
-    rq = Requant(m, shift, zp)
-    return QLayer(lay, weights_np, _array(bias).astype(np.int32), rq), var
-
-
 def _constant_type():
     import tvm
 
@@ -217,26 +130,193 @@ def _array(const) -> np.ndarray:
     return const.value.numpy()
 
 
+def _scalar(expr, what: str) -> int:
+    if not isinstance(expr, _constant_type()) or _array(expr).size != 1:
+        raise UnsupportedOperatorError(f"{what} must be a scalar constant, got {expr}")
+    return int(_array(expr).reshape(()))
+
+
+def _shape(var) -> tuple:
+    return tuple(int(d) for d in var.ty.shape)
+
+
+class _Graph:
+    """The bindings of ``main``: values, uses, and which ones a pattern consumed."""
+
+    def __init__(self, func):
+        from tvm import relax
+
+        self.values, self.uses, self.order, self.used = {}, {}, [], set()
+        for block in func.body.blocks:
+            for b in block.bindings:
+                if not isinstance(b, relax.VarBinding):
+                    raise UnsupportedOperatorError(f"{b.var.name}: a match_cast binding")
+                self.values[b.var] = b.value
+                self.order.append(b.var)
+                for arg in getattr(b.value, "args", []):
+                    if isinstance(arg, relax.Var):
+                        self.uses[arg] = self.uses.get(arg, 0) + 1
+
+    def producer(self, expr, op: str, what: str):
+        """The call of ``op`` bound to ``expr``, used only here (inside a pattern)."""
+        call = self.values.get(expr)
+        if call is None or _op_name(call) != op:
+            got = _op_name(call) if call is not None else type(expr).__name__
+            raise UnsupportedOperatorError(
+                f"{what}: found {got} where the int8 pattern expects {op} "
+                "(see tvm_cocopie.hexagon.relax_graph for the patterns)",
+                {got: 1},
+            )
+        if self.uses.get(expr, 0) != 1:
+            raise UnsupportedOperatorError(
+                f"{expr.name} ({op}) is read {self.uses.get(expr, 0)} times inside an int8 "
+                "requantization; only its uint8 result may be shared"
+            )
+        self.used.add(expr)
+        return call
+
+
+def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
+    """The conv layer whose requantization ends in ``rq_expr`` (``add`` of the zero point)."""
+    what = out.name
+    zp_add = graph.producer(rq_expr, "add", what)
+    shifted = graph.producer(zp_add.args[0], "right_shift", what)
+    rounded = graph.producer(shifted.args[0], "add", what)
+    scaled = graph.producer(rounded.args[0], "multiply", what)
+    wide = graph.producer(scaled.args[0], "astype", what)
+    biased = graph.producer(wide.args[0], "add", what)
+    conv = graph.producer(biased.args[0], "nn.conv2d", what)
+    m = _scalar(scaled.args[1], f"{what}'s multiplier")
+    rounding = _scalar(rounded.args[1], f"{what}'s rounding")
+    shift = _scalar(shifted.args[1], f"{what}'s shift")
+    zp = _scalar(zp_add.args[1], f"{what}'s zero point")
+    if rounding != 1 << (shift - 1):
+        raise UnsupportedOperatorError(
+            f"{what}: rounding constant {rounding} is not 2**(shift-1) = {1 << (shift - 1)}"
+        )
+    x, weights = conv.args[0], conv.args[1]
+    if x not in names:
+        raise UnsupportedOperatorError(f"{what}: the conv reads {x.name}, not a uint8 tensor")
+    a = conv.attrs
+    n, h, w, c = _shape(x)
+    problems = []
+    if str(a.data_layout) != "NHWC" or str(a.kernel_layout) != "HWIO":
+        problems.append(f"layouts {a.data_layout}/{a.kernel_layout} (need NHWC/HWIO)")
+    if str(a.out_dtype) != "int32" or str(x.ty.dtype) != "uint8":
+        problems.append(f"dtypes {x.ty.dtype} -> {a.out_dtype} (need uint8 -> int32)")
+    if not isinstance(weights, _constant_type()) or str(_array(weights).dtype) != "int8":
+        problems.append("weights that are not an int8 constant")
+    pads, strides = [int(p) for p in a.padding], [int(s) for s in a.strides]
+    if len(set(pads)) != 1 or len(set(strides)) != 1 or any(int(d) != 1 for d in a.dilation):
+        problems.append(f"padding {pads}, strides {strides}, dilation {list(a.dilation)}")
+    if n != 1:
+        problems.append(f"batch {n}")
+    if problems:
+        raise UnsupportedOperatorError(
+            f"{what}: conv2d with {'; '.join(problems)} is not supported on Hexagon"
+        )
+    wt = _array(weights)
+    kh, kw, ci, o = wt.shape
+    groups = int(a.groups)
+    if kh != kw or not (groups == 1 or (groups == c == o and ci == 1)):
+        raise UnsupportedOperatorError(
+            f"{what}: a {kh}x{kw} conv with {groups} groups; Hexagon runs square dense or "
+            "depthwise convolutions"
+        )
+    bias = biased.args[1]
+    if not isinstance(bias, _constant_type()) or _array(bias).shape != (o,):
+        raise UnsupportedOperatorError(f"{what}: the bias must be an int32 [{o}] constant")
+    op = "conv" if groups == 1 else "dwconv"
+    lay = Layer(f"{op}{index}", op, (names[x],), h, w, c, o, kh, strides[0], pads[0])
+    weights_np = wt if op == "conv" else wt[:, :, 0, :]
+    return QLayer(lay, weights_np, _array(bias).astype(np.int32), Requant(m, shift, zp))
+
+
+def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
+    """The residual add whose requantization ends in ``rq_expr`` (``right_shift``)."""
+    what = out.name
+    shifted = graph.producer(rq_expr, "right_shift", what)
+    rounded = graph.producer(shifted.args[0], "add", what)
+    total = graph.producer(rounded.args[0], "add", what)
+    ins, mults = [], []
+    for arg in total.args:
+        scaled = graph.producer(arg, "multiply", what)
+        wide = graph.producer(scaled.args[0], "astype", what)
+        if wide.args[0] not in names:
+            raise UnsupportedOperatorError(f"{what}: the add reads a tensor that is not uint8")
+        ins.append(wide.args[0])
+        mults.append(_scalar(scaled.args[1], f"{what}'s multiplier"))
+    shift = _scalar(shifted.args[1], f"{what}'s shift")
+    if _scalar(rounded.args[1], f"{what}'s rounding") != 1 << (shift - 1):
+        raise UnsupportedOperatorError(f"{what}: rounding constant is not 2**(shift-1)")
+    if _shape(ins[0]) != _shape(ins[1]):
+        raise UnsupportedOperatorError(
+            f"{what}: adds {_shape(ins[0])} and {_shape(ins[1])}; broadcasting is not supported"
+        )
+    _, h, w, c = _shape(ins[0])
+    lay = Layer(f"add{index}", "add", tuple(names[v] for v in ins), h, w, c, c)
+    return QLayer(lay, None, None, AddRequant(mults[0], mults[1], shift))
+
+
+def _max_pool(graph: _Graph, out, call, names: dict, index: int):
+    a = call.attrs
+    x = call.args[0]
+    pool, strides, pads = ([int(v) for v in vals] for vals in (a.pool_size, a.strides, a.padding))
+    ok = (
+        x in names and str(a.layout) == "NHWC" and len(set(pool)) == 1
+        and len(set(strides)) == 1 and len(set(pads)) == 1
+        and all(int(d) == 1 for d in a.dilation) and not bool(a.ceil_mode)
+    )
+    if not ok:
+        raise UnsupportedOperatorError(
+            f"{out.name}: max_pool2d {pool}/{strides}/{pads} layout {a.layout}; Hexagon runs "
+            "square NHWC max pools on uint8 tensors"
+        )
+    _, h, w, c = _shape(x)
+    lay = Layer(f"pool{index}", "pool", (names[x],), h, w, c, c, pool[0], strides[0], pads[0])
+    return QLayer(lay, None, None, None)
+
+
 def read_network(func) -> QNetwork:
-    """The quantized conv chain of a Relax function written as :func:`relax_module` does."""
+    """The quantized network of a Relax function written as :func:`relax_module` does:
+    int8 convs, residual adds and max pools, each a pattern of Relax operators ending
+    in a uint8 tensor; anything else raises :class:`UnsupportedOperatorError`."""
     if len(func.params) != 1:
         raise UnsupportedOperatorError(
             f"main takes {len(func.params)} inputs; the Hexagon pipeline compiles one image input"
         )
-    chain = _Chain(func)
-    cur = func.params[0]
+    graph = _Graph(func)
+    names = {func.params[0]: "input"}
     layers = []
-    out = func.body.body
-    while not cur.same_as(out) and chain.users.get(cur):
-        q, cur = _layer(chain, cur, len(layers))
+    for var in graph.order:
+        call = graph.values[var]
+        op = _op_name(call)
+        if op == "nn.max_pool2d":
+            q = _max_pool(graph, var, call, names, len(layers))
+        elif op == "astype" and str(call.attrs.dtype) == "uint8":
+            clip = graph.producer(call.args[0], "clip", var.name)
+            bounds = [int(v.value) for v in clip.args[1:]]
+            if bounds != [0, 255]:
+                raise UnsupportedOperatorError(f"{var.name}: clip{bounds}, need [0, 255]")
+            inner = graph.values.get(clip.args[0])
+            if inner is not None and _op_name(inner) == "right_shift":
+                q = _residual_add(graph, var, clip.args[0], names, len(layers))
+            else:
+                q = _conv(graph, var, clip.args[0], names, len(layers))
+        else:
+            continue
+        graph.used.add(var)
+        names[var] = q.layer.name
         layers.append(q)
-    left = [v for v in chain.order if v not in chain.used]
-    if left or not cur.same_as(out) or not layers:
-        ops = {}
+    left = [v for v in graph.order if v not in graph.used]
+    out = func.body.body
+    if left or out not in names or not layers:
+        ops: dict = {}
         for v in left:
-            ops[_op_name(chain.values[v])] = ops.get(_op_name(chain.values[v]), 0) + 1
+            ops[_op_name(graph.values[v])] = ops.get(_op_name(graph.values[v]), 0) + 1
         raise UnsupportedOperatorError(
-            f"the Hexagon pipeline compiles int8 conv chains; not compiled: {ops or 'no conv'}",
+            "the Hexagon pipeline compiles int8 convs, residual adds and max pools; "
+            f"not compiled: {ops or 'no layer'}",
             ops,
         )
     return QNetwork(layers, None, 1.0, 1.0)
