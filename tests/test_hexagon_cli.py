@@ -24,13 +24,16 @@ def mobilenet_path(tmp_path_factory):
     return path
 
 
-def test_conv_chain_folds_batchnorm_and_stops_at_the_first_branch(mobilenet_path):
+def test_conv_chain_folds_batchnorm_and_reads_the_trunk_up_to_the_pool(mobilenet_path):
     import onnx
 
     layers, weights, stopped = onnx_chain.conv_chain(onnx.load(str(mobilenet_path)), 16)
     ops = [lay.op for lay in layers[1:]]
     assert ops[:3] == ["conv", "dwconv", "conv"]
-    assert "read 2 times" in stopped  # the first residual branch
+    adds = [lay for lay in layers if lay.op == "add"]
+    assert len(adds) == 10  # MobileNetV2's residual connections
+    assert all(len(lay.inputs) == 2 for lay in adds)
+    assert "GlobalAveragePool" in stopped
     w, b = weights[layers[1].name]
     assert w.shape == (3, 3, 3, 32) and b.shape == (32,) and np.abs(b).max() > 0
 

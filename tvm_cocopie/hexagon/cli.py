@@ -1,4 +1,4 @@
-"""``tvm-cocopie hexagon run MODEL.onnx``: a model's leading conv chain on emulated HVX.
+"""``tvm-cocopie hexagon run MODEL.onnx``: a model's int8 trunk on emulated HVX.
 
 Wire it with ``add_parser(subparsers)``; the command reads the ONNX model
 (:mod:`.onnx_chain`), quantizes it per tensor (:mod:`.executor`), selects plans with
@@ -18,7 +18,7 @@ def add_parser(subparsers):
     """Add ``hexagon`` (with ``run``) to an argparse ``subparsers`` object."""
     hexagon = subparsers.add_parser("hexagon", help="run int8 models on emulated Hexagon HVX")
     sub = hexagon.add_subparsers(dest="hexagon_command", required=True)
-    run = sub.add_parser("run", help="run an ONNX CNN's leading conv chain under qemu-hexagon")
+    run = sub.add_parser("run", help="run an ONNX CNN's int8 trunk under qemu-hexagon")
     run.add_argument("model", help="ONNX file (NCHW input)")
     run.add_argument("--image-size", type=int, default=32, help="square input size (32)")
     run.add_argument("--max-layers", type=int, default=8, help="stop after this many convs")
