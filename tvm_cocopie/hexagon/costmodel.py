@@ -231,6 +231,9 @@ CALIBRATION_SHAPES = {
         (12, 12, 16, 48, 1, 1, 0),
         (10, 10, 192, 64, 1, 1, 0),
         (6, 6, 128, 256, 1, 1, 0),
+        # wide 1x1s: vrmpy's long reduction loops run faster per step than short ones
+        (12, 12, 256, 64, 1, 1, 0),
+        (8, 8, 320, 96, 1, 1, 0),
     ],
     # (H, W, C, kernel, stride, pad)
     "dwconv": [(12, 12, 32, 3, 1, 1), (16, 16, 16, 3, 2, 1), (8, 8, 64, 3, 1, 1)],
