@@ -24,6 +24,7 @@ op and by error.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -34,6 +35,9 @@ log = logging.getLogger("bench_onnx_suite")
 
 CONTENDER_KEYS = {"cocopie": "cocopie_pass", "stock": "stock_tvm_pass", "ort": "ort_pass"}
 
+#: The recurrent zoo models (issue 7): a CRNN text recognizer and a GRU keyword spotter.
+RECURRENT_MODELS = ("crnn", "kws_gru")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -43,6 +47,11 @@ def parse_args(argv=None):
     p.add_argument("--contenders", default="cocopie,stock,ort",
                    help="comma-separated subset of cocopie,stock,ort")
     p.add_argument("--no-light", action="store_true", help="skip the light models")
+    p.add_argument("--models", default=",".join(RECURRENT_MODELS),
+                   help="zoo models timed against ONNX Runtime after the cases "
+                        "(comma-separated; empty to skip)")
+    p.add_argument("--models-only", action="store_true",
+                   help="only time the --models (no conformance cases)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per node case")
     p.add_argument("--light-timeout", type=float, default=900.0,
@@ -76,6 +85,43 @@ def select_cases(cases, quick: bool, patterns: str | None):
             picked.append(members[0])
         return picked, groups
     return list(cases), groups
+
+
+def time_models(names: list[str], quick: bool) -> list[dict]:
+    """Compile each zoo model with the cocopie pipeline; error and latency vs ONNX Runtime.
+
+    One thread each (``TVM_NUM_THREADS=1``, ORT ``intra_op_num_threads=1``), the two
+    runs interleaved (:func:`tvm_cocopie.benchmarking.interleaved_times`), medians.
+    """
+    import tvm_cocopie
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie import models
+    from tvm_cocopie.target import host_target
+
+    results = []
+    for name in names:
+        model = models.build(name)
+        feeds = models.sample_inputs(model, seed=0)
+        start = time.perf_counter()
+        compiled = tvm_cocopie.compile(model, target=host_target(1))
+        compile_s = time.perf_counter() - start
+        session = bm.ort_session(model, threads=1)
+        reference = session.run(None, feeds)
+        ours = compiled(**feeds)
+        error = bm.max_rel_error(ours if isinstance(ours, list) else [ours], reference)
+        times = bm.interleaved_times(
+            {"cocopie": functools.partial(compiled, **feeds), "ort": bm.ort_runner(session, feeds)},
+            repeat=5 if quick else 30, max_seconds=30 if quick else 120)
+        cocopie_ms, ort_ms = bm.median(times["cocopie"]), bm.median(times["ort"])
+        results.append({
+            "model": name, "inputs": {k: list(v.shape) for k, v in feeds.items()},
+            "max_rel_error_vs_ort": error, "matches_ort": error < 1e-3,
+            "cocopie_ms": round(cocopie_ms, 3), "ort_ms": round(ort_ms, 3),
+            "cocopie_over_ort": round(cocopie_ms / ort_ms, 3), "runs": len(times["ort"]),
+            "compile_seconds": round(compile_s, 1), "threads": 1})
+        print(f"{name}: cocopie {cocopie_ms:.2f} ms, ORT {ort_ms:.2f} ms "
+              f"(x{cocopie_ms / ort_ms:.2f}), max rel error vs ORT {error:.1e}")
+    return results
 
 
 def summarize(records: list[dict], group_of: dict[str, str]) -> dict:
@@ -139,6 +185,13 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     start = time.perf_counter()
+    model_names = [m for m in args.models.split(",") if m]
+    if args.models_only:
+        timed = time_models(model_names, args.quick)
+        if args.json:
+            bm.write_json_atomic(args.json, bm.bench_result(
+                "onnx_suite", [], {"recurrent_models": timed, "quick": args.quick}, threads=1))
+        return 0
     cases = node_cases()
     selected, groups = select_cases(cases, args.quick, args.cases)
     if not args.no_light:
@@ -180,7 +233,8 @@ def main(argv=None) -> int:
 
     def save():
         summary = summarize(records, group_of)
-        summary.update(cases=len(selected), quick=args.quick, jobs=args.jobs,
+        summary.update(recurrent_models=timed, cases=len(selected), quick=args.quick,
+                       jobs=args.jobs,
                        pipeline=args.pipeline, timeout=args.timeout,
                        seconds=round(time.perf_counter() - start, 1))
         if args.json:
@@ -188,6 +242,7 @@ def main(argv=None) -> int:
                                                             threads=1))
         return summary
 
+    timed: list[dict] = []
     runner = IsolatedRunner(jobs=args.jobs, timeout=args.timeout, pipeline=args.pipeline,
                             light_timeout=args.light_timeout)
     bar = tqdm(total=len(tasks), desc="onnx cases", unit="case", file=sys.stderr)
@@ -202,6 +257,8 @@ def main(argv=None) -> int:
     bar.close()
     for r in records:
         r.setdefault("group", group_of.get(r["case"], "?"))
+    save()
+    timed += time_models(model_names, args.quick)
     summary = save()
     lines = [f"{k}: {summary[k]}" for k in ("cases", "cocopie_pass", "stock_tvm_pass", "ort_pass",
                                              "pass_rate_of_ort_passing",

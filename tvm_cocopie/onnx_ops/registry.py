@@ -42,6 +42,7 @@ FAMILIES = (
     "control",
     "ml",
     "tfidf",
+    "pooling",
 )
 
 _OURS: dict[str, type] = {}

@@ -1,0 +1,31 @@
+"""MaxPool's ``Indices`` output against ONNX Runtime (ONNX's suite has two such cases)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ort_run
+from onnx import TensorProto, helper
+
+from tvm_cocopie.onnx_backend import TvmCocopieBackend
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 3], "strides": [1, 2], "storage_order": 1},
+    {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [0, 1, 1, 0]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+])
+def test_maxpool_indices_match_onnxruntime(attrs):
+    x = np.random.default_rng(1).standard_normal((2, 3, 7, 8)).astype(np.float32)
+    x[0, 0, :2, :2] = 1.5  # a tie: the first tap in window order wins
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)
+    graph = helper.make_graph(
+        [node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, ["n", "c", "h", "w"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
+    values, indices = TvmCocopieBackend.prepare(model).run([x])
+    ref_values, ref_indices = ort_run(model, {"x": x})
+    np.testing.assert_array_equal(values, ref_values)
+    np.testing.assert_array_equal(indices, ref_indices)
