@@ -20,9 +20,10 @@ from tvm import relax
 from tvm.relax import op as R
 
 from tvm_cocopie import aarch64
+from tvm_cocopie.errors import CompilationError, ToolchainError
 from tvm_cocopie.target import cpu_info, parse_target
 
-pytestmark = pytest.mark.skipif(
+needs_tools = pytest.mark.skipif(
     bool(aarch64.missing_tools()),
     reason=f"aarch64 emulation tools missing: {', '.join(aarch64.missing_tools())} (make apt)",
 )
@@ -78,6 +79,7 @@ def program():
     return aarch64.program_from_main(aarch64.scheduled_module(_graph()))
 
 
+@needs_tools
 def test_neon_target_uses_4_lane_kernels(program):
     info = cpu_info(parse_target(aarch64.AARCH64_NEON))
     assert (info.arch, info.f32_lanes) == ("aarch64", 4)
@@ -90,6 +92,7 @@ def test_neon_target_uses_4_lane_kernels(program):
     assert "__TVMBackendParallelLaunch" in asm, "the 4-core target built no parallel loop"
 
 
+@needs_tools
 def test_neon_kernels_match_numpy_under_qemu(program, tmp_path):
     x = rng.standard_normal((1, 7, 48, 45)).astype("float32")
     a = rng.standard_normal((2, 5, 48)).astype("float32")
@@ -97,3 +100,18 @@ def test_neon_kernels_match_numpy_under_qemu(program, tmp_path):
     outs = aarch64.build_and_run(program, [x, a, b], workdir=tmp_path)
     for got, want in zip(outs, _reference(x, a, b)):
         assert_allclose(got, want)
+
+
+def test_missing_tools_raise_a_clear_error(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert aarch64.missing_tools() == list(aarch64.TOOLS)
+    empty = aarch64.Program(None, (), (), (), {})
+    with pytest.raises(ToolchainError, match="qemu-aarch64-static.*make apt"):
+        aarch64.build_and_run(empty, [])
+
+
+def test_unsupported_binding_is_named():
+    x = tensor_var("x", (2, 3))
+    mod = build_graph([x], lambda bb, x: bb.emit(R.shape_of(x)))
+    with pytest.raises(CompilationError, match="call_tir bindings only"):
+        aarch64.program_from_main(mod)
