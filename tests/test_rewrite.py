@@ -136,6 +136,47 @@ def test_float_reassociation_guard():
     assert rw.rewrite_module(graph(1.0, -2.0), [rule])[1].applied
 
 
+def _pool_after_conv(pool, epilogue, bias_first=True):
+    """conv -> (+bias) -> epilogue op -> pooling, the VGG/ResNet-stem shape."""
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType([1, 3, 8, 8], "float32"))
+    w = relax.const(rng.standard_normal((4, 3, 3, 3)).astype("float32"))
+    b = relax.const(rng.standard_normal((1, 4, 1, 1)).astype("float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+            if bias_first:
+                h = bb.emit(relax.op.add(h, b))
+            h = bb.emit(epilogue(h, b))
+            gv = bb.emit_output(pool(h))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+_MAXPOOL = lambda h: relax.op.nn.max_pool2d(h, 2, 2)
+_AVGPOOL = lambda h: relax.op.nn.avg_pool2d(h, 2, 2)
+
+
+@pytest.mark.parametrize("name,pool,epilogue,bias_first", [
+    ("comm/maxpool-relu", _MAXPOOL, lambda h, b: relax.op.nn.relu(h), True),
+    ("comm/maxpool-relu", _MAXPOOL, lambda h, b: relax.op.nn.relu(relax.TupleGetItem(
+        relax.op.nn.batch_norm(h, *(relax.const(np.ones(4, "float32")) for _ in range(4)),
+                               axis=1), 0)), False),
+    ("comm/maxpool-add-channel", _MAXPOOL, lambda h, b: relax.op.add(h, b), False),
+    ("comm/avgpool-mul-channel", _AVGPOOL, lambda h, b: relax.op.multiply(h, b), True),
+])
+def test_pool_swaps_leave_conv_epilogues_alone(name, pool, epilogue, bias_first):
+    """The fusion guard: the same swap applies on an input (the rule's example) but
+    not to an elementwise op on a conv output, which the conv's epilogue runs free."""
+    rule = next(r for r in RULES if r.name == name)
+    assert rw.rewrite_module(build_example(rule)[0], [rule])[1].applied[name] == 1
+    mod = _pool_after_conv(pool, epilogue, bias_first)
+    new, stats = rw.rewrite_module(mod, [rule])
+    assert stats.applied[name] == 0
+    assert tvm_ffi.structural_equal(new["main"], mod["main"])
+
+
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
 def test_idempotent(rule):
     mod, _ = build_example(rule)

@@ -10,13 +10,16 @@ or a pooling before an element-wise map that commutes with it. Each swap is exac
 - a monotone non-decreasing map ``f`` commutes with max/min and max-pooling:
   ``max f(A) = f(max A)`` (relu, exp, sigmoid, tanh, +c, ⊙c for c >= 0);
 - averaging commutes with an affine map per channel.
+
+The pooling swaps are guarded (:func:`~.rule.not_in_epilogue`): an elementwise op on a
+conv output already runs free in the conv's fused epilogue.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .rule import Example, Rule, is_float, is_int, scalar
+from .rule import Example, Rule, is_float, is_int, not_in_epilogue, scalar
 from .terms import C, V, add, exp, mul, neg, op, relu, sigmoid, tanh
 
 X, S = V("X"), C("S")
@@ -94,18 +97,19 @@ RULES = [
          (is_float(), scalar("S")), "mean(X + c) = mean(X) + c", Example(leaves={"S": "s"})),
     Rule("comm/maxpool-relu", "commutative",
          op("nn.max_pool2d", relu(X), bind="p"), relu(op("nn.max_pool2d", X, attrs_from="p")),
-         (is_float(),), "maxpool(relu(X)) = relu(maxpool(X)): relu is monotone",
+         (is_float(), not_in_epilogue("X")),
+         "maxpool(relu(X)) = relu(maxpool(X)): relu is monotone (not out of a conv epilogue)",
          Example(leaves={"X": ("in", (1, 4, 8, 8))})),
     Rule("comm/maxpool-add-channel", "commutative",
          op("nn.max_pool2d", add(X, S), bind="p"),
          add(op("nn.max_pool2d", X, attrs_from="p"), S),
-         (is_float(), per_channel("S")),
+         (is_float(), per_channel("S"), not_in_epilogue("X")),
          "maxpool(X + c) = maxpool(X) + c for c constant over each pooling window",
          Example(leaves=_POOL), Example(leaves=_NEG_POOL)),
     Rule("comm/avgpool-mul-channel", "commutative",
          op("nn.avg_pool2d", mul(X, S), bind="p"),
          mul(op("nn.avg_pool2d", X, attrs_from="p"), S),
-         (is_float(), per_channel("S")),
+         (is_float(), per_channel("S"), not_in_epilogue("X")),
          "avgpool(X⊙c) = avgpool(X)⊙c for c constant over each pooling window",
          Example(leaves=_POOL), Example(leaves=_NEG_POOL)),
 ]
