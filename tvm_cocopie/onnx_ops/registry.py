@@ -43,6 +43,7 @@ FAMILIES = (
     "ml",
     "tfidf",
     "pooling",
+    "conv_transpose",
 )
 
 _OURS: dict[str, type] = {}
