@@ -115,3 +115,29 @@ def test_same_layout_regrid_copy_equals_the_gather(variant):
                                        count_packets=True)
         assert np.array_equal(out, ref)
         assert fast.packets[0] < slow.packets[0]
+
+
+@needs_toolchain
+def test_shift_copy_equals_the_gather():
+    """The stride-1 same-layout regrid as a masked shifted vector copy (large grids)."""
+    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.hexagon.conv2d import ConvGeometry
+    from tvm_cocopie.schedules.hexagon_int8 import _vectorize_inner, hvx_kernel
+    from tvm_cocopie.topi import int8_hvx
+
+    variant, h, w, c = "vrmpy", 24, 24, 8
+    geo = ConvGeometry(h, w, 3, 1, 1, min_grid_w=w + 2)
+    shape = ConvGeometry(h, geo.grid_w, 1).out_shape(variant, c)
+    src = executor.Tensor("x", h, w, c, variant, geo.grid_w, shape)
+    assert executor._shift_copy_pays(src, geo, variant)
+    x = np.random.default_rng(6).integers(0, 256, shape).astype(np.uint8)
+    y0 = np.zeros(geo.in_shape(variant, c), np.uint8)
+    (ref,), _ = runner.run_func(
+        _vectorize_inner(int8_hvx.regrid(src, geo, variant)).with_attr("global_symbol", "g"),
+        [x, y0],
+    )
+    shift = hvx_kernel(executor.shift_copy_compute(src, geo, variant))
+    mask = executor.shift_mask(geo, variant, h, w)
+    (out,), _ = runner.run_func(shift.with_attr("global_symbol", "s"),
+                                [x.reshape(-1), mask, y0.reshape(-1)])
+    assert np.array_equal(out.reshape(ref.shape), ref)

@@ -257,6 +257,25 @@ def shift_copy_kernel(v: int, groups: int, s_src: int, s_dst: int, sh: int):
     return out[0]
 
 
+def _shift_copy_pays(src: Tensor, geo: ConvGeometry, variant: str) -> bool:
+    """Whether :func:`shift_copy_kernel` beats the row copy of :mod:`.regrid`.
+
+    Measured per channel group: the shift copy costs ~3 packets per inner vector and
+    ~400 per edge vector (done byte by byte), the row copy ~5 per valid pixel plus one
+    per zeroed vector. On small grids (MobileNetV2's late 1x1 to 8x8 stages) nearly
+    every vector is an edge and the row copy wins; from ~16x16 up, the shift copy."""
+    v = LAYOUT_OF[variant].cols
+    dst_bytes = geo.in_shape(variant, src.c)[2] * v
+    sh = (geo.pad * geo.grid_w + geo.pad) * v
+    n_vec = dst_bytes // 128
+    t_lo = -(-sh // 128)
+    t_hi = min(n_vec - 1, (src.shape[1] * v + sh - 128) // 128)
+    inner = max(0, t_hi - t_lo + 1)
+    shift_cost = 3 * inner + 400 * (n_vec - inner)
+    copy_cost = n_vec + 5 * src.h * src.w
+    return shift_cost <= copy_cost
+
+
 def shift_copy_compute(src: Tensor, geo: ConvGeometry, variant: str):
     """:func:`tvm_cocopie.topi.int8_hvx.shift_copy` from ``src``'s grid into a ``geo``
     convolution's input grid in ``variant``'s layout (see :func:`shift_copy_kernel`)."""
@@ -375,7 +394,9 @@ def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, widt
     if lay.s == 1 and cur.variant == variant:
         width = max(width, cur.wq)  # take the producer's grid as it is
     geo = ConvGeometry(g0.h, g0.w, g0.kernel, g0.stride, g0.pad, width)
-    if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w:
+    if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w and _shift_copy_pays(
+        cur, geo, variant
+    ):
         em.inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
         em.aliases[f"{cur.name}_flat"] = cur.name
         em.aliases[f"{x_name}_flat"] = x_name
