@@ -9,6 +9,8 @@ not the run), and counts passes under ONNX's own output comparison.
 JSON (``--json PATH``, written atomically after every batch): records
 ``{case, kind, group, contender, status, stage, error, ops, opset, seconds}``;
 summary ``cocopie_pass``, ``stock_tvm_pass``, ``ort_pass``,
+``recurrent_models`` (the zoo's CRNN and GRU keyword spotter compiled with the cocopie
+pipeline: error and median latency next to ONNX Runtime, one thread each),
 ``pass_rate_of_ort_passing`` (cocopie passes among the cases ONNX Runtime passes,
 goal >= 0.95), ``light_models_failed`` (goal 0), and the failing cases grouped by
 op and by error.
@@ -16,6 +18,7 @@ op and by error.
     python scripts/bench_onnx_suite.py --quick --json onnx_suite.json
     python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json   # all cases
     python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json --resume  # continue
+    python scripts/bench_onnx_suite.py --models-only --json models.json   # CRNN, KWS timing
 
 ``--reuse OLD.json`` takes the stock TVM and ONNX Runtime records from an earlier run
 (their results do not change with tvm-cocopie), so only the cocopie contender runs.
