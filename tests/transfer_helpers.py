@@ -116,3 +116,35 @@ def seed_matmul_database(mod, target, work_dir: Path, secs: float = 1e-3) -> Pat
         sch.trace, db.commit_workload(mod), [secs], tvm.target.Target(target),
         ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
     return work_dir
+
+
+#: block annotations that make :func:`crashing_build` segfault or hang in the builder worker
+CRASH, HANG = "tt_test_segfault", "tt_test_hang"
+
+
+def crashing_build(mod, target, params=None):
+    """A MetaSchedule build function that really segfaults or hangs on marked candidates.
+
+    Runs in the LocalBuilder's worker process: a candidate whose script carries the
+    :data:`CRASH` annotation kills that process with SIGSEGV, one with :data:`HANG`
+    sleeps past the builder's timeout; any other is built as usual.
+    """
+    import os
+    import signal
+    import time
+
+    from tvm_cocopie.transfer_tuning.search import build_kernel
+
+    text = mod.script()
+    if CRASH in text:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if HANG in text:
+        time.sleep(3600)
+    return build_kernel(mod, target, params)
+
+
+def annotated_matmul_trace(mod, key: str):
+    """:func:`tile_matmul`'s trace plus a block annotation ``key`` (replayed on transfer)."""
+    sch = tile_matmul(mod)
+    sch.annotate(sch.get_sblock("C"), key, 1)
+    return sch.trace

@@ -31,29 +31,6 @@ def _rpc(text: str | None, key: str | None):
     return host, int(port), key
 
 
-def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0) -> Path:
-    """MetaSchedule-tune ``model``'s kernels into ``log_dir`` (a MetaSchedule work dir)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from ..target import parse_target
-    from .kernel_class import extract_kernels
-
-    target = parse_target(target)
-    kernels = extract_kernels(model, target)
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    contexts = [ms.TuneContext(mod=k.mod, target=target, space_generator="post-order-apply",
-                               search_strategy="evolutionary", task_name=k.name)
-                for k in kernels]
-    ms.tune.tune_tasks(
-        tasks=contexts, task_weights=[float(k.weight) for k in kernels], work_dir=str(log_dir),
-        max_trials_global=trials, num_trials_per_iter=min(trials, 32),
-        builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=build_timeout),
-        runner=ms.runner.LocalRunner(timeout_sec=120),
-    )
-    return log_dir
-
-
 def cmd_tune(args) -> int:
     from ..target import parse_target
 
@@ -62,7 +39,9 @@ def cmd_tune(args) -> int:
         from ..target import host_target
 
         target = host_target()
-    out = tune_model(args.model, target, args.log_dir, args.trials)
+    from .tune import tune_model
+
+    out = tune_model(args.model, target, args.log_dir, args.trials, population=args.population)
     log.info("MetaSchedule database written to %s", out)
     print(f"tuned {args.model} with {args.trials} trials; database in {out}")
     return 0
@@ -122,6 +101,8 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--trials", type=int, default=64, help="total MetaSchedule trials")
     p.add_argument("--log-dir", required=True, help="MetaSchedule work dir to write")
     p.add_argument("--target", default=None, help="target JSON (default: this machine)")
+    p.add_argument("--population", type=int, default=512,
+                   help="evolutionary search population (MetaSchedule's default 512)")
     p.set_defaults(func=cmd_tune)
 
     p = subparsers.add_parser("transfer-tune",

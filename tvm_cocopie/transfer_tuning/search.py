@@ -49,11 +49,33 @@ REPORT_FILE = "report.json"
 FAILED = float("inf")
 
 
+def build_kernel(mod: tvm.IRModule, target, _params=None):
+    """MetaSchedule's CPU build without importing ``tvm.s_tir.tensor_intrin``.
+
+    The stock ``default_build`` imports every target's tensor intrinsics in each
+    builder worker: 100 s per builder call on this machine, against seconds for the
+    build itself. Scheduled CPU kernels need none of them.
+    """
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def local_builder(timeout_sec: float = 300.0, f_build=None, max_workers: int = 1):
+    """A ``LocalBuilder`` using :func:`build_kernel` (or ``f_build``) in its workers."""
+    return ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec,
+                                   f_build=f_build or build_kernel)
+
+
 @dataclass
 class Measurer:
     """Builds and times kernels standalone with MetaSchedule's builder and runner.
 
     ``rpc``: ``(host, port, key)`` of an RPC tracker, else the local runner.
+    ``f_build``: the build function run in the builder's worker processes.
+    ``measured`` counts the modules sent to the builder (finished measurements).
     """
 
     target: object
@@ -62,6 +84,8 @@ class Measurer:
     run_timeout: float = 120.0
     number: int = 3
     repeat: int = 3
+    f_build: object = None
+    measured: int = 0
 
     def _runner(self):
         config = ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat,
@@ -77,7 +101,7 @@ class Measurer:
         """``[(mean seconds or inf, error message)]``, one per module, in order."""
         if not mods:
             return []
-        builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=self.build_timeout)
+        builder = local_builder(self.build_timeout, self.f_build)
         built = builder.build([ms.builder.BuilderInput(m, self.target) for m in mods])
         out: list[tuple[float, str]] = [(FAILED, "")] * len(mods)
         inputs, where = [], []
@@ -103,6 +127,7 @@ class Measurer:
             for res in built:
                 if res.artifact_path:
                     shutil.rmtree(os.path.dirname(res.artifact_path), ignore_errors=True)
+        self.measured += len(mods)
         return out
 
 
@@ -229,24 +254,28 @@ class Report:
         return "\n".join(lines)
 
 
-def _progress(iterable, total, desc, enabled):
+def _progress(iterable, total, desc, enabled, unit="kernel"):
     if not enabled:
         return iterable
     from tqdm import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, unit="kernel")
+    return tqdm(iterable, total=total, desc=desc, unit=unit)
 
 
 def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                   measurer: Measurer | None = None, budget_seconds: float | None = None,
                   check: bool = True, progress: bool = False, kernels: list[Kernel] | None = None,
-                  shapes=None) -> Report:
+                  shapes=None, batch: int = 8) -> Report:
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
     Writes the winners' database to ``out_dir`` and returns a :class:`Report`.
     ``budget_seconds``: stop trying new candidates once spent (kernels not reached
-    keep the better of untuned and default).
+    keep the better of untuned and default). Candidates are measured ``batch`` at a
+    time (one builder and one runner call each), the cache saved after every batch.
+    A measured candidate faster than the kernel's baselines must also compute what
+    the unscheduled kernel computes (checked in this process once it has run safely
+    in the runner's); one that does not is rejected and the next fastest is checked.
     """
     from ..target import parse_target
 
@@ -260,26 +289,36 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     cache = MeasurementCache(out / CACHE_FILE)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
 
-    def measure(pairs: list[tuple[tvm.IRModule, str, tvm.IRModule]]) -> list[tuple[float, str]]:
-        """pairs: (kernel workload, candidate id, module to time); cached by (kernel, id)."""
-        todo = [(i, p) for i, p in enumerate(pairs) if cache.get(p[0], p[1]) is None]
+    def over_budget() -> bool:
+        return budget_seconds is not None and time.perf_counter() - start > budget_seconds
+
+    def measure(pairs: list[tuple[tvm.IRModule, str, tvm.IRModule]], desc: str, budgeted=False):
+        """pairs: (kernel workload, candidate id, module to time); cached by (kernel, id).
+
+        Returns ``[(secs, error)]`` per pair; None for a pair the budget left out.
+        """
+        todo = [p for p in pairs if cache.get(p[0], p[1]) is None]
         cache.hits += len(pairs) - len(todo)
-        results = measurer.measure([p[2] for _, p in todo])
-        for (_, (kmod, cid, _m)), (secs, err) in zip(todo, results):
-            cache.put(kmod, cid, secs, err)
-        if todo:
+        chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
+        for chunk in _progress(chunks, len(chunks), desc, progress and bool(chunks), unit="batch"):
+            if budgeted and over_budget():
+                break
+            for (kmod, cid, _m), (secs, err) in zip(chunk, measurer.measure([c[2] for c in chunk])):
+                cache.put(kmod, cid, secs, err)
             cache.save()
         return [cache.get(k, c) for k, c, _ in pairs]
 
     # 1. untuned and default times of every kernel: P_c and the baselines
-    defaults = {}
-    for k in _progress(kernels, len(kernels), "baselines", progress):
-        defaults[k.name] = default_schedule(k.mod, target)
-        pairs = [(k.mod, UNTUNED, k.mod)]
-        if defaults[k.name] is not None:
-            pairs.append((k.mod, DEFAULT, defaults[k.name]))
-        res = measure(pairs)
-        k.untuned_secs = res[0][0] if not math.isinf(res[0][0]) else None
+    defaults = {k.name: default_schedule(k.mod, target) for k in kernels}
+
+    def base_pairs(k):
+        return [(k.mod, UNTUNED, k.mod)] + (
+            [(k.mod, DEFAULT, defaults[k.name])] if defaults[k.name] is not None else [])
+
+    measure([p for k in kernels for p in base_pairs(k)], "baselines")
+    base = {k.name: measure(base_pairs(k), "") for k in kernels}
+    for k in kernels:
+        k.untuned_secs = None if math.isinf(base[k.name][0][0]) else base[k.name][0][0]
 
     # 2. the source schedules to try
     scores = model_scores(kernels, records)
@@ -292,54 +331,80 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     for rec in records:
         by_class[class_key(rec.workload)].append(rec)
 
-    # 3. transfer, check and measure, kernel by kernel
-    winners: list[tuple[Kernel, str, object, float]] = []
-    results: list[KernelResult] = []
+    # 3. transfer every same-class schedule to every kernel (rejects are cached too)
+    rejected: dict[str, dict[str, str]] = {k.name: {} for k in kernels}
+    candidates: dict[str, list] = {k.name: [] for k in kernels}
     for k in _progress(kernels, len(kernels), "transfer", progress):
-        base = measure([(k.mod, UNTUNED, k.mod)] +
-                       ([(k.mod, DEFAULT, defaults[k.name])] if defaults[k.name] is not None else []))
-        untuned = base[0][0]
-        default = base[1][0] if len(base) > 1 else FAILED
-        best, best_secs, best_sch = (DEFAULT, default, None) if default <= untuned else (UNTUNED, untuned, None)
-        rejected: dict[str, str] = {}
-        pairs, schedules = [], {}
-        over_budget = budget_seconds is not None and time.perf_counter() - start > budget_seconds
-        for rec in ([] if over_budget else by_class.get(k.key, [])):
+        for rec in by_class.get(k.key, []):
+            if over_budget():
+                break
             seen = cache.get(k.mod, rec.origin)
             if seen is not None and seen[1].startswith("rejected"):
-                rejected[rec.origin] = seen[1]
+                rejected[k.name][rec.origin] = seen[1]
                 continue
-            result = transfer(rec, k.mod, target)
-            if result.ok and check:
-                try:
-                    check_numerics(result.mod, k.mod, target)
-                except ScheduleError as err:
-                    result.ok, result.reason = False, str(err)
-                except Exception as err:  # noqa: BLE001 - a crash while checking rejects it
-                    result.ok, result.reason = False, f"check crashed: {_last_line(str(err))}"
+            result = transfer(rec, k.mod, target, validate=False)
             if not result.ok:
-                rejected[rec.origin] = result.reason
+                rejected[k.name][rec.origin] = result.reason
                 cache.put(k.mod, rec.origin, FAILED, f"rejected: {result.reason}")
                 log.info("kernel %s: schedule %s rejected: %s", k.name, rec.origin, result.reason)
                 continue
-            schedules[rec.origin] = result.schedule
-            pairs.append((k.mod, rec.origin, result.mod))
-        cache.save()
-        for (_, cid, _m), (secs, err) in zip(pairs, measure(pairs)):
-            if err:
-                rejected[cid] = err
-                log.info("kernel %s: schedule %s failed to measure: %s", k.name, cid, err)
-            elif secs < best_secs:
-                best, best_secs, best_sch = cid, secs, schedules[cid]
+            candidates[k.name].append((rec.origin, result.schedule))
+    cache.save()
+
+    # 4. measure them all standalone, in builder/runner subprocesses
+    pairs = [(k.mod, cid, sch.mod) for k in kernels for cid, sch in candidates[k.name]]
+    timed = dict(zip([(k.name, cid) for k in kernels for cid, _ in candidates[k.name]],
+                     measure(pairs, "measure", budgeted=True)))
+
+    # 5. per kernel, the fastest candidate that computes the right values
+    winners: list[tuple[Kernel, str, object, float]] = []
+    results: list[KernelResult] = []
+    for k in kernels:
+        untuned = base[k.name][0][0]
+        default = base[k.name][1][0] if len(base[k.name]) > 1 else FAILED
+        best, best_secs, best_sch = (DEFAULT, default, None) if default <= untuned else (UNTUNED, untuned, None)
+        ranked = []
+        for cid, sch in candidates[k.name]:
+            res = timed[(k.name, cid)]
+            if res is None:
+                rejected[k.name][cid] = "not measured: budget spent"
+            elif res[1]:
+                rejected[k.name][cid] = res[1]
+                log.info("kernel %s: schedule %s failed to measure: %s", k.name, cid, res[1])
+            else:
+                ranked.append((res[0], cid, sch))
+        for secs, cid, sch in sorted(ranked, key=lambda r: r[0]):
+            if secs >= best_secs:
+                break
+            reason = _numerics_problem(sch.mod, k.mod, target) if check else ""
+            if reason:
+                rejected[k.name][cid] = reason
+                cache.put(k.mod, cid, FAILED, f"rejected: {reason}")
+                log.info("kernel %s: schedule %s rejected: %s", k.name, cid, reason)
+                continue
+            best, best_secs, best_sch = cid, secs, sch
+            break
         if best != DEFAULT:
             winners.append((k, best, best_sch, best_secs))
         results.append(KernelResult(k.name, k.label, k.weight, untuned, default, best, best_secs,
-                                    len(pairs) + len(base), rejected))
+                                    len(candidates[k.name]) + len(base[k.name]), rejected[k.name]))
+    cache.save()
 
     db_dir = write_database(winners, target, out)
     report = Report(results, source_model, scores, time.perf_counter() - start, cache.hits, str(db_dir))
     write_json_atomic(out / REPORT_FILE, report.as_dict())
     return report
+
+
+def _numerics_problem(scheduled: tvm.IRModule, reference: tvm.IRModule, target) -> str:
+    """Why ``scheduled`` is not the same computation as ``reference`` ('' if it is)."""
+    try:
+        check_numerics(scheduled, reference, target)
+    except ScheduleError as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001 - a crash while checking rejects it
+        return f"check crashed: {_last_line(str(err))}"
+    return ""
 
 
 def write_database(winners, target, out: Path) -> Path:
@@ -370,27 +435,51 @@ def write_database(winners, target, out: Path) -> Path:
     return out
 
 
-def measure_model(model, target, database: str | Path, inputs: dict, repeat: int = 10,
-                  max_seconds: float = 30.0) -> dict:
-    """End-to-end latency (median ms) untuned, with default schedules, with the database."""
-    from ..benchmarking import interleaved_times, median
-    from ..compiler import compile_model
-    from ..pipeline import PipelineOptions
+def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
+                   repeat: int = 10, max_seconds: float = 30.0) -> dict:
+    """Compile ``model`` once per variant and time them interleaved (median ms).
 
-    variants = {"untuned": PipelineOptions(schedule=False), "default": PipelineOptions(),
-                "transfer": PipelineOptions(database=str(database))}
-    compiled = {name: compile_model(model, target=target, options=opt) for name, opt in variants.items()}
-    ref = compiled["untuned"](**inputs)
+    ``variants``: ``{name: (pipeline, PipelineOptions or None)}``. Every variant's
+    outputs are compared with ``reference``'s; returns ``{name: ms, ...,
+    "max_abs_err": worst difference}``.
+    """
     import numpy as np
 
-    err = max(float(np.max(np.abs(np.asarray(compiled[n](**inputs)) - np.asarray(ref))))
-              for n in ("default", "transfer"))
+    from ..benchmarking import interleaved_times, median
+    from ..compiler import compile_model
+
+    compiled = {name: compile_model(model, target=target, pipeline=pipe, options=opt)
+                for name, (pipe, opt) in variants.items()}
+    ref = [np.asarray(o) for o in _outputs(compiled[reference](**inputs))]
+    err = 0.0
+    for comp in compiled.values():
+        for got, want in zip(_outputs(comp(**inputs)), ref):
+            err = max(err, float(np.max(np.abs(np.asarray(got, "float64") - want), initial=0.0)))
     times = interleaved_times({n: (lambda c=c: c(**inputs)) for n, c in compiled.items()},
                               repeat=repeat, max_seconds=max_seconds)
-    ms_ = {n: median(t) for n, t in times.items()}
-    return {"untuned_ms": ms_["untuned"], "default_ms": ms_["default"], "transfer_ms": ms_["transfer"],
-            "speedup_over_untuned": ms_["untuned"] / ms_["transfer"],
-            "speedup_over_default": ms_["default"] / ms_["transfer"], "max_abs_err": err}
+    return {n: median(t) for n, t in times.items()} | {"max_abs_err": err}
+
+
+def _outputs(result) -> list:
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def measure_model(model, target, database: str | Path, inputs: dict, repeat: int = 10,
+                  max_seconds: float = 30.0) -> dict:
+    """End-to-end latency (median ms) untuned, with default schedules, with the database.
+
+    Outputs are checked against the untuned build (``max_abs_err``).
+    """
+    from ..pipeline import PipelineOptions
+
+    res = compare_builds(model, target, {
+        "untuned": ("cocopie", PipelineOptions(schedule=False)),
+        "default": ("cocopie", PipelineOptions()),
+        "transfer": ("cocopie", PipelineOptions(database=str(database)))},
+        inputs, "untuned", repeat, max_seconds)
+    return {"untuned_ms": res["untuned"], "default_ms": res["default"], "transfer_ms": res["transfer"],
+            "speedup_over_untuned": res["untuned"] / res["transfer"],
+            "speedup_over_default": res["default"] / res["transfer"], "max_abs_err": res["max_abs_err"]}
 
 
 def require_records(records: list, where: str) -> None:

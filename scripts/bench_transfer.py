@@ -1,0 +1,283 @@
+#!/usr/bin/env python
+"""Transfer-tuning (thesis ch. 6) against full MetaSchedule tuning on zoo model pairs.
+
+For every pair "TARGET from SOURCE": MetaSchedule tunes SOURCE (its log is the pool
+transfer-tuning draws from) and TARGET (the reference, "full tuning"), both with
+``--trials-per-kernel`` trials per kernel; transfer-tuning then tunes TARGET from
+SOURCE's log. TARGET is compiled five ways and timed interleaved (medians):
+
+* ``stock``: stock TVM's default Relax pipeline, untuned;
+* ``default``: the cocopie pipeline with its default schedules (the headline baseline);
+* ``transfer``: the cocopie pipeline with the transfer-tuned database;
+* ``full``: the cocopie pipeline with the full MetaSchedule database;
+* ``ms_same_time``: with what MetaSchedule had found after as many seconds as
+  transfer-tuning took (the first records of its database, from its timeline).
+
+Every variant's outputs are checked against the stock build. Per pair:
+``pct_of_full_speedup`` = 100 · S_transfer / S_full (speedups over the same baseline,
+the thesis' "proportion of the maximum speedup"; ``*_over_stock`` over stock TVM),
+``pct_of_full_time`` = 100 · transfer-tuning seconds / full tuning seconds, and
+``ms_time_to_match_ratio``: seconds MetaSchedule needed until its database's kernel
+sum (its own standalone times; kernels it has not reached counted at their default
+schedule's time) was no slower than transfer-tuning's, over transfer-tuning's seconds
+(None when it never got there; ``ms_time_to_match_lower_bound`` then holds full time
+over transfer time). The real Ansor ResNet-50 x86 log is imported and transferred to
+the zoo's ResNet-18 (records imported and skipped, speedup over untuned).
+
+Summary keys: ``mean_pct_of_full_speedup``, ``mean_pct_of_full_time``,
+``ms_time_to_match_ratio``, ``ansor_records_imported`` and the ``*_over_stock``
+variants. Resumable: tuning logs, transfer outputs and per-pair results live under
+``--work`` (each written atomically); a rerun redoes only what is missing.
+
+    python scripts/bench_transfer.py --quick --json bench_transfer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger("bench_transfer")
+
+LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+ANSOR_LOG = Path("/work/shared/data/ansor/resnet-50-NHWC-B1-llvm.json")
+BERT_SMALL = {"num_layers": 1, "hidden": 64, "heads": 2, "ffn": 128, "seq": 16, "vocab": 100}
+BERT_LARGE = {"num_layers": 1, "hidden": 128, "heads": 2, "ffn": 256, "seq": 16, "vocab": 100}
+#: name -> (zoo builder, kwargs without the image size)
+MODELS = {
+    "resnet18": ("resnet18", {}), "resnet34": ("resnet34", {}), "resnet50": ("resnet50", {}),
+    "resnext50_32x4d": ("resnext50_32x4d", {}), "mobilenetv2": ("mobilenetv2", {}),
+    "bert_h64": ("bert_encoder", BERT_SMALL), "bert_h128": ("bert_encoder", BERT_LARGE),
+}
+#: (target, source)
+PAIRS = [("resnet18", "resnet50"), ("resnet34", "resnet18"), ("mobilenetv2", "resnext50_32x4d"),
+         ("bert_h64", "bert_h128")]
+QUICK_PAIRS = [("bert_h64", "bert_h128")]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="one small pair (BERT encoders), 1 trial per kernel, few rounds")
+    p.add_argument("--pairs", help="comma-separated TARGET:SOURCE, e.g. resnet18:resnet50")
+    p.add_argument("--trials-per-kernel", type=int, default=None,
+                   help="MetaSchedule trials per kernel for the source and the reference")
+    p.add_argument("--population", type=int, default=64,
+                   help="MetaSchedule's evolutionary population (its default 512 costs minutes "
+                        "per kernel and round here)")
+    p.add_argument("--image-size", type=int, default=32, help="input size of the CNNs")
+    p.add_argument("--repeat", type=int, default=None, help="timed rounds per variant")
+    p.add_argument("--work", default="bench_transfer_work", help="logs and per-pair results")
+    p.add_argument("--no-ansor", action="store_true", help="skip the Ansor ResNet-50 log part")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def model_file(name: str, args) -> Path:
+    from tvm_cocopie import models
+
+    path = Path(args.work) / "models" / f"{name}_{args.image_size}.onnx"
+    if not path.exists():
+        builder, kwargs = MODELS[name]
+        if builder != "bert_encoder":
+            kwargs = kwargs | {"image_size": args.image_size}
+        models.save(models.build(builder, **kwargs), path)
+    return path
+
+
+def tuned(name: str, args, trials_per_kernel: int) -> tuple[Path, dict]:
+    """MetaSchedule's log dir of model ``name`` (tuned now unless a finished run exists)."""
+    from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
+    from tvm_cocopie.transfer_tuning.tune import read_tuning, tune_model
+
+    log_dir = (Path(args.work) / "tune" / f"{name}_{args.image_size}_t{trials_per_kernel}"
+               f"_p{args.population}" / name)
+    meta = read_tuning(log_dir)
+    if meta is None:
+        shutil.rmtree(log_dir, ignore_errors=True)  # an interrupted run starts over
+        kernels = extract_kernels(str(model_file(name, args)), LLVM)
+        print(f"tuning {name}: {len(kernels)} kernels x {trials_per_kernel} trials", flush=True)
+        tune_model(str(model_file(name, args)), LLVM, log_dir, trials_per_kernel * len(kernels),
+                   kernels=kernels, population=args.population)
+        meta = read_tuning(log_dir)
+    return log_dir, meta
+
+
+def ms_time_to_match(log_dir: Path, report: dict, target_seconds: float) -> float | None:
+    """Seconds until MetaSchedule's kernel sum was no slower than transfer-tuning's."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_cocopie.transfer_tuning import readers
+    from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
+
+    kernels = {tvm_ffi.structural_hash(k.mod): k.name for k in extract_kernels(report["_model"], LLVM)}
+    per_kernel = {k["name"]: k for k in report["kernels"]}
+    workloads = []
+    for line in (log_dir / readers.WORKLOAD_FILE).read_text().splitlines():
+        wl = ms.database.Workload.from_json(json.loads(line))
+        workloads.append(kernels.get(tvm_ffi.structural_hash(wl.mod)))
+    best: dict[str, float] = {}
+    records = (log_dir / readers.RECORD_FILE).read_text().splitlines()
+    meta = json.loads((log_dir / "tuning.json").read_text())
+
+    def kernel_sum() -> float:
+        total = 0.0
+        for name, k in per_kernel.items():
+            fallback = k["default_secs"] if k["default_secs"] is not None else k["untuned_secs"]
+            total += k["weight"] * best.get(name, fallback)
+        return total
+
+    done = 0
+    for elapsed, lines in meta["timeline"]:
+        for line in records[done:lines]:
+            idx, body = json.loads(line)
+            name = workloads[idx] if idx < len(workloads) else None
+            secs = [float(s) for s in body[1] or []] if isinstance(body[1], list) else []
+            if name and secs and max(secs) < 1e9:
+                best[name] = min(best.get(name, float("inf")), sum(secs) / len(secs))
+        done = lines
+        if kernel_sum() <= target_seconds:
+            return float(elapsed)
+    return None
+
+
+def run_pair(target: str, source: str, args, trials: int) -> dict:
+    from tvm_cocopie.models import sample_inputs
+    from tvm_cocopie.pipeline import PipelineOptions
+    from tvm_cocopie.transfer_tuning import readers, search
+    from tvm_cocopie.transfer_tuning.tune import truncated_database
+
+    src_dir, _src_meta = tuned(source, args, trials)
+    full_dir, full_meta = tuned(target, args, trials)
+    pair_dir = Path(args.work) / "transfer" / f"{target}_from_{source}_{args.image_size}_t{trials}"
+    records, summary = readers.read_logs(src_dir.parent, LLVM)
+    model = str(model_file(target, args))
+    print(f"transfer-tuning {target} from {source} ({len(records)} records)", flush=True)
+    report = search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True)
+    rep = report.as_dict()
+    tt_secs = report.seconds
+    same_dir, same_n = truncated_database(full_dir, tt_secs, pair_dir / "ms_same_time")
+    import onnx
+
+    inputs = sample_inputs(onnx.load(model))
+    variants = {"stock": ("default", None), "default": ("cocopie", PipelineOptions()),
+                "transfer": ("cocopie", PipelineOptions(database=str(pair_dir))),
+                "full": ("cocopie", PipelineOptions(database=str(full_dir))),
+                "ms_same_time": ("cocopie", PipelineOptions(database=str(same_dir)))}
+    times = search.compare_builds(model, LLVM, variants, inputs, "stock", repeat=args.repeat,
+                                  max_seconds=60 if args.quick else 120)
+    s = {v: times["default"] / times[v] for v in variants}
+    s_stock = {v: times["stock"] / times[v] for v in variants}
+    kernel_target = report.totals()["transfer"]
+    match = ms_time_to_match(full_dir, rep | {"_model": model}, kernel_target)
+    result = {
+        "target": target, "source": source, "image_size": args.image_size,
+        "trials_per_kernel": trials, "full_trials": full_meta["trials"],
+        "records_imported": summary.kept, "records_skipped": dict(summary.skipped),
+        "ms": {v: times[v] for v in variants}, "max_abs_err_vs_stock": times["max_abs_err"],
+        "speedup_over_default": s, "speedup_over_stock": s_stock,
+        "transfer_seconds": tt_secs, "full_seconds": full_meta["seconds"],
+        "ms_same_time_records": same_n,
+        "pct_of_full_speedup": 100 * s["transfer"] / s["full"],
+        "pct_of_full_speedup_over_stock": 100 * s_stock["transfer"] / s_stock["full"],
+        "pct_of_full_time": 100 * tt_secs / full_meta["seconds"],
+        "ms_time_to_match_seconds": match,
+        "ms_time_to_match_ratio": None if match is None else match / tt_secs,
+        "ms_time_to_match_lower_bound": full_meta["seconds"] / tt_secs if match is None else None,
+        "kernels": [{k: v for k, v in kr.items() if k in ("name", "label", "weight", "best",
+                                                             "speedup", "candidates")}
+                    for kr in rep["kernels"]],
+        "kernels_transferred": sum(1 for k in rep["kernels"]
+                                   if k["best"] not in (search.UNTUNED, search.DEFAULT)),
+    }
+    return result
+
+
+def run_ansor(args) -> dict:
+    """Import the real Ansor ResNet-50 x86 log; transfer it to the zoo's ResNet-18."""
+    from tvm_cocopie.models import sample_inputs
+    from tvm_cocopie.transfer_tuning import ansor, search
+
+    records, summary = ansor.read_ansor_log(ANSOR_LOG, LLVM)
+    out = {"log": str(ANSOR_LOG), "records_imported": summary.kept, "lines": summary.lines,
+           "skipped": dict(summary.skipped), "notes": dict(summary.notes)}
+    model = str(model_file("resnet18", args))
+    report = search.transfer_tune(model, records, LLVM, Path(args.work) / "ansor_resnet18",
+                                  mode="pool", progress=True)
+    import onnx
+
+    out["kernels_transferred"] = sum(1 for k in report.kernels
+                                     if k.best not in (search.UNTUNED, search.DEFAULT))
+    out["model"] = search.measure_model(model, LLVM, report.database,
+                                        sample_inputs(onnx.load(model)), repeat=args.repeat)
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    from tvm_cocopie import benchmarking as bm
+
+    trials = args.trials_per_kernel or (1 if args.quick else 4)
+    args.repeat = args.repeat or (10 if args.quick else 30)
+    pairs = ([tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs
+             else QUICK_PAIRS if args.quick else PAIRS)
+    results_dir = Path(args.work) / "results"
+    records = []
+    for target, source in pairs:
+        path = results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}.json"
+        if path.exists():
+            records.append(json.loads(path.read_text()))
+            print(f"{target} from {source}: done earlier ({path})")
+            continue
+        start = time.perf_counter()
+        rec = run_pair(target, source, args, trials)
+        rec["bench_seconds"] = time.perf_counter() - start
+        bm.write_json_atomic(path, rec)
+        records.append(rec)
+        print(f"{target} from {source}: transfer {rec['speedup_over_default']['transfer']:.2f}x, "
+              f"full {rec['speedup_over_default']['full']:.2f}x over default "
+              f"({rec['pct_of_full_speedup']:.0f}% of full in {rec['pct_of_full_time']:.1f}% "
+              "of its time)", flush=True)
+    ansor_rec = None
+    if not args.no_ansor and ANSOR_LOG.exists():
+        path = results_dir / f"ansor_resnet18_{args.image_size}.json"
+        if path.exists():
+            ansor_rec = json.loads(path.read_text())
+        else:
+            ansor_rec = run_ansor(args)
+            bm.write_json_atomic(path, ansor_rec)
+
+    def mean(key):
+        vals = [r[key] for r in records if r.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    summary = {
+        "pairs": len(records), "trials_per_kernel": trials, "image_size": args.image_size,
+        "baseline": "cocopie default schedules",
+        "mean_pct_of_full_speedup": mean("pct_of_full_speedup"),
+        "mean_pct_of_full_speedup_over_stock": mean("pct_of_full_speedup_over_stock"),
+        "mean_pct_of_full_time": mean("pct_of_full_time"),
+        "ms_time_to_match_ratio": mean("ms_time_to_match_ratio"),
+        "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
+        "ansor_records_imported": ansor_rec["records_imported"] if ansor_rec else None,
+        "ansor_speedup_over_untuned": (ansor_rec["model"]["speedup_over_untuned"]
+                                       if ansor_rec else None),
+    }
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        result = bm.bench_result("transfer", records, summary, len(os.sched_getaffinity(0)))
+        bm.write_json_atomic(args.json, result | {"ansor": ansor_rec})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
