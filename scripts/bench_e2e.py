@@ -5,8 +5,11 @@ For each model: ONNX Runtime (CPU, same thread count), stock TVM's default pipel
 (``relax_pipeline="default"``: untuned loops) and the cocopie pipeline, run
 interleaved in one process; medians; max abs error of each TVM build against ONNX
 Runtime. JSON (``--json PATH``): records ``{model, ort_ms, tvm_ms, cocopie_ms,
-max_abs_err, ...}``, summary ``geomean_cocopie_over_ort``,
-``geomean_cocopie_over_tvm``, ``max_abs_err``.
+max_abs_err, cocopie_compile_s (ONNX import + tvm.compile), cocopie_build_s
+(tvm.compile only), ...}``, summary ``geomean_cocopie_over_ort``,
+``geomean_cocopie_over_tvm``, ``max_abs_err``, ``max_compile_s``, ``max_build_s``.
+TVM's thread pool runs unpinned (``TVM_BIND_THREADS=0`` unless set): pinned workers
+stall every fork-join on a shared machine.
 
     python scripts/bench_e2e.py --quick --json bench_e2e.json
 """
