@@ -156,8 +156,8 @@ def test_onnx_backend_test_runner_drives_the_backend():
         suite.addTests(unittest.defaultTestLoader.loadTestsFromTestCase(test_class))
     with open(os.devnull, "w") as sink:
         result = unittest.TextTestRunner(verbosity=0, stream=sink).run(suite)
-    assert result.testsRun == len(cases)
+    # BackendTest generates every suite case and skips those ``include`` leaves out
+    assert result.testsRun - len(result.skipped) == len(cases)
     assert not result.failures and not result.errors, result.failures + result.errors
     assert not result.unexpectedSuccesses
     assert len(result.expectedFailures) == 1
-    assert not result.skipped
