@@ -115,3 +115,19 @@ def test_ms_reader_reads_and_skips_corrupt_and_foreign(ms_dir, tmp_path):
     assert summary.skipped["foreign_target"] + summary.skipped["corrupt_line"] >= 2
     text = summary.explain()
     assert "1 of 4" in text
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.text(max_size=60), st.just("[0, []]"), st.just("[0, [null, [1e-3]]]"),
+                          st.just('[-1, ["x"]]'), st.integers().map(str)), max_size=5),
+       st.integers(0, 3))
+def test_ms_reader_fuzzed_and_truncated_lines_never_crash(ms_dir, tmp_path_factory, lines, cut):
+    work = tmp_path_factory.mktemp("fuzz") / "modelA"
+    shutil.copytree(ms_dir / "modelA", work)
+    rec_file = work / readers.RECORD_FILE
+    good = rec_file.read_text().splitlines()[0]
+    truncated = good[: len(good) * cut // 4] if cut else ""
+    rec_file.write_text("\n".join([good, *lines, truncated]) + "\n")
+    recs, summary = readers.read_database_dir(work, LLVM, strict=False)
+    assert len(recs) == summary.kept >= 1
+    assert summary.lines == summary.kept + sum(summary.skipped.values())

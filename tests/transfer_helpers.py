@@ -38,9 +38,11 @@ def seed_database(model, target, work_dir: Path) -> Path:
     from tvm.s_tir import Schedule
     from tvm.s_tir import meta_schedule as ms
 
+    from tvm_cocopie.target import parse_target
     from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
     from tvm_cocopie.transfer_tuning.search import default_schedule
 
+    target = parse_target(target)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     db = ms.database.JSONDatabase(work_dir=str(work_dir))

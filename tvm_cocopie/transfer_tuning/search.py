@@ -165,7 +165,9 @@ def default_schedule(mod: tvm.IRModule, target) -> tvm.IRModule | None:
     """The kernel scheduled by cocopie's default rules (None if no rule applies)."""
     from ..pipeline import PipelineOptions
     from ..schedules import default_rules
+    from ..target import parse_target
 
+    target = parse_target(target)
     func = mod["main"]
     for rule in default_rules(target, PipelineOptions()):
         try:
