@@ -43,7 +43,7 @@ CATEGORIES: dict[str, str] = {
     "scan-runtime-length": (
         "Scan of opset 8 (batch-major, with a sequence_lens input) is not unrolled; Scan from opset 9 with a static length is"),
     "maxunpool-output-shape": (
-        "MaxUnpool with an output_shape input: the stock converter reads the bound shape constant with .tolist() and fails; ONNX Runtime fails this case too"),
+        "MaxUnpool with output_shape 5x5 and indices from a 4x4 pooling input: the reference reads each index as a position in the 4x4 input (index 5 -> row 1, col 1) and places it there in the 5x5 output, while tvm-cocopie and ONNX Runtime (identical outputs) read it as a flat position in the 5x5 output, as the spec's Indices of MaxPool are"),
     "roialign-max": (
         "RoiAlign mode=max differs from the reference beyond tolerance; ONNX Runtime fails this case too"),
     "nms-boundary": (

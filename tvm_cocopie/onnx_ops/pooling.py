@@ -1,4 +1,4 @@
-"""``MaxPool`` with its second output, ``Indices`` (opsets 8-22).
+"""``MaxPool`` with its second output, ``Indices`` (opsets 8-22), and ``MaxUnpool``.
 
 Spec: https://onnx.ai/onnx/operators/onnx__MaxPool.html. The stock converter gives
 the pooled values only; a model that also asks for ``Indices`` (the flat position
@@ -9,6 +9,10 @@ the ``kh * kw`` window taps: each tap is a strided slice of the input padded wit
 ``-inf``, its flat source positions a compile-time constant, and a later tap
 replaces the running maximum only when strictly greater, so ties keep the first
 tap in row-major window order, as ONNX Runtime and the reference do.
+
+``MaxUnpool`` (https://onnx.ai/onnx/operators/onnx__MaxUnpool.html): the stock
+converter reads a given ``output_shape`` with ``.tolist()``, which a Relax constant
+lacks; here a constant ``output_shape`` reaches it as the numpy array it expects.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from ..errors import UnsupportedOperatorError
-from .common import const, static_shape
+from .common import const, const_value, static_shape
 from .registry import register
 
 
@@ -76,3 +80,19 @@ class MaxPool(stock.MaxPool):
         values = bb.emit(values)
         out_hw = static_shape(values)[2:]
         return relax.Tuple([values, _indices(bb, inputs[0], out_hw, attr)])
+
+
+@register("MaxUnpool")
+class MaxUnpool(stock.MaxUnpool):
+    """The stock converter, with a constant ``output_shape`` input as a numpy array."""
+
+    @classmethod
+    def _impl_v9(cls, bb, inputs, attr, params):
+        shape = const_value(inputs[2], params)
+        if inputs[2] is not None and shape is None:
+            raise UnsupportedOperatorError(
+                "MaxUnpool needs its output_shape input as a constant (it decides the "
+                "output's shape)")
+        if shape is not None:
+            inputs = stock.onnx_input([inputs[0], inputs[1], shape.astype(np.int64)])
+        return super()._impl_v9(bb, inputs, attr, params)
