@@ -114,11 +114,41 @@ def _hexagon_builders(target) -> dict:
     }
 
 
-def stage_passes(target, options: PipelineOptions | None = None) -> list[tuple[str, list]]:
-    """``[(stage name, [passes])]`` of the cocopie pipeline for ``target``."""
+def _has_8bit_tensors(mod: tvm.IRModule) -> bool:
+    """Whether any Relax function of ``mod`` takes or makes an int8/uint8 tensor."""
+    found = []
+
+    def visit(expr):
+        ty = getattr(expr, "ty", None)
+        if isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8"):
+            found.append(expr)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+            if found:
+                return True
+    return False
+
+
+def stage_passes(
+    target, options: PipelineOptions | None = None, mod: tvm.IRModule | None = None
+) -> list[tuple[str, list]]:
+    """``[(stage name, [passes])]`` of the cocopie pipeline for ``target``.
+
+    For a Hexagon target the GCD² stages apply to quantized graphs; a module with no
+    8-bit tensor at all (a float model) gets the generic stages instead, as stock TVM
+    would compile it (scalar/auto-vectorized code, no HVX kernel selection).
+    """
     target = parse_target(target)
     options = options or PipelineOptions()
-    builders = _hexagon_builders(target) if is_hexagon(target) else _STAGE_BUILDERS
+    builders = _STAGE_BUILDERS
+    if is_hexagon(target):
+        if mod is None or _has_8bit_tensors(mod):
+            builders = _hexagon_builders(target)
+        else:
+            log.info("Hexagon target, no int8/uint8 tensor in the model: generic stages, "
+                     "no HVX instruction/layout selection")
     return [(name, builders[name](target, options)) for name in STAGES]
 
 
@@ -138,7 +168,7 @@ def cocopie_pipeline(**options) -> tvm.transform.Pass:
             )
         target = parse_target(target)
         with target:
-            for name, passes in stage_passes(target, opts):
+            for name, passes in stage_passes(target, opts, mod):
                 start = time.perf_counter()
                 for p in passes:
                     mod = p(mod)
