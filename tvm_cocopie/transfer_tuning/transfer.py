@@ -76,13 +76,33 @@ class Transferred:
         return self.schedule.mod if self.schedule is not None else None
 
 
+def tune_context(mod: tvm.IRModule, target, space_generator, search_strategy=None,
+                 task_name: str = "main"):
+    """A MetaSchedule ``TuneContext``; for CPU targets without ``TuneContext.__init__``'s
+    import of every target's tensor intrinsics (100 s on this machine, where a design
+    space takes 0.1 s; CPU schedules here use no tensor intrinsic)."""
+    if target.kind.name != "llvm":
+        return ms.TuneContext(mod=mod, target=target, space_generator=space_generator,
+                              search_strategy=search_strategy, task_name=task_name)
+    from tvm.s_tir.meta_schedule import _ffi_api
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+    from tvm.s_tir.meta_schedule.utils import cpu_count
+
+    if isinstance(space_generator, str):
+        space_generator = ms.space_generator.SpaceGenerator.create(space_generator)
+    ctx = ms.TuneContext.__new__(ms.TuneContext)
+    ctx.__init_handle_by_constructor__(
+        _ffi_api.TuneContext, mod, target, space_generator, search_strategy, task_name,
+        cpu_count(logical=False), -1, get_logging_func(get_logger("tvm.s_tir.meta_schedule")))
+    _ffi_api.TuneContextInitialize(ctx)
+    return ctx
+
+
 def _postprocs(mod: tvm.IRModule, target) -> list:
     kind = target.kind.name
     procs = ms.postproc.Postproc.create("llvm" if kind not in ("cuda",) else "cuda")
-    ctx = ms.TuneContext(mod=mod, target=target,
-                         space_generator=ms.space_generator.PostOrderApply(
-                             sch_rules=[], postprocs=procs, mutator_probs={}),
-                         task_name="transfer")
+    ctx = tune_context(mod, target, ms.space_generator.PostOrderApply(
+        sch_rules=[], postprocs=procs, mutator_probs={}), task_name="transfer")
     for p in procs:
         p._initialize_with_tune_context(ctx)
     return procs
@@ -95,7 +115,7 @@ def apply_trace(trace, mod: tvm.IRModule, target, adapt: bool = True) -> Transfe
     """
     from tvm.s_tir import Schedule
 
-    sch = Schedule(mod, debug_mask="all")
+    sch = Schedule(mod)
     changed = [0]
 
     def provider(inst, inputs, attrs, decision):

@@ -59,6 +59,7 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     from ..target import parse_target
     from .kernel_class import extract_kernels
     from .search import local_builder
+    from .transfer import tune_context
 
     target = parse_target(target)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
@@ -67,11 +68,10 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     meta = {"trials": trials, "kernels": len(kernels), "seconds": 0.0, "timeline": [],
             "done": False}
     timeline = TimelineCallback(log_dir, meta)
-    contexts = [ms.TuneContext(mod=k.mod, target=target, space_generator="post-order-apply",
-                               search_strategy=ms.search_strategy.EvolutionarySearch(
-                                   population_size=population,
-                                   init_min_unmeasured=min(50, population)),
-                               task_name=k.name)
+    contexts = [tune_context(k.mod, target, "post-order-apply",
+                             ms.search_strategy.EvolutionarySearch(
+                                 population_size=population, init_min_unmeasured=min(50, population)),
+                             task_name=k.name)
                 for k in kernels]
     ms.tune.tune_tasks(
         tasks=contexts, task_weights=[float(k.weight) for k in kernels], work_dir=str(log_dir),
