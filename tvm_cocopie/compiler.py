@@ -178,7 +178,7 @@ def compile_model(
         mod, names = model, None
     else:
         proto = load_model(model)  # read the file once, for the import and the input names
-        mod = from_onnx(proto, shapes=shapes)
+        mod = from_onnx(proto, shapes=shapes, check=False)  # checked by load_model
         names = list(graph_inputs(proto))
     inputs = _input_specs(mod, names)
     if pipeline == "cocopie":

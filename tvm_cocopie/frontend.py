@@ -32,8 +32,12 @@ ModelLike = Any  # str | os.PathLike | bytes | onnx.ModelProto
 _HANDLED_OUTSIDE_MAP = {"Constant", "If"}
 
 
-def load_model(model: ModelLike) -> onnx.ModelProto:
-    """Read ``model`` (a path, serialized bytes, or a ``ModelProto``) and check it."""
+def load_model(model: ModelLike, check: bool = True) -> onnx.ModelProto:
+    """Read ``model`` (a path, serialized bytes, or a ``ModelProto``) and check it.
+
+    ``check=False`` skips ``onnx.checker`` (seconds for a model of hundreds of MB), for
+    a ``ModelProto`` that this function has already checked.
+    """
     if isinstance(model, onnx.ModelProto):
         proto = model
         where = "the given ModelProto"
@@ -61,6 +65,8 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
         )
     if not proto.graph.node:
         raise ModelError(f"{where} holds no graph nodes: is it an ONNX model at all?")
+    if not check:
+        return proto
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:
@@ -167,6 +173,7 @@ def from_onnx(
     model: ModelLike,
     shapes: Mapping[str, Sequence[int]] | None = None,
     keep_params_in_input: bool = False,
+    check: bool = True,
 ) -> tvm.IRModule:
     """Import an ONNX model into a Relax ``IRModule`` with TVM's frontend.
 
@@ -176,9 +183,10 @@ def from_onnx(
     (:mod:`.onnx_folding`), which TVM's importer needs for models such as PP-OCR's;
     ``If``/``Loop``/``Scan`` known at compile time are resolved
     (:mod:`.onnx_ops.control`). Operators still unsupported after that are all
-    reported at once.
+    reported at once. ``check=False`` skips ``onnx.checker`` for a ``ModelProto`` that
+    :func:`load_model` has already checked.
     """
-    proto = load_model(model)
+    proto = load_model(model, check=check)
     shapes = check_shapes(proto, shapes)
     from .onnx_ops import import_model
     from .onnx_ops.control import fold_keeping_captures, simplify
