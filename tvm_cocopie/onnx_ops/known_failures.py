@@ -8,8 +8,8 @@ either direction: a listed case that passes, or an unlisted one that fails.
 patterns), so a new case of a listed operator is noticed, not silently excused.
 
 Taken from the full run of ``scripts/bench_onnx_suite.py`` (2026-11-23), after the
-fixes of that night. "ONNX Runtime fails these too" means ONNX Runtime 1.31 fails
-every case of the group on this machine.
+fixes of that night. "ONNX Runtime fails these too" means ONNX Runtime (1.32.0
+here) fails every case of the group on this machine.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ CATEGORIES: dict[str, str] = {
     "random": (
         "the outputs are random draws (Bernoulli, RandomUniformLike, training-mode Dropout with ratio > 0) that cannot equal the reference generator's; ONNX Runtime fails these too"),
     "narrow-type": (
-        "float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), float4e2m1 and packed int4/uint4/int2/uint2 tensors: TVM 0.27 cannot store or convert them with ONNX's saturation and NaN rules; ONNX Runtime 1.31 fails these too"),
+        "float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), float4e2m1 and packed int4/uint4/int2/uint2 tensors: TVM 0.27 cannot store or convert them with ONNX's saturation and NaN rules; ONNX Runtime fails these too"),
     "image-decoding": (
         "ImageDecoder decodes JPEG/PNG/BMP/... byte streams, a codec rather than tensor algebra, out of scope for a tensor compiler; ONNX Runtime fails these too"),
     "spectral": (
