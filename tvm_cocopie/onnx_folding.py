@@ -41,12 +41,46 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     return out
 
 
+#: Initializers with more elements than this are left out of the copy shape inference
+#: reads (weights: only their type and shape matter, shape operands are small).
+SHAPE_INFERENCE_MAX_ELEMENTS = 1024
+
+
+def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str]]:
+    """``model`` with its large initializers turned into typed graph inputs, and their
+    names. Shape inference serializes the whole model; without the weights it has the
+    same types and shapes to work with and copies megabytes instead of hundreds."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    src, graph = model.graph, light.graph
+    graph.name = src.name
+    graph.node.extend(src.node)
+    graph.input.extend(src.input)
+    graph.output.extend(src.output)
+    graph.value_info.extend(src.value_info)
+    graph.sparse_initializer.extend(src.sparse_initializer)
+    inputs = {v.name for v in src.input}
+    dropped = set()
+    for tensor in src.initializer:
+        if int(np.prod(tensor.dims, dtype=np.int64)) <= SHAPE_INFERENCE_MAX_ELEMENTS:
+            graph.initializer.append(tensor)
+            continue
+        dropped.add(tensor.name)
+        if tensor.name not in inputs:
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, list(tensor.dims)))
+    return light, dropped - inputs
+
+
 def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
-    inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    light, added = _light_copy(model)
+    inferred = shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     result = {}
     for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         ttype = value.type.tensor_type
-        if not ttype.HasField("shape"):
+        if value.name in added or not ttype.HasField("shape"):
             continue
         dims = ttype.shape.dim
         if all(d.HasField("dim_value") for d in dims):
@@ -89,9 +123,7 @@ def _fold_once(model: onnx.ModelProto, opset: int | None) -> tuple[onnx.ModelPro
     if opset is None:
         opset = next((e.version for e in model.opset_import if e.domain in ("", "ai.onnx")), 1)
     static = _static_shapes(model)
-    consts: dict[str, np.ndarray] = {
-        t.name: numpy_helper.to_array(t) for t in model.graph.initializer
-    }
+    consts = _Constants(model.graph.initializer)
     kept, folded = [], 0
     for node in model.graph.node:
         values = _fold_node(node, consts, static, opset)
@@ -108,14 +140,45 @@ def _fold_once(model: onnx.ModelProto, opset: int | None) -> tuple[onnx.ModelPro
     del out.graph.node[:]
     out.graph.node.extend(kept)
     del out.graph.initializer[:]
-    out.graph.initializer.extend(
-        numpy_helper.from_array(np.asarray(v), name) for name, v in consts.items() if name in used
-    )
+    out.graph.initializer.extend(consts.tensors(used))
     graph_inputs = [v for v in out.graph.input if v.name in used or v.name not in consts]
     del out.graph.input[:]
     out.graph.input.extend(graph_inputs)
     log.info("folded %d compile-time nodes of %d", folded, len(model.graph.node))
     return out, folded
+
+
+class _Constants:
+    """The model's initializers as numpy arrays, converted only when a node that is
+    folded reads them (weights are hundreds of MB), plus the values folded so far."""
+
+    def __init__(self, initializers):
+        self._protos = {t.name: t for t in initializers}
+        self._arrays: dict[str, np.ndarray] = {}
+        self._folded: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._folded or name in self._protos
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name in self._folded:
+            return self._folded[name]
+        if name not in self._protos:
+            return None
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self._protos[name])
+        return self._arrays[name]
+
+    def update(self, pairs) -> None:
+        self._folded.update(pairs)
+
+    def tensors(self, used: set[str]) -> list[onnx.TensorProto]:
+        """Initializers for the names in ``used``: the original tensors, then the
+        folded values."""
+        out = [t for name, t in self._protos.items() if name in used and name not in self._folded]
+        out += [numpy_helper.from_array(np.asarray(v), name)
+                for name, v in self._folded.items() if name in used]
+        return out
 
 
 def _fold_node(node, consts, static, opset) -> list[np.ndarray] | None:
