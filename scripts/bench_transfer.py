@@ -131,8 +131,9 @@ def ms_time_to_match(log_dir: Path, report: dict, target_seconds: float) -> floa
     def kernel_sum() -> float:
         total = 0.0
         for name, k in per_kernel.items():
-            fallback = k["default_secs"] if k["default_secs"] is not None else k["untuned_secs"]
-            total += k["weight"] * best.get(name, fallback)
+            if None in (k["untuned_secs"], k["default_secs"], k["best_secs"]):
+                continue  # not timed standalone: left out of transfer-tuning's sum too
+            total += k["weight"] * best.get(name, k["default_secs"])
         return total
 
     done = 0

@@ -35,22 +35,29 @@ def test_transfer_tune_cli_database_applies_in_both_pipelines(tmp_path, capsys):
     assert "over untuned" in text and "over default" in text and "source" in text
     report = json.loads((out / "report.json").read_text())
     assert report["model"]["max_abs_err"] < 1e-3
-    assert {k["best"] for k in report["kernels"]} - {"untuned", "default"}, report["kernels"]
+    # the conv kernels had the source model's schedules transferred and timed
+    assert any(k["candidates"] > 2 for k in report["kernels"]), report["kernels"]
 
     # stock MetaScheduleApplyDatabase on the cocopie-fused module schedules the winners
     target = parse_target(LLVM)
-    mod = from_onnx(str(model))
-    with target:
-        for name, passes in stage_passes(target, PipelineOptions()):
-            if name == "schedule":
-                break
-            for p in passes:
-                mod = p(mod)
-        scheduled = relax.transform.MetaScheduleApplyDatabase(str(out))(mod)
-    marked = [gv.name_hint for gv, f in scheduled.functions.items()
-              if isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get("tirx.is_scheduled")]
-    winners = [k for k in report["kernels"] if k["best"] != "default"]
-    assert len(marked) == len(winners)
+
+    def apply_database(onnx_path, database):
+        mod = from_onnx(str(onnx_path))
+        with target:
+            for name, passes in stage_passes(target, PipelineOptions()):
+                if name == "schedule":
+                    break
+                for p in passes:
+                    mod = p(mod)
+            mod = relax.transform.MetaScheduleApplyDatabase(str(database))(mod)
+        marked = [f for f in mod.functions.values()
+                  if isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get("tirx.is_scheduled")]
+        return mod, len(marked)
+
+    seeded = (tmp_path / "logs" / "a" / "database_tuning_record.json").read_text().count("\n")
+    assert apply_database(source, tmp_path / "logs" / "a")[1] == seeded > 0
+    scheduled, marked = apply_database(model, out)
+    assert marked == sum(1 for k in report["kernels"] if k["best"] != "default")
     # ... and stock TVM's CPU lowering builds it; outputs match the untuned build
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 

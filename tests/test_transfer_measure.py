@@ -123,9 +123,11 @@ def rpc_tracker():
     try:
         time.sleep(3)
         for _ in range(2):
+            own = _free_port()
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
-                 "--key", "tt-test", "--host", "127.0.0.1", "--port", str(_free_port())]))
+                 "--key", "tt-test", "--host", "127.0.0.1", "--port", str(own),
+                 "--port-end", str(own + 1)]))
         deadline = time.monotonic() + 120
         while True:
             summary = tvm.rpc.connect_tracker("127.0.0.1", port).summary()

@@ -38,7 +38,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..benchmarking import write_json_atomic
 from ..errors import ScheduleError, TuningLogError
-from .kernel_class import Kernel, class_key, class_report, extract_kernels
+from .kernel_class import Kernel, blocks_of, class_key, class_report, extract_kernels
 from .transfer import check_numerics, transfer
 
 log = logging.getLogger(__name__)
@@ -220,8 +220,12 @@ class Report:
     model: dict = field(default_factory=dict)
 
     def totals(self) -> dict:
+        """Weighted kernel sums; kernels that could not be timed standalone (e.g. a
+        gather whose random indices fall out of bounds) are left out of all three."""
         tot = {"untuned": 0.0, "default": 0.0, "transfer": 0.0}
         for k in self.kernels:
+            if not all(math.isfinite(t) for t in (k.untuned_secs, k.default_secs, k.best_secs)):
+                continue
             tot["untuned"] += k.weight * k.untuned_secs
             tot["default"] += k.weight * k.default_secs
             tot["transfer"] += k.weight * k.best_secs
@@ -412,8 +416,9 @@ def _numerics_problem(scheduled: tvm.IRModule, reference: tvm.IRModule, target) 
 def write_database(winners, target, out: Path) -> Path:
     """Commit the winning schedules as a MetaSchedule database in ``out`` (atomically).
 
-    An untuned winner is stored with an empty trace so that the pipeline leaves the
-    kernel as it is instead of applying the default rules.
+    An untuned winner is stored with a trace that changes nothing (one block lookup:
+    MetaSchedule's queries skip records with empty traces) so that the pipeline
+    leaves the kernel as it is instead of applying the default rules.
     """
     from tvm.s_tir import Schedule
 
@@ -421,7 +426,11 @@ def write_database(winners, target, out: Path) -> Path:
     try:
         db = ms.database.JSONDatabase(work_dir=str(tmp))
         for kernel, _cid, sch, secs in winners:
-            sch = sch if sch is not None else Schedule(kernel.mod)
+            if sch is None:  # untuned: a no-op trace (an empty one is never returned by queries)
+                sch = Schedule(kernel.mod)
+                blocks = blocks_of(kernel.mod["main"])
+                if blocks:
+                    sch.get_sblock(blocks[0].name)
             func = next(f for _, f in kernel.mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
             db.commit_tuning_record(ms.database.TuningRecord(
                 sch.trace, db.commit_workload(kernel.mod), [secs], target,
