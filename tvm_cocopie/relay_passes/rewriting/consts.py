@@ -112,7 +112,7 @@ def fold(call: relax.Call):
     value = evaluate(call)
     if value is None:
         return None
-    return make_const(np.array(value, order="C"))
+    return make_const(value)
 
 
 #: operators whose result is never negative (for a real input where defined)

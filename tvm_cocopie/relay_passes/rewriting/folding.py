@@ -173,13 +173,15 @@ def _const_call_matches(graph, var):
     value = graph.defs.get(var)
     if not isinstance(value, relax.Call) or op_name(value) is None or not value.args:
         return
-    if all(is_const(a) for a in value.args) and evaluate(value) is not None:
-        yield Match(var, env={"value": value}, graph=graph, ops=[op_name(value)])
+    if all(is_const(a) for a in value.args):
+        arr = evaluate(value)
+        if arr is not None:  # kept in the match: fold_constant does not evaluate again
+            yield Match(var, env={"value": value, "folded": arr}, graph=graph,
+                        ops=[op_name(value)])
 
 
 def fold_constant(m: Match) -> relax.Expr:
-    arr = evaluate(m["value"])
-    return make_const(np.array(arr, order="C"), str(m.root.ty.dtype))
+    return make_const(m["folded"], str(m.root.ty.dtype))
 
 
 def _conv_ops(**kw):

@@ -115,14 +115,22 @@ def is_const(expr) -> bool:
 
 
 def const_np(expr) -> np.ndarray:
-    return expr.value.numpy()
+    """The constant's value, read-only: a view of TVM's buffer where DLPack allows it
+    (weights are not copied to be read), else a copy."""
+    try:
+        arr = np.from_dlpack(expr.value)
+    except (TypeError, ValueError, RuntimeError, BufferError):  # dtypes numpy lacks
+        return expr.value.numpy()
+    arr.flags.writeable = False
+    return arr
 
 
 def make_const(array, dtype: str | None = None) -> relax.Expr:
+    """A Relax constant of ``array`` (cast to ``dtype``), copied into TVM once."""
     array = np.asarray(array)
     if dtype is not None:
-        array = array.astype(dtype)
-    return relax.const(array, str(array.dtype))
+        array = array.astype(dtype, copy=False)
+    return relax.const(tvm.runtime.tensor(array))
 
 
 def all_equal(expr, value: float) -> bool:
