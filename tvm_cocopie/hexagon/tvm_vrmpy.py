@@ -80,8 +80,9 @@ def pad_input(x: np.ndarray, pad: int) -> np.ndarray:
     return out
 
 
-def conv_func(h, w, c, o, kernel, stride, pad, rq: Requant):
-    """A PrimFunc ``(x, w, bias, y)`` tensorized with TVM's ``vrmpy`` intrinsic."""
+def conv_compute(h, w, c, o, kernel, stride, pad, rq: Requant):
+    """The unscheduled PrimFunc ``(x, w, bias, y)``: block ``acc`` (the int32 sums in
+    ``[OH, OW, O/32, 32]``, the shape the intrinsic tensorizes) and ``y`` (requantized)."""
     import tvm
     from tvm import te
 
@@ -110,7 +111,14 @@ def conv_func(h, w, c, o, kernel, stride, pad, rq: Requant):
         lambda n, i, j, oc: rq.te(acc[i, j, oc // 32, oc % 32] + bias[oc]),
         name="y",
     )
-    sch = tvm.s_tir.Schedule(te.create_prim_func([x, wt, bias, y]))
+    return te.create_prim_func([x, wt, bias, y])
+
+
+def conv_func(h, w, c, o, kernel, stride, pad, rq: Requant):
+    """A PrimFunc ``(x, w, bias, y)`` tensorized with TVM's ``vrmpy`` intrinsic by hand."""
+    import tvm
+
+    sch = tvm.s_tir.Schedule(conv_compute(h, w, c, o, kernel, stride, pad, rq))
     b_acc, b_y = sch.get_sblock("acc"), sch.get_sblock("y")
     *_, oc = sch.get_loops(b_y)
     oo, oi = sch.split(oc, factors=[None, 32])
