@@ -160,4 +160,6 @@ def test_rpc_tracker_two_servers_measure_a_small_model(tmp_path, rpc_tracker):
     transferred = [k for k in rep.kernels if k.candidates > 2]
     assert transferred, rep.table()  # the conv kernels had a same-class schedule timed remotely
     cache = search.MeasurementCache(tmp_path / "out" / search.CACHE_FILE)
-    assert all(v[0] is not None for v in cache.data.values() if not v[1].startswith("rejected"))
+    timed = [v for key, v in cache.data.items() if key != cache.SPENT]
+    assert timed and all(v[0] is not None for v in timed if not v[1].startswith("rejected"))
+    assert cache.prior_seconds > 0  # the search time is kept for a resumed run

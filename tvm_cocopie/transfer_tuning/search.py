@@ -132,7 +132,13 @@ class Measurer:
 
 
 class MeasurementCache:
-    """``{kernel hash:candidate: [seconds, error]}`` on disk, rewritten atomically."""
+    """``{kernel hash:candidate: [seconds, error]}`` on disk, rewritten atomically.
+
+    It also keeps the search time spent by earlier (interrupted) runs under
+    ``_search_seconds``, so that a resumed run reports the whole search time.
+    """
+
+    SPENT = "_search_seconds"
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -143,6 +149,13 @@ class MeasurementCache:
             except (OSError, ValueError) as err:
                 log.warning("ignoring unreadable measurement cache %s (%s)", self.path, err)
         self.hits = 0
+        self.prior_seconds = float(self.data.get(self.SPENT, 0.0))
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        """Search time of this run plus that of the runs it resumes."""
+        return self.prior_seconds + time.perf_counter() - self.start
 
     @staticmethod
     def key(mod: tvm.IRModule, candidate: str) -> str:
@@ -158,6 +171,7 @@ class MeasurementCache:
         self.data[self.key(mod, candidate)] = [None if math.isinf(secs) else secs, error]
 
     def save(self) -> None:
+        self.data[self.SPENT] = self.seconds
         write_json_atomic(self.path, self.data)
 
 
@@ -397,7 +411,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     cache.save()
 
     db_dir = write_database(winners, target, out)
-    report = Report(results, source_model, scores, time.perf_counter() - start, cache.hits, str(db_dir))
+    report = Report(results, source_model, scores, cache.seconds, cache.hits, str(db_dir))
     write_json_atomic(out / REPORT_FILE, report.as_dict())
     return report
 
