@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax, te
 
+from ..relay_passes.rewriting.terms import const_np
 from ..target import CpuInfo
 from . import conv2d_nchwc as cn
 from . import dense_packed as dp
@@ -159,7 +160,7 @@ def from_blocked(data: te.Tensor, channels: int) -> te.Tensor:
 
 def _packed_weight(bb, weight, pack_numpy, pack_te, name: str):
     if is_constant(weight):
-        return relax.const(pack_numpy(weight.value.numpy()))
+        return relax.const(pack_numpy(const_np(weight)))  # read in place, not copied
     return bb.emit(bb.call_te(pack_te, weight, primfunc_name_hint=name))
 
 
