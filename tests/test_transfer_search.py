@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transfer_helpers import matmul_relu, tile_matmul
 
@@ -18,6 +18,7 @@ from tvm_cocopie.transfer_tuning.readers import SourceRecord
 LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(1, 64), min_size=1, max_size=5), st.integers(1, 4096))
 def test_adapt_tile_is_a_perfect_tiling(decision, extent):
     new = transfer.adapt_tile(decision, extent)
