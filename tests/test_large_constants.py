@@ -90,3 +90,22 @@ def test_shape_inference_without_weights_finds_the_same_shapes(ir_version):
     static = _static_shapes(model)
     assert static == _full_shapes(model)
     assert static["y"] == [2, 64 * 8 * 8]
+
+
+def test_a_malformed_file_is_checked_from_its_path(tmp_path):
+    """Files are checked by path (no re-serialized copy); the checker's reason still shows."""
+    from tvm_cocopie.errors import ModelError
+    from tvm_cocopie.frontend import load_model
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    node = helper.make_node("Add", ["x", "undefined_tensor"], ["y"], name="add")
+    graph = helper.make_graph([node], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, path)
+    with pytest.raises(ModelError, match="malformed.*undefined_tensor"):
+        load_model(path)
+    with pytest.raises(ModelError, match="malformed.*undefined_tensor"):
+        load_model(str(path))
+    assert load_model(path, check=False).graph.node[0].op_type == "Add"

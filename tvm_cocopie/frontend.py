@@ -68,7 +68,9 @@ def load_model(model: ModelLike, check: bool = True) -> onnx.ModelProto:
     if not check:
         return proto
     try:
-        onnx.checker.check_model(proto)
+        # a file is checked from its path: the checker then reads it itself instead of
+        # receiving a re-serialized copy of the loaded model (seconds for large weights)
+        onnx.checker.check_model(where if isinstance(model, (str, os.PathLike)) else proto)
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0]
         raise ModelError(
