@@ -10,9 +10,11 @@
   decisions (§6.2.1);
 * :mod:`.search`: standalone measurement of every candidate, model selection by
   score(T) (§6.2.4) or pool mode, and the output database;
+* :mod:`.tune`: plain MetaSchedule tuning of a model's kernels (the source logs and
+  the reference), with a timeline of its database;
 * :mod:`.cli`: ``tvm-cocopie tune`` and ``tvm-cocopie transfer-tune``.
 """
 
 from __future__ import annotations
 
-__all__ = ["ansor", "kernel_class", "readers", "search", "transfer"]
+__all__ = ["ansor", "kernel_class", "readers", "search", "transfer", "tune"]
