@@ -257,15 +257,31 @@ def main(argv=None) -> int:
             ansor_rec = run_ansor(args)
             bm.write_json_atomic(path, ansor_rec)
 
-    def mean(key):
-        vals = [r[key] for r in records if r.get(key) is not None]
+    def mean(key, over=None):
+        """Mean over the pairs; a percentage of full tuning's speedup only where full
+        tuning beat that baseline (else "percent of a slowdown" means nothing)."""
+        vals = [r[key] for r in records if r.get(key) is not None
+                and (over is None or r[over]["full"] > 1.0)]
+        return sum(vals) / len(vals) if vals else None
+
+    def mean_of(values):
+        vals = list(values)
         return sum(vals) / len(vals) if vals else None
 
     summary = {
         "pairs": len(records), "trials_per_kernel": trials, "image_size": args.image_size,
         "baseline": "cocopie default schedules",
-        "mean_pct_of_full_speedup": mean("pct_of_full_speedup"),
-        "mean_pct_of_full_speedup_over_stock": mean("pct_of_full_speedup_over_stock"),
+        "mean_pct_of_full_speedup": mean("pct_of_full_speedup", "speedup_over_default"),
+        "mean_pct_of_full_speedup_over_stock": mean("pct_of_full_speedup_over_stock",
+                                                    "speedup_over_stock"),
+        "pairs_full_tuning_slower_than_default": sum(
+            1 for r in records if r["speedup_over_default"]["full"] <= 1.0),
+        "pairs_full_tuning_slower_than_stock": sum(
+            1 for r in records if r["speedup_over_stock"]["full"] <= 1.0),
+        "mean_transfer_speedup_over_default": mean_of(r["speedup_over_default"]["transfer"]
+                                                      for r in records),
+        "mean_full_speedup_over_default": mean_of(r["speedup_over_default"]["full"]
+                                                  for r in records),
         "mean_pct_of_full_time": mean("pct_of_full_time"),
         "ms_time_to_match_ratio": mean("ms_time_to_match_ratio"),
         "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
