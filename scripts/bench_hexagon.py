@@ -17,9 +17,13 @@ checked bit for bit against numpy, and its executed VLIW packets are counted
   ``--resnet-scale``: 4 by default, 8 with ``--quick``, because stock TVM's scalar code
   runs ~1.2 packets per MAC and the emulator ~10^5 packets/s; channels are kept):
   GCD² (the variant the cost model selects) against stock TVM's default lowering and
-  against stock TVM's own ``vrmpy`` tensor intrinsic, tensorized into the conv by a
-  hand schedule (:mod:`tvm_cocopie.hexagon.tvm_vrmpy`; MetaSchedule cannot measure on
-  Hexagon here: it needs an RPC device); MACs per packet against the HVX peak;
+  against stock TVM's own ``vrmpy`` tensor intrinsic (``VRMPY_u8i8i32_INTRIN``)
+  tensorized into the conv, the better of a hand schedule
+  (:mod:`tvm_cocopie.hexagon.tvm_vrmpy`) and a MetaSchedule search of ``--ms-trials``
+  candidates per layer (budget: 16 by default, 4 with ``--quick`` on two layers; each
+  candidate built and measured in packets under QEMU and checked against numpy by
+  :mod:`tvm_cocopie.hexagon.ms_runner`; finished layers are cached in ``--ms-cache``
+  so a rerun resumes); MACs per packet against the HVX peak;
 - GCD²'s global layout/instruction selection against local per-op choice on the
   int8 ResNet-50 and MobileNetV2 layer graphs (224x224, cost model), with search time;
 - the static executor running int8 networks as one program each (MobileNetV2's first
@@ -30,12 +34,14 @@ JSON (``--json PATH``): ``{"bench": "hexagon", "machine", "records", "summary"}`
 records ``{op, impl, shape, packets, exact, ...}``; summary keys ``table_4_2``,
 ``thesis_table_4_2``, ``speedup_vs_stock`` (per operator), ``geomean_speedup_vs_stock``,
 ``packet_ratio_vs_tvm`` (goal >= 3.4, seed 004 §4.5.2), ``packet_ratio_vs_tvm_vrmpy``
-(goal >= 1.5), ``peak_fraction``, ``global_over_local``, ``network``, ``all_exact``.
+(goal >= 1.5, against the better of hand schedule and MetaSchedule; per layer
+``tvm_vrmpy_hand_packets``, ``tvm_vrmpy_ms_packets``, ``ms_trials``, ``ms_search_s``), ``peak_fraction``, ``global_over_local``, ``network``, ``all_exact``.
 
     python scripts/bench_hexagon.py --quick --json bench_hexagon.json
 """
 
 import argparse
+import json
 import logging
 import sys
 
@@ -103,6 +109,11 @@ def parse_args(argv=None):
     p.add_argument("--no-conv", action="store_true", help="matmul only")
     p.add_argument("--resnet-scale", type=int, help="divide ResNet-50 spatial sizes (4; quick 8)")
     p.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 conv part")
+    p.add_argument("--resnet-only", action="store_true", help="only the ResNet-50 conv part")
+    p.add_argument(
+        "--ms-trials", type=int, help="MetaSchedule trials per ResNet-50 layer (16; quick 4)"
+    )
+    p.add_argument("--ms-cache", help="per-layer MetaSchedule results (resume); default in cache")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulated run")
     p.add_argument("--json", metavar="PATH", help="write results here")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -189,6 +200,8 @@ def main(argv=None) -> int:
     convs = [] if args.no_conv else QUICK_CONVS if args.quick else FULL_CONVS
     t = {"timeout": args.timeout}
     records: list = []
+    if args.resnet_only:
+        sizes, convs = [], []
     for s in sizes:
         for v in VARIANTS:
             _measure(records, measure.gcd2_matmul, v, s, s, s, **t)
@@ -199,16 +212,16 @@ def main(argv=None) -> int:
             _measure(records, measure.gcd2_conv, v, h, w, c, o, k, st, pad, dw, **t)
         if not args.no_stock:
             _measure(records, measure.stock_conv, h, w, c, o, k, st, pad, dw, **t)
-    m = sizes[0]
     chain = [None, layouts.ONE_COLUMN, layouts.TWO_COLUMN, layouts.FOUR_COLUMN]
-    for src in chain:
+    for src in chain if sizes else []:
+        m = sizes[0]
         for dst in chain:
             if src is not dst and (src is None or dst is None or not args.quick):
                 _measure(records, measure.layout_transform, src, dst, m, m, **t)
 
     resnet = {} if args.no_resnet else resnet_convs(records, args, t)
-    selection_summary = global_vs_local()
-    network = run_network(records, t, args.quick)
+    selection_summary = {} if args.resnet_only else global_vs_local()
+    network = {} if args.resnet_only else run_network(records, t, args.quick)
 
     table = table_4_2(records, sizes)
     speedups = stock_speedups(records)
@@ -243,6 +256,9 @@ def resnet_convs(records, args, t) -> dict:
     scale = args.resnet_scale or (8 if args.quick else 4)
     # --quick emulates stock TVM's scalar code on two of the layers only
     stock_layers = {1, 4} if args.quick else set(range(len(RESNET50_CONVS)))
+    ms_layers = {1, 4} if args.quick else set(range(len(RESNET50_CONVS)))
+    ms_trials = args.ms_trials or (4 if args.quick else 16)
+    ms_cache = args.ms_cache or str(_default_ms_cache())
     layers = []
     for index, (h, w, c, o, k, s, p) in enumerate(RESNET50_CONVS):
         hs, ws = max(h // scale, k), max(w // scale, k)
@@ -253,6 +269,11 @@ def resnet_convs(records, args, t) -> dict:
         shape = (hs, ws, c, o, k, s, p)
         ours = _measure(records, measure.gcd2_conv, chosen, *shape, **t)
         vr = _measure(records, measure.tvm_vrmpy_conv, *shape, **t)
+        ms_rec = None
+        if index in ms_layers:
+            ms_rec = _ms_search(records, ms_cache, shape, ms_trials, t)
+        ms_packets = ms_rec["packets"] if ms_rec and ms_rec["exact"] else None
+        best_vrmpy = min(p for p in (vr["packets"], ms_packets) if p is not None)
         stock = None
         if not args.no_stock and index in stock_layers:
             stock = _measure(records, measure.stock_conv, *shape, **t)
@@ -264,7 +285,11 @@ def resnet_convs(records, args, t) -> dict:
                 "chosen": chosen,
                 "predicted_packets": round(costs[chosen]),
                 "packets": ours["packets"],
-                "tvm_vrmpy_packets": vr["packets"],
+                "tvm_vrmpy_packets": best_vrmpy,
+                "tvm_vrmpy_hand_packets": vr["packets"],
+                "tvm_vrmpy_ms_packets": ms_packets,
+                "ms_trials": ms_rec["ms_trials"] if ms_rec else None,
+                "ms_search_s": ms_rec["ms_search_s"] if ms_rec else None,
                 "stock_packets": stock["packets"] if stock else None,
                 "macs": macs,
                 "macs_per_packet": round(macs / ours["packets"], 1),
@@ -281,7 +306,18 @@ def resnet_convs(records, args, t) -> dict:
         "packet_ratio_vs_tvm_vrmpy_total": round(
             sum(r["tvm_vrmpy_packets"] for r in layers) / total, 2
         ),
-        "tvm_vrmpy_schedule": "hand schedule with VRMPY_u8i8i32_INTRIN (no MetaSchedule)",
+        "tvm_vrmpy_schedule": (
+            "VRMPY_u8i8i32_INTRIN: per layer the better of a hand schedule and a MetaSchedule "
+            f"search (MultiLevelTilingWithIntrin SRSRS, evolutionary, XGBoost cost model) of "
+            f"{ms_trials} trials measured under QEMU, on layers {sorted(ms_layers)}"
+        ),
+        "ms_trials_budget": ms_trials,
+        "ms_search_s_total": round(sum(r["ms_search_s"] or 0 for r in layers), 1),
+        "ms_wins_layers": sum(
+            1
+            for r in layers
+            if r["tvm_vrmpy_ms_packets"] and r["tvm_vrmpy_ms_packets"] < r["tvm_vrmpy_hand_packets"]
+        ),
         "macs_per_packet": round(macs / total, 1),
         "hvx_peak_macs_per_packet": HVX_PEAK_MACS_PER_PACKET,
         "peak_fraction": round(macs / total / HVX_PEAK_MACS_PER_PACKET, 3),
@@ -297,6 +333,51 @@ def resnet_convs(records, args, t) -> dict:
         )
         out["packet_ratio_vs_tvm_layers"] = len(with_stock)
     return out
+
+
+def _default_ms_cache():
+    from tvm_cocopie.hexagon.runner import cache_root
+
+    return cache_root().parent / "bench_hexagon_ms.json"
+
+
+def _read_cache(path) -> dict:
+    from pathlib import Path
+
+    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+
+
+def _ms_search(records, cache_path, shape, trials, t) -> dict:
+    """MetaSchedule one layer (or take it from the per-layer cache, written atomically)."""
+    import os
+
+    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.hexagon import measure
+
+    key = f"{list(shape)}|trials={trials}|seed=0"
+    cache = _read_cache(cache_path)
+    rec = cache.get(key)
+    if rec is None:
+        rec = measure.tvm_vrmpy_ms_conv(*shape, trials, **t)
+        if rec["exact"]:
+            cache = _read_cache(cache_path)
+            cache[key] = rec
+            os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+            bm.write_json_atomic(cache_path, cache)
+    else:
+        rec = {**rec, "from_cache": True}
+    log.info(
+        "%-16s %-24s %-26s %10s packets %s (%d trials, %.0f s search)",
+        rec["op"],
+        rec["impl"],
+        rec["shape"],
+        rec["packets"],
+        "exact" if rec["exact"] else "MISMATCH",
+        rec["ms_trials"],
+        rec["ms_search_s"],
+    )
+    records.append(rec)
+    return rec
 
 
 def global_vs_local() -> dict:
@@ -392,8 +473,14 @@ def run_network(records, t, quick: bool = False) -> dict:
         local = executor.choose_plans(net, local=True)
         if local != res.plan:
             loc = executor.run_network(net, local, timeout=t["timeout"])
-            records.append({**rec, "impl": f"{name}_local_plan", "packets": loc.total_packets,
-                            "exact": loc.exact})
+            records.append(
+                {
+                    **rec,
+                    "impl": f"{name}_local_plan",
+                    "packets": loc.total_packets,
+                    "exact": loc.exact,
+                }
+            )
             row["local_plan_packets"] = loc.total_packets
         else:
             row["local_plan_packets"] = res.total_packets
@@ -404,8 +491,14 @@ def run_network(records, t, quick: bool = False) -> dict:
             for lay, variant in zip(sorted(mixed), ("vmpy", "vrmpy") * len(mixed)):
                 mixed[lay] = variant
             alt = executor.run_network(net, mixed, timeout=t["timeout"])
-            records.append({**rec, "impl": f"{name}_mixed_layouts", "packets": alt.total_packets,
-                            "exact": alt.exact})
+            records.append(
+                {
+                    **rec,
+                    "impl": f"{name}_mixed_layouts",
+                    "packets": alt.total_packets,
+                    "exact": alt.exact,
+                }
+            )
             row.update(
                 mixed_layout_plan=mixed,
                 mixed_layout_packets=alt.total_packets,
@@ -494,7 +587,9 @@ def _report(table, speedups, summary) -> None:
                     ("chosen", "variant", "{}"),
                     ("packets", "ours", "{}"),
                     ("predicted_packets", "predicted", "{}"),
-                    ("tvm_vrmpy_packets", "tvm vrmpy", "{}"),
+                    ("tvm_vrmpy_hand_packets", "vrmpy hand", "{}"),
+                    ("tvm_vrmpy_ms_packets", "vrmpy MS", "{}"),
+                    ("ms_search_s", "MS s", "{}"),
                     ("stock_packets", "stock", "{}"),
                     ("macs_per_packet", "MAC/packet", "{}"),
                 ],

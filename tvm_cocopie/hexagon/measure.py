@@ -197,3 +197,38 @@ def tvm_vrmpy_conv(h, w_, c, o, kernel, stride, pad, seed=0, timeout=None) -> di
         "packets": res.packets[0],
         "exact": bool(np.array_equal(res.outputs["y"], ref)),
     }
+
+
+def tvm_vrmpy_ms_conv(h, w_, c, o, kernel, stride, pad, trials, seed=0, timeout=None) -> dict:
+    """Packets of the same conv with stock TVM's ``vrmpy`` intrinsic and a MetaSchedule
+    search of ``trials`` candidates measured under QEMU (:mod:`.ms_runner`); the best
+    schedule is rebuilt and run again here and checked against numpy."""
+    from . import ms_runner, tvm_vrmpy
+
+    x, w, b = _data((1, h, w_, c), (kernel, kernel, c, o), o, seed)
+    rq = _requant(kernel * kernel * c)
+    ref = reference.qconv2d_nhwc(x, w, b, rq, stride, pad)
+    xp, wp = tvm_vrmpy.pad_input(x, pad), tvm_vrmpy.pack_weights(w)
+    found = ms_runner.tune_vrmpy_conv(
+        h, w_, c, o, kernel, stride, pad, rq, (xp, wp, b, ref), trials, timeout=timeout or 300.0
+    )
+    record = {
+        "op": "conv2d",
+        "impl": "tvm_vrmpy_ms",
+        "shape": [h, w_, c, o, kernel, stride, pad],
+        "ms_trials": found.trials,
+        "ms_valid_trials": found.valid,
+        "ms_search_s": round(found.seconds, 1),
+        "ms_runner_packets": found.packets,
+    }
+    if found.func is None:
+        return {**record, "packets": None, "exact": False}
+    res = _run(
+        {"conv": found.func},
+        [("conv", ["x", "w", "bias", "y"])],
+        {"x": xp, "w": wp, "bias": b},
+        ["y"],
+        timeout,
+    )
+    exact = bool(np.array_equal(res.outputs["y"], ref))
+    return {**record, "packets": res.packets[0], "exact": exact}

@@ -194,8 +194,15 @@ class SearchResult:
     trace: str
 
 
-def tune(func, io: KernelIO, trials: int, *, timeout: float = 300.0,
-         space=None, per_iter: int | None = None) -> SearchResult:
+def tune(
+    func,
+    io: KernelIO,
+    trials: int,
+    *,
+    timeout: float = 300.0,
+    space=None,
+    per_iter: int | None = None,
+) -> SearchResult:
     """MetaSchedule (evolutionary search, XGBoost cost model) over ``space`` with at most
     ``trials`` candidates, each measured under QEMU by :class:`QemuRunner`."""
     import tvm

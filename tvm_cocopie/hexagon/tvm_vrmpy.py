@@ -83,7 +83,6 @@ def pad_input(x: np.ndarray, pad: int) -> np.ndarray:
 def conv_compute(h, w, c, o, kernel, stride, pad, rq: Requant):
     """The unscheduled PrimFunc ``(x, w, bias, y)``: block ``acc`` (the int32 sums in
     ``[OH, OW, O/32, 32]``, the shape the intrinsic tensorizes) and ``y`` (requantized)."""
-    import tvm
     from tvm import te
 
     if o % 32:
