@@ -423,6 +423,8 @@ def _stream_log(proc, fifo: Path, counter: PacketCounter, deadline: float) -> No
     fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
     try:
         while True:
+            if time.monotonic() > deadline:  # also while qemu keeps the log streaming
+                return
             ready, _, _ = select.select([fd], [], [], 0.2)
             if ready:
                 try:
