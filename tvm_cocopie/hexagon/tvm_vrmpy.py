@@ -4,11 +4,14 @@ Stock TVM registers ``VRMPY_u8i8i32_INTRIN`` in ``tvm.s_tir.tensor_intrin.hexago
 (``C[32] += A[4] . B[32, 4]``: four activation bytes broadcast against 32 output
 channels times 4 input channels of weights, ``vrmpybusv``). This module is the
 strongest stock-TVM contender for GCD²'s kernels (seed 004, §4.5.2 compares against
-TVM): the conv compute in TVM's ``NCHWc``-style packing (weights
-``[O/32, C/4, KH, KW, 32, 4]``), a hand schedule (MetaSchedule cannot measure on
-Hexagon here: it needs an RPC device, and the emulator is not one) that keeps the 32
-accumulators of one pixel in a register, tensorizes the inner ``32 x 4`` with the
-intrinsic, and vectorizes the requantization over the 32 output channels.
+TVM): the conv compute (:func:`conv_compute`) in TVM's ``NCHWc``-style packing
+(weights ``[O/32, C/4, KH, KW, 32, 4]``), scheduled two ways: :func:`conv_func`, a hand
+schedule that keeps the 32 accumulators of one pixel in a register, tensorizes the
+inner ``32 x 4`` with the intrinsic, and vectorizes the requantization over the 32
+output channels; and a MetaSchedule search over the same compute
+(:func:`.ms_runner.tune_vrmpy_conv`: ``MultiLevelTilingWithIntrin`` with this
+intrinsic), whose candidates are measured in packets under QEMU by a custom
+MetaSchedule builder and runner (no RPC device needed). The benchmark takes the better.
 
 Importing ``tvm.s_tir.tensor_intrin`` parses every target's intrinsics (CUDA's
 alone take about a minute here); :func:`stock_vrmpy_intrin` instead runs stock TVM's
