@@ -213,6 +213,8 @@ def run_ansor(args) -> dict:
     records, summary = ansor.read_ansor_log(ANSOR_LOG, LLVM)
     out = {"log": str(ANSOR_LOG), "records_imported": summary.kept, "lines": summary.lines,
            "skipped": dict(summary.skipped), "notes": dict(summary.notes)}
+    if args.quick:  # the import only; transferring to ResNet-18 takes minutes
+        return out
     model = str(model_file("resnet18", args))
     report = search.transfer_tune(model, records, LLVM, Path(args.work) / "ansor_resnet18",
                                   mode="pool", progress=True)
@@ -253,7 +255,7 @@ def main(argv=None) -> int:
               "of its time)", flush=True)
     ansor_rec = None
     if not args.no_ansor and ANSOR_LOG.exists():
-        path = results_dir / f"ansor_resnet18_{args.image_size}.json"
+        path = results_dir / f"ansor_resnet18_{args.image_size}{'_quick' if args.quick else ''}.json"
         if path.exists():
             ansor_rec = json.loads(path.read_text())
         else:
@@ -290,7 +292,7 @@ def main(argv=None) -> int:
         "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
         "ansor_records_imported": ansor_rec["records_imported"] if ansor_rec else None,
         "ansor_speedup_over_untuned": (ansor_rec["model"]["speedup_over_untuned"]
-                                       if ansor_rec else None),
+                                       if ansor_rec and "model" in ansor_rec else None),
     }
     print(json.dumps(summary, indent=1))
     if args.json:
