@@ -49,7 +49,9 @@ from pathlib import Path
 log = logging.getLogger("bench_transfer")
 
 LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
-ANSOR_LOG = Path("/work/shared/data/ansor/resnet-50-NHWC-B1-llvm.json")
+#: ../shared beside the checkout (as CI lays it out)
+ANSOR_LOG = (Path(__file__).resolve().parents[2] / "shared" / "data" / "ansor"
+             / "resnet-50-NHWC-B1-llvm.json")
 BERT_SMALL = {"num_layers": 1, "hidden": 64, "heads": 2, "ffn": 128, "seq": 16, "vocab": 100}
 BERT_LARGE = {"num_layers": 1, "hidden": 128, "heads": 2, "ffn": 256, "seq": 16, "vocab": 100}
 #: name -> (zoo builder, kwargs without the image size)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from tvm_cocopie.errors import TuningLogError
 from tvm_cocopie.transfer_tuning import ansor, readers
 
-ANSOR = Path("/work/shared/data/ansor")
+#: ../shared beside the checkout (as CI lays it out)
+ANSOR = Path(__file__).resolve().parents[2] / "shared" / "data" / "ansor"
 LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
 needs_logs = pytest.mark.skipif(not ANSOR.exists(), reason="shared Ansor logs not present")
 
