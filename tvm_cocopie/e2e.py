@@ -35,7 +35,9 @@ def compare_workload(wl: Workload, target, threads: int, repeat: int = 10,
     outs = {k: _as_list(b(**wl.inputs)) for k, b in builds.items()}
     contenders = {"ort": bm.ort_runner(sess, wl.inputs)}
     contenders.update({k: (lambda b=b: b(**wl.inputs)) for k, b in builds.items()})
-    times = bm.interleaved_times(contenders, repeat=repeat, warmup=1, max_seconds=max_seconds)
+    # blocks of 4 calls, the first untimed: see interleaved_times on why not 1
+    times = bm.interleaved_times(contenders, repeat=repeat, warmup=1, max_seconds=max_seconds,
+                                 block=4)
     rec = {
         "model": wl.name,
         "input_shapes": wl.shapes,

@@ -1,0 +1,19 @@
+"""The measurement loop behind every benchmark script's ratios."""
+
+from tvm_cocopie import benchmarking as bm
+
+
+def test_blocks_drop_the_first_call_after_a_switch():
+    calls = []
+    contenders = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times = bm.interleaved_times(contenders, repeat=3, warmup=1, settle_seconds=0, block=4)
+    assert {k: len(v) for k, v in times.items()} == {"a": 9, "b": 9}
+    # warmup a b, then per round four a's and four b's
+    assert calls == ["a", "b"] + (["a"] * 4 + ["b"] * 4) * 3
+
+
+def test_single_call_rounds_alternate():
+    calls = []
+    contenders = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times = bm.interleaved_times(contenders, repeat=2, warmup=0, settle_seconds=0)
+    assert calls == ["a", "b", "a", "b"] and len(times["a"]) == 2
