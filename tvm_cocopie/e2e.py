@@ -24,7 +24,9 @@ COLUMNS = [
 def compare_workload(wl: Workload, target, threads: int, repeat: int = 10,
                      max_seconds: float | None = 60.0, stock: bool = True) -> dict:
     """Compile, check and time ``wl``; return one benchmark record."""
-    sess = bm.ort_session(wl.model, threads)
+    # ORT as it ships (spinning intra-op threads): timed in blocks, its spin cannot
+    # reach TVM's timed calls
+    sess = bm.ort_session(wl.model, threads, spinning=True)
     ref = sess.run(None, wl.inputs)
     builds = {}
     t0 = time.perf_counter()
