@@ -108,13 +108,14 @@ def time_models(names: list[str], quick: bool) -> list[dict]:
         start = time.perf_counter()
         compiled = tvm_cocopie.compile(model, target=host_target(1))
         compile_s = time.perf_counter() - start
-        session = bm.ort_session(model, threads=1)
+        session = bm.ort_session(model, threads=1, spinning=True)  # ORT as it ships
         reference = session.run(None, feeds)
         ours = compiled(**feeds)
         error = bm.max_rel_error(ours if isinstance(ours, list) else [ours], reference)
         times = bm.interleaved_times(
             {"cocopie": functools.partial(compiled, **feeds), "ort": bm.ort_runner(session, feeds)},
-            repeat=5 if quick else 30, max_seconds=30 if quick else 120)
+            repeat=5 if quick else 30, max_seconds=30 if quick else 120,
+            block=4)  # blocks, first call untimed: see interleaved_times
         cocopie_ms, ort_ms = bm.median(times["cocopie"]), bm.median(times["ort"])
         results.append({
             "model": name, "inputs": {k: list(v.shape) for k, v in feeds.items()},
