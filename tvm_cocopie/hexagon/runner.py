@@ -27,6 +27,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -471,8 +472,13 @@ def _execute(program: HexagonProgram, inputs: dict, count_packets: bool, timeout
             except subprocess.TimeoutExpired:
                 pass
             finally:
-                if proc.poll() is None:
-                    proc.kill()
+                # Past the deadline the log reader is closed, so a still-tracing qemu may
+                # die of SIGPIPE before we kill it: that is the timeout too.
+                lost_reader = (fifo is not None and proc.poll() == -signal.SIGPIPE
+                               and time.monotonic() >= deadline)
+                if proc.poll() is None or lost_reader:
+                    if proc.poll() is None:
+                        proc.kill()
                     proc.wait()
                     raise ToolchainError(
                         f"qemu-hexagon ran {program.elf} for more than {timeout:.0f} s and was "
