@@ -124,15 +124,7 @@ _RUNTIME = r"""
 #define O_RDONLY 0
 #define O_WRONLY_CREAT_TRUNC (01 | 0100 | 01000)
 
-static long cp_syscall(long n, long a, long b, long c, long d) {
-  register long r0 __asm__("r0") = a;
-  register long r1 __asm__("r1") = b;
-  register long r2 __asm__("r2") = c;
-  register long r3 __asm__("r3") = d;
-  register long r6 __asm__("r6") = n;
-  __asm__ volatile("trap0(#1)" : "+r"(r0) : "r"(r1), "r"(r2), "r"(r3), "r"(r6) : "memory");
-  return r0;
-}
+@CP_SYSCALL@
 
 static __attribute__((noreturn)) void cp_exit(int code) {
   cp_syscall(SYS_EXIT, code, 0, 0, 0);
@@ -340,7 +332,7 @@ def generate(spec: ProgramSpec, syscall: str | None = None) -> str:
     ``syscall``: C source of ``cp_syscall(n, a, b, c, d)`` for another ISA (default:
     :data:`HEXAGON_SYSCALL`; the Hexagon program text is unchanged).
     """
-    runtime = _RUNTIME if syscall is None else _RUNTIME.replace(HEXAGON_SYSCALL, syscall)
+    runtime = _RUNTIME.replace("@CP_SYSCALL@\n", HEXAGON_SYSCALL if syscall is None else syscall)
     index = {buf.name: i for i, buf in enumerate(spec.buffers)}
     offsets, top = [], 0
     for buf in spec.buffers:
