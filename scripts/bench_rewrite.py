@@ -16,11 +16,13 @@ speedup_best, max_rel_err, ...}``; summary ``rules``, ``rules_tested``, ``catego
 ``geomean_flop_ratio``, ``geomean_speedup`` (and both split into the generated graphs
 and the real models), ``max_rel_err``, ``all_match_ort``.
 
-Latency: rounds of one call with and one without rewriting, alternating which goes
-first; ``speedup`` is the ratio of the medians, ``speedup_paired_median`` the median
-of the per-round ratios, with its interquartile range (on a loaded machine that range
-is the honest error bar). A model with nothing to rewrite compiles the same graph
-twice, so its speedup shows the noise floor.
+Latency: rounds of a block of 4 calls with and 4 without rewriting, the first call
+of each block untimed (:func:`tvm_cocopie.benchmarking.interleaved_times`,
+``block=4``), alternating which goes first; ``speedup`` is the ratio of the medians,
+``speedup_paired_median`` the median of the per-round ratios of the block medians,
+with its interquartile range (on a loaded machine that range is the honest error
+bar). A model with nothing to rewrite compiles the same graph twice, so its speedup
+shows the noise floor.
 
     python scripts/bench_rewrite.py --quick --json bench_rewrite.json
 """
@@ -166,11 +168,13 @@ def model_record(name, model, feeds, target, threads, repeat) -> dict:
     return rec
 
 
-def paired_speedup(builds: dict, feeds: dict, repeat: int, max_seconds: float = 60.0) -> dict:
-    """Latency with and without rewriting, measured side by side: rounds of one call
-    each, the order alternating between rounds (no contender always runs first on a
-    machine whose load drifts); medians of each, and the median of the per-round
-    ratios with its interquartile range (the spread a reader should trust)."""
+def paired_speedup(builds: dict, feeds: dict, repeat: int, max_seconds: float = 60.0,
+                   block: int = 4) -> dict:
+    """Latency with and without rewriting, measured side by side: rounds of a block of
+    ``block`` calls each, the first call of a block untimed (it pays for the switch),
+    the order alternating between rounds (no contender always runs first on a machine
+    whose load drifts); medians of each, and the median of the per-round ratios of the
+    block medians with its interquartile range (the spread a reader should trust)."""
     import statistics
 
     from tvm_cocopie import benchmarking as bm
@@ -179,22 +183,25 @@ def paired_speedup(builds: dict, feeds: dict, repeat: int, max_seconds: float = 
     for fn in calls.values():  # warm-up
         fn()
     times = {"without": [], "with": []}
+    ratios = []
     start = time.perf_counter()
     for i in range(repeat):
         order = ("without", "with") if i % 2 == 0 else ("with", "without")
-        got = bm.interleaved_times({k: calls[k] for k in order}, repeat=1, warmup=0)
+        got = bm.interleaved_times({k: calls[k] for k in order}, repeat=1, warmup=0,
+                                   block=block)
         for k in order:
             times[k].extend(got[k])
+        ratios.append(bm.median(got["without"]) / bm.median(got["with"]))
         if i >= 5 and time.perf_counter() - start > max_seconds:
             break
-    ratios = sorted(a / b for a, b in zip(times["without"], times["with"]))
+    ratios.sort()
     best = min(times["without"]) / min(times["with"])
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
     ms_without, ms_with = bm.median(times["without"]), bm.median(times["with"])
     return {"ms_without": ms_without, "ms_with": ms_with, "speedup": ms_without / ms_with,
             "speedup_paired_median": bm.median(ratios),
             "speedup_paired_iqr": [q[0], q[2]], "speedup_best": best,
-            "rounds": len(ratios)}
+            "rounds": len(ratios), "block": block}
 
 
 def summarize(records: list[dict]) -> dict:
