@@ -1,4 +1,5 @@
-"""Small helpers shared by the converters: attributes, constants, shapes, dtypes."""
+"""Small helpers shared by the converters: attributes, constants, shapes, dtypes, and
+:func:`converter`, which makes a registered converter class of one function."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as stock
+
+from .registry import register
 
 
 def attr_str(attr: dict, name: str, default: str | None = None) -> str | None:
@@ -90,3 +94,15 @@ def const(value, dtype: str | None = None) -> relax.Expr:
     arr = np.asarray(value)
     dtype = str(dtype or arr.dtype)
     return relax.const(arr.astype(dtype), dtype)
+
+
+def converter(op_type: str, opset: int, build, base: type = stock.OnnxOpConverter) -> type:
+    """Register a converter class for ``op_type`` whose ``_impl_v{opset}`` is ``build``.
+
+    ``build(bb, inputs, attr, params)`` converts a node; its docstring becomes the
+    class's. The class subclasses ``base``: a stock converter given there keeps its
+    other opsets (``get_converter`` picks the highest ``_impl_vN`` <= the model's).
+    """
+    members = {"__doc__": build.__doc__, "__module__": build.__module__,
+               f"_impl_v{opset}": staticmethod(build)}
+    return register(op_type)(type(op_type, (base,), members))

@@ -21,7 +21,7 @@ from tvm import relax, te
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from ..errors import ModelError
-from .common import dtype_of, is_float, scalar
+from .common import const_value, converter, dtype_of, is_float, rank_of, scalar
 from .registry import register
 
 
@@ -48,12 +48,12 @@ def unary(op_type: str, opset: int, build):
     converter's. The converters below differ only in that expression.
     """
 
-    def impl(cls, bb, inputs, attr, params):
+    def impl(bb, inputs, attr, params):
         x = inputs[0]
         return build(bb, x, dtype_of(x), attr)
 
-    members = {"__doc__": build.__doc__, f"_impl_v{opset}": classmethod(impl)}
-    return register(op_type)(type(op_type, (stock.OnnxOpConverter,), members))
+    impl.__doc__ = build.__doc__
+    return converter(op_type, opset, impl)
 
 
 def _softplus(bb, x, dtype, attr):
@@ -132,67 +132,58 @@ class Mod(stock.Mod):
         return op.where(op.equal(floored, zero), signed_zero, floored)
 
 
-@register("BitShift")
-class BitShift(stock.BitShift):
+def _bitshift(bb, inputs, attr, params):
     """``x << s`` / ``x >> s``; out-of-range shifts saturate as in the spec's reference."""
-
-    @classmethod
-    def _impl_v11(cls, bb, inputs, attr, params):
-        op = relax.op
-        x, s = inputs[0], inputs[1]
-        dtype = dtype_of(x)
-        bits = np.iinfo(np.dtype(dtype)).bits
-        direction = attr.get("direction", b"LEFT")
-        direction = direction.decode() if isinstance(direction, bytes) else direction
-        bad = bb.emit(op.logical_or(op.less(s, scalar(0, dtype)),
-                                    op.greater_equal(s, scalar(bits, dtype))))
-        safe = bb.emit(op.where(bad, scalar(0, dtype), s))
-        if direction == "LEFT":
-            return op.where(bad, scalar(0, dtype), op.left_shift(x, safe))
-        shifted = op.right_shift(x, safe)
-        if np.issubdtype(np.dtype(dtype), np.signedinteger):
-            fill = op.where(op.less(x, scalar(0, dtype)), scalar(-1, dtype), scalar(0, dtype))
-        else:
-            fill = scalar(0, dtype)
-        return op.where(bad, fill, shifted)
+    op = relax.op
+    x, s = inputs[0], inputs[1]
+    dtype = dtype_of(x)
+    bits = np.iinfo(np.dtype(dtype)).bits
+    direction = attr.get("direction", b"LEFT")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    bad = bb.emit(op.logical_or(op.less(s, scalar(0, dtype)),
+                                op.greater_equal(s, scalar(bits, dtype))))
+    safe = bb.emit(op.where(bad, scalar(0, dtype), s))
+    if direction == "LEFT":
+        return op.where(bad, scalar(0, dtype), op.left_shift(x, safe))
+    shifted = op.right_shift(x, safe)
+    if np.issubdtype(np.dtype(dtype), np.signedinteger):
+        fill = op.where(op.less(x, scalar(0, dtype)), scalar(-1, dtype), scalar(0, dtype))
+    else:
+        fill = scalar(0, dtype)
+    return op.where(bad, fill, shifted)
 
 
-@register("Pow")
-class Pow(stock.Pow):
+def _pow(bb, inputs, attr, params):
     """``x ** y`` for any numeric pair of types; the result has the type of ``x``."""
-
-    @classmethod
-    def _impl_v7(cls, bb, inputs, attr, params):
-        op = relax.op
-        x, y = inputs[0], inputs[1]
-        xt, yt = dtype_of(x), dtype_of(y)
-        if is_float(xt):
-            return op.power(x, y if yt == xt else op.astype(y, xt))
-        work = "float64"
-        result = op.power(op.astype(x, work), op.astype(y, work))
-        return op.astype(op.round(result), xt)
+    op = relax.op
+    x, y = inputs[0], inputs[1]
+    xt, yt = dtype_of(x), dtype_of(y)
+    if is_float(xt):
+        return op.power(x, y if yt == xt else op.astype(y, xt))
+    work = "float64"
+    result = op.power(op.astype(x, work), op.astype(y, work))
+    return op.astype(op.round(result), xt)
 
 
-@register("CumProd")
-class CumProd(stock.OnnxOpConverter):
+def _cumprod(bb, inputs, attr, params):
     """Cumulative product along ``axis``, optionally ``exclusive`` and ``reverse``."""
+    op = relax.op
+    x = inputs[0]
+    axis_value = const_value(inputs[1], params)
+    if axis_value is None:
+        raise ModelError("CumProd needs a constant axis")
+    axis = int(axis_value.reshape(-1)[0]) % rank_of(x)
+    if int(attr.get("reverse", 0)):
+        x = bb.emit(op.flip(x, axis))
+    y = bb.emit(op.cumprod(x, axis=axis, exclusive=bool(attr.get("exclusive", 0))))
+    if int(attr.get("reverse", 0)):
+        y = bb.emit(op.flip(y, axis))
+    return y
 
-    @classmethod
-    def _impl_v26(cls, bb, inputs, attr, params):
-        from .common import const_value, rank_of
 
-        op = relax.op
-        x = inputs[0]
-        axis_value = const_value(inputs[1], params)
-        if axis_value is None:
-            raise ModelError("CumProd needs a constant axis")
-        axis = int(axis_value.reshape(-1)[0]) % rank_of(x)
-        if int(attr.get("reverse", 0)):
-            x = bb.emit(op.flip(x, axis))
-        y = bb.emit(op.cumprod(x, axis=axis, exclusive=bool(attr.get("exclusive", 0))))
-        if int(attr.get("reverse", 0)):
-            y = bb.emit(op.flip(y, axis))
-        return y
+BitShift = converter("BitShift", 11, _bitshift, base=stock.BitShift)
+Pow = converter("Pow", 7, _pow, base=stock.Pow)
+CumProd = converter("CumProd", 26, _cumprod)
 
 
 @register("BitCast")

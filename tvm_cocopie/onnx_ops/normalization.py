@@ -16,7 +16,7 @@ from __future__ import annotations
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
-from .common import dtype_of, rank_of, scalar
+from .common import converter, dtype_of, rank_of, scalar
 from .registry import register
 
 
@@ -53,45 +53,41 @@ class LayerNormalization(stock.OnnxOpConverter):
         return relax.Tuple([y, mean, inv_std])
 
 
-@register("RMSNormalization")
-class RMSNormalization(stock.OnnxOpConverter):
+def _rms_normalization(bb, inputs, attr, params):
     """``Y = X / sqrt(mean(X^2) + epsilon) * scale`` over the axes from ``axis`` on."""
-
-    @classmethod
-    def _impl_v23(cls, bb, inputs, attr, params):
-        op = relax.op
-        x, scale = inputs[0], inputs[1]
-        rank = rank_of(x)
-        axes = list(range(int(attr.get("axis", -1)) % rank, rank))
-        eps = float(attr.get("epsilon", 1e-5))
-        dtype = dtype_of(x)
-        stash = _stash_dtype(attr, dtype)
-        xs = x if stash == dtype else bb.emit(op.astype(x, stash))
-        mean_sq = bb.emit(op.mean(op.multiply(xs, xs), axes, keepdims=True))
-        y = bb.emit(op.multiply(xs, op.rsqrt(op.add(mean_sq, scalar(eps, stash)))))
-        if stash != dtype:
-            y = bb.emit(op.astype(y, dtype))
-        return op.multiply(y, scale)
+    op = relax.op
+    x, scale = inputs[0], inputs[1]
+    rank = rank_of(x)
+    axes = list(range(int(attr.get("axis", -1)) % rank, rank))
+    eps = float(attr.get("epsilon", 1e-5))
+    dtype = dtype_of(x)
+    stash = _stash_dtype(attr, dtype)
+    xs = x if stash == dtype else bb.emit(op.astype(x, stash))
+    mean_sq = bb.emit(op.mean(op.multiply(xs, xs), axes, keepdims=True))
+    y = bb.emit(op.multiply(xs, op.rsqrt(op.add(mean_sq, scalar(eps, stash)))))
+    if stash != dtype:
+        y = bb.emit(op.astype(y, dtype))
+    return op.multiply(y, scale)
 
 
-@register("LpNormalization")
-class LpNormalization(stock.OnnxOpConverter):
+def _lp_normalization(bb, inputs, attr, params):
     """``X / ||X||_p`` along ``axis`` (p = 1 or 2); a zero norm gives 0, not NaN."""
+    op = relax.op
+    x = inputs[0]
+    dtype = dtype_of(x)
+    axis = int(attr.get("axis", -1))
+    p = int(attr.get("p", 2))
+    if p == 1:
+        norm = bb.emit(op.sum(op.abs(x), [axis], keepdims=True))
+    else:
+        norm = bb.emit(op.sqrt(op.sum(op.multiply(x, x), [axis], keepdims=True)))
+    zero = bb.emit(op.equal(norm, scalar(0, dtype)))
+    safe = bb.emit(op.where(zero, scalar(1, dtype), norm))
+    return op.where(zero, scalar(0, dtype), op.divide(x, safe))
 
-    @classmethod
-    def _impl_v1(cls, bb, inputs, attr, params):
-        op = relax.op
-        x = inputs[0]
-        dtype = dtype_of(x)
-        axis = int(attr.get("axis", -1))
-        p = int(attr.get("p", 2))
-        if p == 1:
-            norm = bb.emit(op.sum(op.abs(x), [axis], keepdims=True))
-        else:
-            norm = bb.emit(op.sqrt(op.sum(op.multiply(x, x), [axis], keepdims=True)))
-        zero = bb.emit(op.equal(norm, scalar(0, dtype)))
-        safe = bb.emit(op.where(zero, scalar(1, dtype), norm))
-        return op.where(zero, scalar(0, dtype), op.divide(x, safe))
+
+RMSNormalization = converter("RMSNormalization", 23, _rms_normalization)
+LpNormalization = converter("LpNormalization", 1, _lp_normalization)
 
 
 @register("BatchNormalization")

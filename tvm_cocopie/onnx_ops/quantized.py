@@ -56,88 +56,79 @@ def _along(bb, param, axis: int, rank: int, block: int = 0, length=None):
     return param
 
 
-def _granularity(attr, x, param):
+def _broadcaster(bb, attr, x):
+    """``along(param)``: a scale or zero point viewed against ``x`` per tensor, per
+    ``axis`` or in blocks of ``block_size`` (see :func:`_along`)."""
     rank = rank_of(x)
     axis = int(attr.get("axis", 1)) % max(rank, 1)
     block = int(attr.get("block_size", 0))
-    return axis, rank, block
-
-
-def _stock_fallbacks(stock_cls, versions=(10, 13, 19, 21, 23)):
-    """Class decorator: each ``_impl_vN`` calls ``cls._convert`` with stock's ``_impl_vN``.
-
-    ``_convert`` handles the integer types itself and hands the others (float8,
-    sub-byte) to the stock converter of the same opset.
-    """
-
-    def delegate(fallback):
-        def impl(cls, bb, inputs, attr, params):
-            return cls._convert(bb, inputs, attr, params, fallback)
-
-        return classmethod(impl)
-
-    def wrap(cls):
-        for version in versions:
-            setattr(cls, f"_impl_v{version}", delegate(getattr(stock_cls, f"_impl_v{version}")))
-        return cls
-
-    return wrap
+    length = shape_of(x)[axis] if rank else None
+    return lambda param: _along(bb, param, axis, rank, block, length)
 
 
 def _zero_point_or_none(expr):
     return None if is_empty(expr) else expr
 
 
-@register("DequantizeLinear")
-@_stock_fallbacks(stock.DequantizeLinear)
-class DequantizeLinear(stock.DequantizeLinear):
+def _linear_converter(op_type: str, convert, versions=(10, 13, 19, 21, 23)) -> type:
+    """Register the converter of ``QuantizeLinear``/``DequantizeLinear`` for ``versions``.
+
+    ``convert(bb, x, scale, zero_point, attr, fallback)`` (an omitted zero point is
+    ``None``) handles the integer types itself and returns ``fallback()``, the stock
+    ``_impl_vN`` of the same opset, for the others (float8, sub-byte).
+    """
+    stock_cls = getattr(stock, op_type)
+
+    def delegate(stock_impl):
+        def impl(cls, bb, inputs, attr, params):
+            return convert(bb, inputs[0], inputs[1], _zero_point_or_none(inputs[2]), attr,
+                           lambda: stock_impl(bb, inputs, attr, params))
+
+        return classmethod(impl)
+
+    members = {"__doc__": convert.__doc__, "__module__": __name__}
+    for version in versions:
+        members[f"_impl_v{version}"] = delegate(getattr(stock_cls, f"_impl_v{version}"))
+    return register(op_type)(type(op_type, (stock_cls,), members))
+
+
+def _dequantize(bb, x, scale, zp, attr, fallback):
     """``y = (x - zero_point) * scale``."""
-
-    @classmethod
-    def _convert(cls, bb, inputs, attr, params, fallback):
-        op = relax.op
-        x, scale = inputs[0], inputs[1]
-        zp = _zero_point_or_none(inputs[2])
-        if dtype_of(x) not in _INT_TYPES:
-            return fallback(bb, inputs, attr, params)
-        out_dtype = (stock.get_type(int(attr["output_dtype"])) if attr.get("output_dtype")
-                     else dtype_of(scale))
-        axis, rank, block = _granularity(attr, x, scale)
-        length = shape_of(x)[axis] if rank else None
-        v = bb.emit(op.astype(x, "int32"))
-        if zp is not None:
-            v = bb.emit(op.subtract(v, _along(bb, op.astype(zp, "int32"), axis, rank, block,
-                                              length)))
-        s = _along(bb, scale, axis, rank, block, length)
-        return op.multiply(op.astype(v, out_dtype), op.astype(s, out_dtype))
+    op = relax.op
+    if dtype_of(x) not in _INT_TYPES:
+        return fallback()
+    out_dtype = (stock.get_type(int(attr["output_dtype"])) if attr.get("output_dtype")
+                 else dtype_of(scale))
+    along = _broadcaster(bb, attr, x)
+    v = bb.emit(op.astype(x, "int32"))
+    if zp is not None:
+        v = bb.emit(op.subtract(v, along(op.astype(zp, "int32"))))
+    s = along(scale)
+    return op.multiply(op.astype(v, out_dtype), op.astype(s, out_dtype))
 
 
-@register("QuantizeLinear")
-@_stock_fallbacks(stock.QuantizeLinear)
-class QuantizeLinear(stock.QuantizeLinear):
+def _quantize(bb, x, scale, zp, attr, fallback):
     """``y = saturate(round_half_even(x / scale) + zero_point)``."""
+    op = relax.op
+    if attr.get("output_dtype"):
+        out_dtype = stock.get_type(int(attr["output_dtype"]))
+    else:
+        out_dtype = dtype_of(zp) if zp is not None else "uint8"
+    if out_dtype not in _INT_TYPES:
+        return fallback()
+    work = (stock.get_type(int(attr["precision"])) if attr.get("precision")
+            else dtype_of(scale))
+    work = "float32" if work in ("float16", "bfloat16") else work
+    along = _broadcaster(bb, attr, x)
+    s = along(op.astype(scale, work))
+    v = bb.emit(round_half_even(bb, op.divide(op.astype(x, work), s), work))
+    if zp is not None:
+        v = bb.emit(op.add(v, along(op.astype(zp, work))))
+    return saturate(bb, v, out_dtype)
 
-    @classmethod
-    def _convert(cls, bb, inputs, attr, params, fallback):
-        op = relax.op
-        x, scale = inputs[0], inputs[1]
-        zp = _zero_point_or_none(inputs[2])
-        if attr.get("output_dtype"):
-            out_dtype = stock.get_type(int(attr["output_dtype"]))
-        else:
-            out_dtype = dtype_of(zp) if zp is not None else "uint8"
-        if out_dtype not in _INT_TYPES:
-            return fallback(bb, inputs, attr, params)
-        work = (stock.get_type(int(attr["precision"])) if attr.get("precision")
-                else dtype_of(scale))
-        work = "float32" if work in ("float16", "bfloat16") else work
-        axis, rank, block = _granularity(attr, x, scale)
-        length = shape_of(x)[axis] if rank else None
-        s = _along(bb, op.astype(scale, work), axis, rank, block, length)
-        v = bb.emit(round_half_even(bb, op.divide(op.astype(x, work), s), work))
-        if zp is not None:
-            v = bb.emit(op.add(v, _along(bb, op.astype(zp, work), axis, rank, block, length)))
-        return saturate(bb, v, out_dtype)
+
+DequantizeLinear = _linear_converter("DequantizeLinear", _dequantize)
+QuantizeLinear = _linear_converter("QuantizeLinear", _quantize)
 
 
 def _centered(bb, x, zp, channel_axis=None):

@@ -20,6 +20,7 @@ from .common import (
     attr_str,
     const,
     const_value,
+    converter,
     dtype_of,
     is_empty,
     normalize_axes,
@@ -182,30 +183,29 @@ class Col2Im(stock.OnnxOpConverter):
         return relax.op.reshape(out, [n, channels, *image])
 
 
-@register("ReverseSequence")
-class ReverseSequence(stock.OnnxOpConverter):
+def _reverse_sequence(bb, inputs, attr, params):
     """Reverse the first ``sequence_lens[b]`` steps of each batch entry."""
+    op = relax.op
+    x, lens = inputs[0], inputs[1]
+    time_axis = int(attr.get("time_axis", 0))
+    batch_axis = int(attr.get("batch_axis", 1))
+    shape = shape_of(x)
+    steps = shape[time_axis]
+    t = op.arange(0, steps, dtype="int64")
+    t = bb.emit(op.reshape(t, [steps, 1] if time_axis == 0 else [1, steps]))
+    length = bb.emit(op.astype(lens, "int64"))
+    length = bb.emit(op.reshape(length, [1, -1] if time_axis == 0 else [-1, 1]))
+    source = bb.emit(op.where(op.less(t, length),
+                              op.subtract(op.subtract(length, scalar(1, "int64")), t), t))
+    index_shape = [1] * len(shape)
+    index_shape[time_axis], index_shape[batch_axis] = (shape[time_axis],
+                                                       shape[batch_axis])
+    index = bb.emit(op.reshape(source, index_shape))
+    index = bb.emit(op.broadcast_to(index, shape))
+    return op.gather_elements(x, index, axis=time_axis)
 
-    @classmethod
-    def _impl_v10(cls, bb, inputs, attr, params):
-        op = relax.op
-        x, lens = inputs[0], inputs[1]
-        time_axis = int(attr.get("time_axis", 0))
-        batch_axis = int(attr.get("batch_axis", 1))
-        shape = shape_of(x)
-        steps = shape[time_axis]
-        t = op.arange(0, steps, dtype="int64")
-        t = bb.emit(op.reshape(t, [steps, 1] if time_axis == 0 else [1, steps]))
-        length = bb.emit(op.astype(lens, "int64"))
-        length = bb.emit(op.reshape(length, [1, -1] if time_axis == 0 else [-1, 1]))
-        source = bb.emit(op.where(op.less(t, length),
-                                  op.subtract(op.subtract(length, scalar(1, "int64")), t), t))
-        index_shape = [1] * len(shape)
-        index_shape[time_axis], index_shape[batch_axis] = (shape[time_axis],
-                                                           shape[batch_axis])
-        index = bb.emit(op.reshape(source, index_shape))
-        index = bb.emit(op.broadcast_to(index, shape))
-        return op.gather_elements(x, index, axis=time_axis)
+
+ReverseSequence = converter("ReverseSequence", 10, _reverse_sequence)
 
 
 @register("TensorScatter")
