@@ -18,6 +18,8 @@ import logging
 import tvm
 from tvm import relax, s_tir, tirx
 
+from .call_rewrite import rewrite_calls
+
 log = logging.getLogger(__name__)
 
 _OPS = {
@@ -80,43 +82,28 @@ def _store_target_is(store, param) -> bool:
     return target is not None and target.same_as(param)
 
 
-@relax.expr_functor.mutator
-class _Lifter(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.mod_ = mod
-        self.lifted = 0
-
-    def visit_call_(self, call):
-        new = super().visit_call_(call)
-        if not (isinstance(new, relax.Call) and isinstance(new.op, tvm.ir.Op)
-                and new.op.name == "relax.call_tir"):
-            return new
-        gvar, args = new.args[0], new.args[1]
-        func = self.mod_[gvar] if gvar in self.mod_.get_global_vars() else None
-        if not isinstance(func, tirx.PrimFunc) or not isinstance(args, relax.Tuple):
-            return new
-        found = elementwise_op(func)
-        if found is None or len(args.fields) != 2:
-            return new
-        op, (ia, ib) = found
-        lifted = op(args.fields[ia], args.fields[ib])
-        out_ty = new.ty
-        if getattr(out_ty, "dtype", None) is None or str(out_ty.dtype) != str(args.fields[0].ty.dtype):
-            return new
-        self.lifted += 1
-        return lifted
+def _lift(mod: tvm.IRModule, call):
+    """The Relax op equivalent to an element-wise ``call_tir`` of ``mod``, or None."""
+    gvar, args = call.args[0], call.args[1]
+    func = mod[gvar] if gvar in mod.get_global_vars() else None
+    if not isinstance(func, tirx.PrimFunc) or not isinstance(args, relax.Tuple):
+        return None
+    found = elementwise_op(func)
+    if found is None or len(args.fields) != 2:
+        return None
+    op, (ia, ib) = found
+    lifted = op(args.fields[ia], args.fields[ib])
+    out_ty = call.ty
+    if getattr(out_ty, "dtype", None) is None or str(out_ty.dtype) != str(args.fields[0].ty.dtype):
+        return None
+    return lifted
 
 
 @tvm.transform.module_pass(opt_level=0, name="LiftElementwiseTIR")
 def lift_elementwise_tir(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """The pass: lift element-wise ``call_tir`` to Relax ops, drop PrimFuncs left unused."""
-    lifter = _Lifter(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            lifter.builder_.update_func(gvar, lifter.visit_expr(func))
-    mod = lifter.builder_.get()
-    if lifter.lifted:
-        log.debug("lifted %d element-wise call_tir to Relax", lifter.lifted)
-    return relax.transform.DeadCodeElimination()(mod)
-
+    new, lifted = rewrite_calls(mod, "relax.call_tir",
+                                lambda _builder, call: _lift(mod, call))
+    if lifted:
+        log.debug("lifted %d element-wise call_tir to Relax", lifted)
+    return relax.transform.DeadCodeElimination()(new)

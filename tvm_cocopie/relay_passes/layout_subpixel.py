@@ -24,6 +24,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .call_rewrite import rewrite_calls
+
 log = logging.getLogger(__name__)
 
 
@@ -61,41 +63,27 @@ def _rewritable(call) -> int | None:
     return shape[2]
 
 
-@relax.expr_functor.mutator
-class _SubpixelRewriter(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.rewritten = 0
-
-    def visit_call_(self, call):
-        new = super().visit_call_(call)
-        if not (isinstance(new, relax.Call) and isinstance(new.op, tvm.ir.Op)
-                and new.op.name == "relax.nn.conv2d_transpose"):
-            return new
-        s = _rewritable(new)
-        if s is None:
-            return new
-        x = new.args[0]
-        w = new.args[1].value.numpy()
-        o = w.shape[1]
-        n, _, h, wd = (x.ty.shape[i] for i in range(4))
-        out_dtype = str(new.attrs.out_dtype or "") or None
-        z = self.builder_.emit(relax.op.nn.conv2d(x, relax.const(subpixel_weight(w)),
-                                                  out_dtype=out_dtype))
-        z = self.builder_.emit(relax.op.reshape(z, [n, o, s, s, h, wd]))
-        z = self.builder_.emit(relax.op.permute_dims(z, [0, 1, 4, 2, 5, 3]))
-        self.rewritten += 1
-        return relax.op.reshape(z, [n, o, h * s, wd * s])
+def _as_subpixel(builder, call):
+    """A kernel==stride ``conv2d_transpose`` as 1x1 ``conv2d`` + pixel shuffle, or None."""
+    s = _rewritable(call)
+    if s is None:
+        return None
+    x = call.args[0]
+    w = call.args[1].value.numpy()
+    o = w.shape[1]
+    n, _, h, wd = (x.ty.shape[i] for i in range(4))
+    out_dtype = str(call.attrs.out_dtype or "") or None
+    z = builder.emit(relax.op.nn.conv2d(x, relax.const(subpixel_weight(w)),
+                                        out_dtype=out_dtype))
+    z = builder.emit(relax.op.reshape(z, [n, o, s, s, h, wd]))
+    z = builder.emit(relax.op.permute_dims(z, [0, 1, 4, 2, 5, 3]))
+    return relax.op.reshape(z, [n, o, h * s, wd * s])
 
 
 @tvm.transform.module_pass(opt_level=0, name="SubpixelConvTranspose")
 def subpixel_conv_transpose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """The pass: kernel==stride ``conv2d_transpose`` -> 1x1 ``conv2d`` + pixel shuffle."""
-    rewriter = _SubpixelRewriter(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-    if rewriter.rewritten:
-        log.debug("rewrote %d transposed convolutions as sub-pixel convolutions",
-                  rewriter.rewritten)
-    return rewriter.builder_.get()
+    mod, rewritten = rewrite_calls(mod, "relax.nn.conv2d_transpose", _as_subpixel)
+    if rewritten:
+        log.debug("rewrote %d transposed convolutions as sub-pixel convolutions", rewritten)
+    return mod
