@@ -54,15 +54,19 @@ ANSOR_LOG = (Path(__file__).resolve().parents[2] / "shared" / "data" / "ansor"
              / "resnet-50-NHWC-B1-llvm.json")
 BERT_SMALL = {"num_layers": 1, "hidden": 64, "heads": 2, "ffn": 128, "seq": 16, "vocab": 100}
 BERT_LARGE = {"num_layers": 1, "hidden": 128, "heads": 2, "ffn": 256, "seq": 16, "vocab": 100}
+#: the encoder pair of the full run: two layers at sequence 64, hidden 128 and 256
+BERT_S64 = {"num_layers": 2, "heads": 2, "seq": 64, "vocab": 1000}
 #: name -> (zoo builder, kwargs without the image size)
 MODELS = {
     "resnet18": ("resnet18", {}), "resnet34": ("resnet34", {}), "resnet50": ("resnet50", {}),
     "resnext50_32x4d": ("resnext50_32x4d", {}), "mobilenetv2": ("mobilenetv2", {}),
     "bert_h64": ("bert_encoder", BERT_SMALL), "bert_h128": ("bert_encoder", BERT_LARGE),
+    "bert_h128_s64": ("bert_encoder", BERT_S64 | {"hidden": 128, "ffn": 512}),
+    "bert_h256_s64": ("bert_encoder", BERT_S64 | {"hidden": 256, "ffn": 1024}),
 }
 #: (target, source)
 PAIRS = [("resnet18", "resnet50"), ("resnet34", "resnet18"), ("mobilenetv2", "resnext50_32x4d"),
-         ("bert_h64", "bert_h128")]
+         ("bert_h128_s64", "bert_h256_s64")]
 QUICK_PAIRS = [("bert_h64", "bert_h128")]
 
 
@@ -76,7 +80,13 @@ def parse_args(argv=None):
     p.add_argument("--population", type=int, default=64,
                    help="MetaSchedule's evolutionary population (its default 512 costs minutes "
                         "per kernel and round here)")
-    p.add_argument("--image-size", type=int, default=32, help="input size of the CNNs")
+    p.add_argument("--image-size", type=int, default=64, help="input size of the CNNs")
+    p.add_argument("--space", choices=("cocopie", "stock"), default="cocopie",
+                   help="the design space MetaSchedule searches: cocopie's rules' free choices "
+                        "(register tiles, loop order, padding placement, unroll) or its own "
+                        "CPU rules")
+    p.add_argument("--max-candidates", type=int, default=3,
+                   help="transferred schedules measured per kernel (nearest source kernels first)")
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per variant")
     p.add_argument("--work", default="bench_transfer_work", help="logs and per-pair results")
     p.add_argument("--no-ansor", action="store_true", help="skip the Ansor ResNet-50 log part")
@@ -103,14 +113,14 @@ def tuned(name: str, args, trials_per_kernel: int) -> tuple[Path, dict]:
     from tvm_cocopie.transfer_tuning.tune import read_tuning, tune_model
 
     log_dir = (Path(args.work) / "tune" / f"{name}_{args.image_size}_t{trials_per_kernel}"
-               f"_p{args.population}" / name)
+               f"_p{args.population}_{args.space}" / name)
     meta = read_tuning(log_dir)
     if meta is None:
         shutil.rmtree(log_dir, ignore_errors=True)  # an interrupted run starts over
         kernels = extract_kernels(str(model_file(name, args)), LLVM)
         print(f"tuning {name}: {len(kernels)} kernels x {trials_per_kernel} trials", flush=True)
         tune_model(str(model_file(name, args)), LLVM, log_dir, trials_per_kernel * len(kernels),
-                   kernels=kernels, population=args.population)
+                   kernels=kernels, population=args.population, space=args.space)
         meta = read_tuning(log_dir)
     return log_dir, meta
 
@@ -163,11 +173,18 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
 
     src_dir, _src_meta = tuned(source, args, trials)
     full_dir, full_meta = tuned(target, args, trials)
-    pair_dir = Path(args.work) / "transfer" / f"{target}_from_{source}_{args.image_size}_t{trials}"
-    records, summary = readers.read_logs(src_dir.parent, LLVM)
     model = str(model_file(target, args))
-    print(f"transfer-tuning {target} from {source} ({len(records)} records)", flush=True)
-    report = search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True)
+    # full tuning's final database: per kernel the best of its tuned record, default, untuned
+    print(f"selecting {target}'s full-tuning winners", flush=True)
+    full_sel = search.select_tuned(model, full_dir, LLVM, full_dir.parent / "selected", progress=True)
+    full_seconds = full_meta["seconds"] + full_sel.seconds
+    pair_dir = (Path(args.work) / "transfer" / f"{target}_from_{source}_{args.image_size}"
+                f"_t{trials}_{args.space}_c{args.max_candidates}")
+    records, summary = readers.read_logs(src_dir.parent, LLVM)
+    records = readers.best_per_workload(records)
+    print(f"transfer-tuning {target} from {source} ({len(records)} tuned kernels)", flush=True)
+    report = search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True,
+                                  max_candidates=args.max_candidates)
     rep = report.as_dict()
     tt_secs = report.seconds
     same_dir, same_n = truncated_database(full_dir, tt_secs, pair_dir / "ms_same_time")
@@ -176,7 +193,7 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     inputs = sample_inputs(onnx.load(model))
     variants = {"stock": ("default", None), "default": ("cocopie", PipelineOptions()),
                 "transfer": ("cocopie", PipelineOptions(database=str(pair_dir))),
-                "full": ("cocopie", PipelineOptions(database=str(full_dir))),
+                "full": ("cocopie", PipelineOptions(database=str(full_sel.database))),
                 "ms_same_time": ("cocopie", PipelineOptions(database=str(same_dir)))}
     times = search.compare_builds(model, LLVM, variants, inputs, "stock", repeat=args.repeat,
                                   max_seconds=60 if args.quick else 120)
@@ -186,18 +203,25 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     match = ms_time_to_match(full_dir, rep | {"_model": model}, kernel_target)
     result = {
         "target": target, "source": source, "image_size": args.image_size,
-        "trials_per_kernel": trials, "full_trials": full_meta["trials"],
+        "trials_per_kernel": trials, "full_trials": full_meta["trials"], "space": args.space,
+        "max_candidates": args.max_candidates,
         "records_imported": summary.kept, "records_skipped": dict(summary.skipped),
         "ms": {v: times[v] for v in variants}, "max_abs_err_vs_stock": times["max_abs_err"],
         "speedup_over_default": s, "speedup_over_stock": s_stock,
-        "transfer_seconds": tt_secs, "full_seconds": full_meta["seconds"],
+        "transfer_seconds": tt_secs, "full_seconds": full_seconds,
+        "full_search_seconds": full_meta["seconds"], "full_selection_seconds": full_sel.seconds,
+        "kernel_sums_ms": {"default": 1e3 * report.totals()["default"],
+                           "transfer": 1e3 * report.totals()["transfer"],
+                           "full": 1e3 * full_sel.totals()["transfer"]},
         "ms_same_time_records": same_n,
         "pct_of_full_speedup": 100 * s["transfer"] / s["full"],
         "pct_of_full_speedup_over_stock": 100 * s_stock["transfer"] / s_stock["full"],
-        "pct_of_full_time": 100 * tt_secs / full_meta["seconds"],
+        "pct_of_full_gain": (100 * (s["transfer"] - 1) / (s["full"] - 1)
+                             if s["full"] > 1 else None),
+        "pct_of_full_time": 100 * tt_secs / full_seconds,
         "ms_time_to_match_seconds": match,
         "ms_time_to_match_ratio": None if match is None else match / tt_secs,
-        "ms_time_to_match_lower_bound": full_meta["seconds"] / tt_secs if match is None else None,
+        "ms_time_to_match_lower_bound": full_seconds / tt_secs if match is None else None,
         "kernels": [{k: v for k, v in kr.items() if k in ("name", "label", "weight", "best",
                                                              "speedup", "candidates")}
                     for kr in rep["kernels"]],
@@ -234,14 +258,15 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     from tvm_cocopie import benchmarking as bm
 
-    trials = args.trials_per_kernel or (1 if args.quick else 4)
+    trials = args.trials_per_kernel or (2 if args.quick else 16)
     args.repeat = args.repeat or (10 if args.quick else 30)
     pairs = ([tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs
              else QUICK_PAIRS if args.quick else PAIRS)
     results_dir = Path(args.work) / "results"
     records = []
     for target, source in pairs:
-        path = results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}.json"
+        path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}_{args.space}"
+                              f"_c{args.max_candidates}.json")
         if path.exists():
             records.append(json.loads(path.read_text()))
             print(f"{target} from {source}: done earlier ({path})")
@@ -289,7 +314,9 @@ def main(argv=None) -> int:
                                                       for r in records),
         "mean_full_speedup_over_default": mean_of(r["speedup_over_default"]["full"]
                                                   for r in records),
+        "mean_pct_of_full_gain": mean("pct_of_full_gain"),
         "mean_pct_of_full_time": mean("pct_of_full_time"),
+        "space": args.space, "max_candidates": args.max_candidates,
         "ms_time_to_match_ratio": mean("ms_time_to_match_ratio"),
         "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
         "ansor_records_imported": ansor_rec["records_imported"] if ansor_rec else None,

@@ -61,6 +61,10 @@ class ConvKnobs:
     #: tuning: instead of ``unroll_channel``, sample LLVM's unroll budget for the
     #: reduction nest (``pragma_auto_unroll_max_step``), a MetaSchedule decision
     sample_unroll: bool = False
+    #: tuning: sample the register tile (output chunks ``r``, rows ``th``, columns or
+    #: pixels ``tw``) with ``SamplePerfectTile`` decisions, the annotation's tile as the
+    #: design space's decision; any perfect tiling of the padded extents is valid
+    sample_tiles: bool = False
     #: compute the padded input per parallel iteration, where it stays in L1 (one
     #: fork-join per conv), instead of as its own parallel pass over memory. Dense convs:
     #: 6-18% slower on one core (halo rows and every output-channel tile redo the
@@ -121,6 +125,27 @@ def sample_unroll_budget(sch: s_tir.Schedule, loop) -> None:
     sch.annotate(loop, "pragma_unroll_explicit", 1)
 
 
+def split_tile(sch: s_tir.Schedule, loop, inner: int, max_inner: int, sample: bool):
+    """Split ``loop`` by ``inner``, or by a sampled perfect tiling whose decision is it."""
+    if not sample:
+        return sch.split(loop, [None, inner])
+    extent = const_extent(sch, loop)
+    factors = sch.sample_perfect_tile(loop, 2, max(inner, max_inner), [extent // inner, inner])
+    return sch.split(loop, factors)
+
+
+#: annotation of a tunable anchor block: which design space of which rule it is in
+#: (transfer-tuning replays another kernel's decisions in the same space) and what the
+#: register budget check needs (:mod:`tvm_cocopie.transfer_tuning.space`)
+SPACE_ANNOTATION = "cocopie.space"
+
+
+def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:
+    """Name the design space of ``knobs`` on the anchor block (a string annotation)."""
+    sch.annotate(anchor, SPACE_ANNOTATION, f"kind={knobs.kind};pad={int(knobs.pad_per_tile)};"
+                                           f"ocin={int(knobs.oc_inner)};flat={int(knobs.flat)}")
+
+
 def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
     work = block_work(sch, anchor)
@@ -142,17 +167,19 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         reductions = [ry, rx]
         rci = None
     inner = []
-    if knobs.r > 1:
-        oc, ocr = sch.split(oc, [None, knobs.r])
+    if knobs.sample_tiles:
+        tag_space(sch, anchor, knobs)
+    if knobs.kind == "conv" and (knobs.r > 1 or knobs.sample_tiles):
+        oc, ocr = split_tile(sch, oc, knobs.r, 4, knobs.sample_tiles)
         inner.append(ocr)
     if knobs.flat:
         (p,) = spatial
-        po, pi = sch.split(p, [None, knobs.tw])
+        po, pi = split_tile(sch, p, knobs.tw, 16, knobs.sample_tiles)
         outer, tile = [po], [pi]
     else:
         y, x = spatial
-        yo, yi = sch.split(y, [None, knobs.th])
-        xo, xi = sch.split(x, [None, knobs.tw])
+        yo, yi = split_tile(sch, y, knobs.th, 4, knobs.sample_tiles)
+        xo, xi = split_tile(sch, x, knobs.tw, 16, knobs.sample_tiles)
         outer, tile = [yo, xo], [yi, xi]
     inner += tile
     if knobs.oc_inner:  # input-stationary: a pixel tile meets every weight tile
@@ -175,7 +202,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         for block in prologue:
             parallel_spatial(sch, block, info)
 
-    sch.reverse_compute_at(final, attach)
+    sch.reverse_compute_at(final, attach, preserve_unit_loops=knobs.sample_tiles)
     final_loops = sch.get_loops(final)
     if vectorizable(sch, final):
         vectorize_inner(sch, final_loops[-1], info.f32_lanes)
@@ -234,13 +261,15 @@ class Conv2dNCHWc(CpuRule):
         knobs = choose_knobs(sch, anchor)
         if not tunable:
             return schedule_conv(sch, anchor, knobs, info)
-        # a design space: padding placement x loop order x a sampled unroll budget
+        # design spaces: padding placement x loop order, each with sampled register
+        # tiles and unroll budget
         spaces = []
         for pad_per_tile in (False, True):
-            for oc_inner in (False, True):
+            for oc_inner in (False, True) if knobs.kind == "conv" else (False,):
                 trial = sch.copy()
-                variant = _replace(knobs, sample_unroll=True, pad_per_tile=pad_per_tile,
-                                   oc_inner=oc_inner and knobs.kind == "conv")
+                variant = _replace(knobs, sample_unroll=True, sample_tiles=True,
+                                   pad_per_tile=pad_per_tile,
+                                   oc_inner=oc_inner)
                 spaces.append(schedule_conv(trial, trial.get_sblock(name), variant, info))
         return spaces
 

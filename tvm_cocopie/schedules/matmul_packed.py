@@ -35,7 +35,7 @@ from .common import (
     vectorizable,
     vectorize_inner,
 )
-from .conv2d_nchwc import sample_unroll_budget
+from .conv2d_nchwc import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class MatmulKnobs:
     nb: int
     columns_outer: bool = False  # iterate column panels outside row blocks
     sample_unroll: bool = False  # tuning: sample LLVM's unroll budget of the k loop
+    sample_tiles: bool = False  # tuning: sample the rows of the register tile (tm)
 
 
 def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo):
@@ -60,7 +61,10 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         sch.set_scope(anchor, 0, "local")
     *batch, m, n, k = sch.get_loops(anchor)
     lanes = info.f32_lanes
-    mo, mi = sch.split(m, [None, knobs.tm])
+    if knobs.sample_tiles:
+        sch.annotate(anchor, SPACE_ANNOTATION, f"kind=matmul;colout={int(knobs.columns_outer)};"
+                                               f"nvec={max(1, knobs.nb // lanes)}")
+    mo, mi = split_tile(sch, m, knobs.tm, 8, knobs.sample_tiles)
     if knobs.nb % lanes == 0:
         no, nr, nv = sch.split(n, [None, knobs.nb // lanes, lanes])
         inner = [mi, nr]
@@ -80,7 +84,7 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
     else:
         fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
-    sch.reverse_compute_at(final, attach)
+    sch.reverse_compute_at(final, attach, preserve_unit_loops=knobs.sample_tiles)
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
     for loop in inner:
@@ -110,6 +114,7 @@ class MatmulPacked(CpuRule):
         spaces = []
         for columns_outer in (False, True):
             trial = sch.copy()
-            variant = MatmulKnobs(knobs.tm, knobs.nb, columns_outer, sample_unroll=True)
+            variant = MatmulKnobs(knobs.tm, knobs.nb, columns_outer, sample_unroll=True,
+                                  sample_tiles=True)
             spaces.append(schedule_matmul(trial, trial.get_sblock(name), variant, info))
         return spaces

@@ -125,6 +125,23 @@ def anchor_block(kernel) -> str | None:
     return None
 
 
+def shape_distance(a, b) -> float:
+    """How far apart two kernels' buffer shapes are: Σ |log(extent ratio)| (inf: other ranks).
+
+    Transfer tries the schedules of the nearest kernels of a class first (§6.2.3
+    transfers every pair; a cap on candidates keeps the nearest).
+    """
+    import math
+
+    pa, pb = _main_func(a).params, _main_func(b).params  # buffers on TVM 0.27
+    shapes_a = [[int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in buf.shape] for buf in pa]
+    shapes_b = [[int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in buf.shape] for buf in pb]
+    if [len(s) for s in shapes_a] != [len(s) for s in shapes_b]:
+        return math.inf
+    return sum(abs(math.log(max(x, 1) / max(y, 1)))
+               for sa, sb in zip(shapes_a, shapes_b) for x, y in zip(sa, sb))
+
+
 @dataclass
 class Kernel:
     """One distinct kernel of a model: its workload module and how often it runs."""

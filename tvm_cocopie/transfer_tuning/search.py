@@ -38,7 +38,14 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..benchmarking import write_json_atomic
 from ..errors import ScheduleError, TuningLogError
-from .kernel_class import Kernel, blocks_of, class_key, class_report, extract_kernels
+from .kernel_class import (
+    Kernel,
+    blocks_of,
+    class_key,
+    class_report,
+    extract_kernels,
+    shape_distance,
+)
 from .transfer import check_numerics, transfer
 
 log = logging.getLogger(__name__)
@@ -63,9 +70,11 @@ def build_kernel(mod: tvm.IRModule, target, _params=None):
     return tvm_build(mod, target=target)
 
 
-def local_builder(timeout_sec: float = 300.0, f_build=None, max_workers: int = 1):
-    """A ``LocalBuilder`` using :func:`build_kernel` (or ``f_build``) in its workers."""
-    return ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec,
+def local_builder(timeout_sec: float = 300.0, f_build=None, max_workers: int | None = None):
+    """A ``LocalBuilder`` using :func:`build_kernel` (or ``f_build``) in its workers
+    (one per core unless ``max_workers``; tuning and transfer-tuning build alike)."""
+    workers = max_workers or max(1, len(os.sched_getaffinity(0)))
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout_sec,
                                    f_build=f_build or build_kernel)
 
 
@@ -98,7 +107,10 @@ class Measurer:
         return ms.runner.LocalRunner(timeout_sec=self.run_timeout, evaluator_config=config)
 
     def measure(self, mods: list[tvm.IRModule]) -> list[tuple[float, str]]:
-        """``[(mean seconds or inf, error message)]``, one per module, in order."""
+        """``[(seconds or inf, error message)]``, one per module, in order.
+
+        The seconds are the fastest of ``repeat`` means of ``number`` runs each.
+        """
         if not mods:
             return []
         builder = local_builder(self.build_timeout, self.f_build)
@@ -121,8 +133,8 @@ class Measurer:
                 if res.error_msg:
                     out[i] = (FAILED, "run: " + _last_line(res.error_msg))
                 else:
-                    secs = [float(s) for s in res.run_secs]
-                    out[i] = (sum(secs) / len(secs), "")
+                    # the fastest repeat: other processes only ever add time
+                    out[i] = (min(float(s) for s in res.run_secs), "")
         finally:
             for res in built:
                 if res.artifact_path:
@@ -285,7 +297,8 @@ def _progress(iterable, total, desc, enabled, unit="kernel"):
 def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                   measurer: Measurer | None = None, budget_seconds: float | None = None,
                   check: bool = True, progress: bool = False, kernels: list[Kernel] | None = None,
-                  shapes=None, batch: int = 8) -> Report:
+                  shapes=None, batch: int = 32, max_candidates: int | None = None,
+                  same_workload: bool = False) -> Report:
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
@@ -296,6 +309,12 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     A measured candidate faster than the kernel's baselines must also compute what
     the unscheduled kernel computes (checked in this process once it has run safely
     in the runner's); one that does not is rejected and the next fastest is checked.
+
+    ``max_candidates``: per kernel, transfer only the source schedules of the
+    kernels nearest in shape (:func:`~.kernel_class.shape_distance`), up to this
+    many distinct results (transfers giving the same module count once).
+    ``same_workload``: use only records of the kernel itself (the selection step
+    that turns a MetaSchedule log of this very model into its final database).
     """
     from ..target import parse_target
 
@@ -355,8 +374,13 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     rejected: dict[str, dict[str, str]] = {k.name: {} for k in kernels}
     candidates: dict[str, list] = {k.name: [] for k in kernels}
     for k in _progress(kernels, len(kernels), "transfer", progress):
-        for rec in by_class.get(k.key, []):
-            if over_budget():
+        pool = by_class.get(k.key, [])
+        if same_workload:
+            pool = [r for r in pool if tvm_ffi.structural_equal(r.workload, k.mod)]
+        pool = sorted(pool, key=lambda r: shape_distance(r.workload, k.mod))
+        seen_mods: set[int] = set()
+        for rec in pool:
+            if over_budget() or (max_candidates and len(candidates[k.name]) >= max_candidates):
                 break
             seen = cache.get(k.mod, rec.origin)
             if seen is not None and seen[1].startswith("rejected"):
@@ -368,6 +392,10 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                 cache.put(k.mod, rec.origin, FAILED, f"rejected: {result.reason}")
                 log.info("kernel %s: schedule %s rejected: %s", k.name, rec.origin, result.reason)
                 continue
+            digest = tvm_ffi.structural_hash(result.schedule.mod)
+            if digest in seen_mods:  # another source gave the same schedule
+                continue
+            seen_mods.add(digest)
             candidates[k.name].append((rec.origin, result.schedule))
     cache.save()
 
@@ -416,6 +444,22 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     return report
 
 
+def select_tuned(model, log_dir, target, out_dir, **kwargs) -> Report:
+    """The final database of a plain MetaSchedule run: per kernel the fastest of its
+    best tuned record, the default schedule and the untuned kernel, measured alike.
+
+    MetaSchedule's database holds whatever it measured best, even where that is
+    slower than our default schedule; the reference "full tuning" of the benchmark
+    is this selection, so that it is never worse than the baseline both are compared
+    with. ``kwargs`` go to :func:`transfer_tune`.
+    """
+    from .readers import best_per_workload, read_database_dir
+
+    records, _summary = read_database_dir(log_dir, target)
+    return transfer_tune(model, best_per_workload(records), target, out_dir, mode="pool",
+                         same_workload=True, max_candidates=1, **kwargs)
+
+
 def _numerics_problem(scheduled: tvm.IRModule, reference: tvm.IRModule, target) -> str:
     """Why ``scheduled`` is not the same computation as ``reference`` ('' if it is)."""
     try:
@@ -462,7 +506,7 @@ def write_database(winners, target, out: Path) -> Path:
 
 def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
                    repeat: int = 10, max_seconds: float = 30.0) -> dict:
-    """Compile ``model`` once per variant and time them interleaved (median ms).
+    """Compile ``model`` once per variant and time them interleaved in blocks (median ms).
 
     ``variants``: ``{name: (pipeline, PipelineOptions or None)}``. Every variant's
     outputs are compared with ``reference``'s; returns ``{name: ms, ...,
@@ -481,7 +525,7 @@ def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
         for got, want in zip(_outputs(comp(**inputs)), ref):
             err = max(err, float(np.max(np.abs(np.asarray(got, "float64") - want), initial=0.0)))
     times = interleaved_times({n: (lambda c=c: c(**inputs)) for n, c in compiled.items()},
-                              repeat=repeat, max_seconds=max_seconds)
+                              repeat=repeat, max_seconds=max_seconds, block=4)
     return {n: median(t) for n, t in times.items()} | {"max_abs_err": err}
 
 

@@ -156,15 +156,24 @@ def same_blocks(src: tvm.IRModule, dst: tvm.IRModule) -> bool:
 def transfer(record, mod: tvm.IRModule, target, validate: bool = True) -> Transferred:
     """Transfer source ``record`` (a :class:`~.readers.SourceRecord`) to kernel ``mod``.
 
+    A record sampled in cocopie's design space has its decisions replayed on ``mod``'s
+    own space (:func:`~.space.replay_decisions`); any other trace is replayed as it is,
+    with its tile decisions adapted (:func:`apply_trace`).
+
     With ``validate`` the result is built for ``target``: one that fails to build is
     rejected. Numerical checks are :func:`check_numerics`.
     """
     from ..target import parse_target
+    from .space import replay_decisions, space_tag
 
     target = parse_target(target)
-    if not same_blocks(record.workload, mod):
+    if space_tag(record.trace) is not None:  # sampled in cocopie's space: replay decisions
+        sch, reason = replay_decisions(record.trace, mod, target)
+        result = Transferred(sch is not None, reason or "", sch)
+    elif not same_blocks(record.workload, mod):
         return Transferred(False, "block names differ from the source kernel's")
-    result = apply_trace(record.trace, mod, target)
+    else:
+        result = apply_trace(record.trace, mod, target)
     if result.ok and validate:
         try:
             tvm.compile(result.schedule.mod, target=target)

@@ -45,8 +45,12 @@ class TimelineCallback(ms.measure_callback.PyMeasureCallback):
         write_json_atomic(self.path, self.meta)
 
 
+#: the design spaces :func:`tune_model` can search
+SPACES = ("cocopie", "stock")
+
+
 def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0,
-               kernels=None, shapes=None, population: int = 512) -> Path:
+               kernels=None, shapes=None, population: int = 512, space: str = "cocopie") -> Path:
     """MetaSchedule-tune ``model``'s kernels into ``log_dir`` (a MetaSchedule work dir).
 
     ``trials`` is the total over all kernels; MetaSchedule's gradient task scheduler
@@ -55,20 +59,28 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     ``population``: the evolutionary search's population (MetaSchedule's default
     512; each round evolves it in this process, minutes per kernel on a loaded
     2-core machine, so small budgets use a smaller one).
+    ``space``: ``"cocopie"`` searches the free choices of cocopie's schedule rules
+    (:mod:`.space`: register tiles, loop order, padding placement, unroll), starting
+    from our default schedules; ``"stock"`` MetaSchedule's own CPU rules
+    (``PostOrderApply``), which start from untuned loops.
     """
     from ..target import parse_target
     from .kernel_class import extract_kernels
     from .search import local_builder
+    from .space import space_generator
     from .transfer import tune_context
 
     target = parse_target(target)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"trials": trials, "kernels": len(kernels), "seconds": 0.0, "timeline": [],
-            "done": False}
+    meta = {"trials": trials, "kernels": len(kernels), "space": space, "seconds": 0.0,
+            "timeline": [], "done": False}
     timeline = TimelineCallback(log_dir, meta)
-    contexts = [tune_context(k.mod, target, "post-order-apply",
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {SPACES}, not {space!r}")
+    contexts = [tune_context(k.mod, target,
+                             "post-order-apply" if space == "stock" else space_generator(target),
                              ms.search_strategy.EvolutionarySearch(
                                  population_size=population, init_min_unmeasured=min(50, population)),
                              task_name=k.name)

@@ -1,0 +1,193 @@
+"""cocopie's schedule rules as a MetaSchedule design space (the space both tuners search).
+
+MetaSchedule's stock space (``PostOrderApply`` with its CPU rules) starts far below the
+register-blocked kernels of :mod:`tvm_cocopie.schedules`: at the budgets a 2-core
+machine affords, a random point of it is 4-100x slower than our default schedule.
+Tuning therefore searches *our* rules' free choices instead, the way TVM's dlight
+rules are tuned: :func:`design_spaces` calls the first rule that applies with
+``tunable=True`` and gets one schedule per structural variant (padding placement x
+loop order for convolutions, loop order for matmuls), each with ``SamplePerfectTile``
+decisions for the register tile (output chunks, rows, columns) and a
+``SampleCategorical`` unroll budget; the anchor block carries the variant's name
+(``cocopie.space``). Kernels no rule tunes (element-wise chains, pooling...) get
+their one fixed schedule.
+
+Transfer-tuning (thesis §6.2.3) in this space replays a source kernel's *decisions* on
+the target kernel's own design space of the same variant (:func:`replay_decisions`):
+the instructions are the target's, so nothing shape-specific of the source (split
+factors, flattened widths) leaks into it, and the tiles are adapted like any
+``SamplePerfectTile`` decision (:func:`~.transfer.adapt_tile`).
+
+:class:`RegisterBudget` is a post-processor rejecting sampled tiles whose accumulators
+would not fit the vector register file (the rule of :mod:`tvm_cocopie.topi.tiling`),
+so neither tuner spends trials on spilling tiles.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+
+from ..schedules.conv2d_nchwc import SPACE_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+SAMPLES = ("SamplePerfectTile", "SampleCategorical")
+
+
+def _prim_func(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
+    return next(f for _, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def design_spaces(mod: tvm.IRModule, target) -> list[Schedule]:
+    """The design spaces of kernel ``mod`` under cocopie's rules (at least one schedule)."""
+    from ..pipeline import PipelineOptions
+    from ..schedules import default_rules
+    from ..target import parse_target
+
+    target = parse_target(target)
+    func = _prim_func(mod)
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        mod = tvm.IRModule({"main": func})
+    for rule in default_rules(target, PipelineOptions()):
+        result = rule.apply(mod["main"], target, True)
+        if result is None:
+            continue
+        return list(result) if isinstance(result, (list, tuple)) else [result]
+    return [Schedule(mod)]
+
+
+def space_tag(trace) -> str | None:
+    """The ``cocopie.space`` variant a trace was sampled from (None: not our space)."""
+    for inst in trace.insts:
+        if inst.kind.name == "Annotate" and len(inst.attrs) and str(inst.attrs[0]) == SPACE_ANNOTATION:
+            value = inst.inputs[1] if len(inst.inputs) > 1 else None
+            return str(value.value) if hasattr(value, "value") else str(value)
+    return None
+
+
+def _tag_fields(tag: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in tag.split(";") if "=" in part)
+
+
+def sampled(trace) -> list[tuple[str, object]]:
+    """``[(instruction kind, decision)]`` of the sampling instructions, in order."""
+    return [(inst.kind.name, trace.decisions.get(inst)) for inst in trace.insts
+            if inst.kind.name in SAMPLES]
+
+
+def tile_decisions(trace) -> list[list[int]]:
+    return [[int(x) for x in d] for kind, d in sampled(trace)
+            if kind == "SamplePerfectTile" and d is not None]
+
+
+def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
+    """Whether the register tile of these decisions fits ``registers`` vector registers.
+
+    The rule of :func:`tvm_cocopie.topi.tiling.conv_tile`: accumulators plus the weight
+    vectors of one step plus one broadcast (depthwise: accumulators plus four).
+    """
+    fields = _tag_fields(tag)
+    inner = [t[-1] for t in tiles]
+    if not inner:
+        return True
+    kind = fields.get("kind")
+    if kind == "conv":
+        return math.prod(inner) + inner[0] + 1 <= registers
+    if kind == "depthwise":
+        return math.prod(inner) + 4 <= registers
+    if kind == "matmul":
+        nvec = int(fields.get("nvec", 1))
+        return inner[0] * nvec + nvec + 1 <= registers
+    return True
+
+
+def registers_of(target) -> int:
+    from ..target import cpu_info, parse_target
+    from ..topi.tiling import vector_registers
+
+    return vector_registers(cpu_info(parse_target(target)))
+
+
+@derived_object
+class RegisterBudget(ms.postproc.PyPostproc):
+    """Rejects sampled register tiles that would spill (see :func:`fits_registers`)."""
+
+    def __init__(self, registers: int = 16):
+        self.registers = registers
+
+    def _initialize_with_tune_context(self, context) -> None:
+        if context.target is not None:
+            self.registers = registers_of(context.target)
+
+    def apply(self, sch: Schedule) -> bool:
+        tag = space_tag(sch.trace)
+        return tag is None or fits_registers(tag, tile_decisions(sch.trace), self.registers)
+
+    def clone(self):
+        return RegisterBudget(self.registers)
+
+
+def postprocs(target) -> list:
+    """MetaSchedule's CPU post-processors plus :class:`RegisterBudget`."""
+    return list(ms.postproc.Postproc.create("llvm")) + [RegisterBudget(registers_of(target))]
+
+
+def space_generator(target):
+    """A MetaSchedule ``ScheduleFn`` space generator over :func:`design_spaces`."""
+
+    def generate(sch: Schedule):
+        return design_spaces(sch.mod, target)
+
+    return ms.space_generator.ScheduleFn(generate, sch_rules=[], postprocs=postprocs(target),
+                                         mutator_probs="llvm")
+
+
+def replay_decisions(source_trace, mod: tvm.IRModule, target):
+    """Replay ``source_trace``'s decisions on ``mod``'s own design space of the same variant.
+
+    Returns ``(schedule, None)`` or ``(None, reason)``. Tile decisions are adapted to
+    the target's extents (:func:`~.transfer.adapt_tile`); categorical ones are kept.
+    """
+    from .transfer import _postprocs, adapt_tile
+
+    tag = space_tag(source_trace)
+    spaces = [s for s in design_spaces(mod, target) if space_tag(s.trace) == tag]
+    if not spaces:
+        return None, f"the kernel has no design space {tag!r}"
+    src = sampled(source_trace)
+    dst = spaces[0].trace
+    if [k for k, _ in src] != [k for k, _ in sampled(dst)]:
+        return None, "the design spaces sample different decisions"
+    sch = Schedule(mod if "main" in [g.name_hint for g in mod.get_global_vars()]
+                   else tvm.IRModule({"main": _prim_func(mod)}))
+    queue = list(src)
+
+    def provider(inst, inputs, attrs, decision):
+        if inst.kind.name not in SAMPLES:
+            return decision
+        _, theirs = queue.pop(0)
+        if theirs is None:
+            return decision
+        if inst.kind.name == "SamplePerfectTile":
+            extent = sch.get(inputs[0]).extent
+            if not isinstance(extent, tvm.tirx.IntImm):
+                return decision
+            return adapt_tile([int(x) for x in theirs], int(extent.value), int(attrs[1]))
+        return theirs
+
+    try:
+        dst.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        sch.enter_postproc()
+        for proc in _postprocs(mod, target) + [RegisterBudget(registers_of(target))]:
+            if not proc.apply(sch):
+                return None, f"post-processor {type(proc).__name__} rejected it"
+    except Exception as err:  # noqa: BLE001 - every failure rejects the pair
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        return None, f"decisions do not apply: {(lines[-1] if lines else type(err).__name__)[:300]}"
+    return sch, None
