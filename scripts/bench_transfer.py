@@ -231,25 +231,58 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     return result
 
 
+ANSOR_MODELS = ("resnet18", "resnet34", "resnet50")
+
+
 def run_ansor(args) -> dict:
-    """Import the real Ansor ResNet-50 x86 log; transfer it to the zoo's ResNet-18."""
+    """Import the real Ansor ResNet-50 x86 log; transfer it to the zoo's ResNets in NHWC.
+
+    The models are built as the log's was (:mod:`tvm_cocopie.transfer_tuning.nhwc`:
+    NHWC/HWIO, TVM's computes); each is timed untuned, with cocopie's default rules
+    on those NHWC kernels, and transfer-tuned; ``cocopie_nchwc`` is our own blocked
+    build, for scale.
+    """
+    import onnx
+
     from tvm_cocopie.models import sample_inputs
+    from tvm_cocopie.pipeline import PipelineOptions
     from tvm_cocopie.transfer_tuning import ansor, search
+    from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
+    from tvm_cocopie.transfer_tuning.nhwc import NHWC_OPTIONS, nhwc_module
 
     records, summary = ansor.read_ansor_log(ANSOR_LOG, LLVM)
     out = {"log": str(ANSOR_LOG), "records_imported": summary.kept, "lines": summary.lines,
-           "skipped": dict(summary.skipped), "notes": dict(summary.notes)}
-    if args.quick:  # the import only; transferring to ResNet-18 takes minutes
+           "skipped": dict(summary.skipped), "notes": dict(summary.notes), "models": {}}
+    if args.quick:  # the import only; transferring to the ResNets takes minutes
         return out
-    model = str(model_file("resnet18", args))
-    report = search.transfer_tune(model, records, LLVM, Path(args.work) / "ansor_resnet18",
-                                  mode="pool", progress=True)
-    import onnx
-
-    out["kernels_transferred"] = sum(1 for k in report.kernels
-                                     if k.best not in (search.UNTUNED, search.DEFAULT))
-    out["model"] = search.measure_model(model, LLVM, report.database,
-                                        sample_inputs(onnx.load(model)), repeat=args.repeat)
+    for name in ANSOR_MODELS:
+        path = model_file(name, args)
+        mod = nhwc_module(str(path), LLVM)
+        kernels = extract_kernels(mod, LLVM, options=NHWC_OPTIONS)
+        print(f"transferring the Ansor log to {name} (NHWC, {len(kernels)} kernels)", flush=True)
+        report = search.transfer_tune(mod, records, LLVM, Path(args.work) / f"ansor_{name}_nhwc",
+                                      mode="pool", kernels=kernels, progress=True,
+                                      max_candidates=args.max_candidates)
+        variants = {"untuned": ("cocopie", NHWC_OPTIONS.replace(schedule=False)),
+                    "default": ("cocopie", NHWC_OPTIONS),
+                    "transfer": ("cocopie", NHWC_OPTIONS.replace(database=report.database)),
+                    "cocopie_nchwc": ("cocopie", PipelineOptions())}
+        inputs = sample_inputs(onnx.load(str(path)))
+        models = {v: mod if v != "cocopie_nchwc" else str(path) for v in variants}
+        times = search.compare_builds(models, LLVM, variants, inputs, "untuned",
+                                      repeat=args.repeat, max_seconds=120)
+        totals = report.totals()
+        out["models"][name] = {
+            "kernels": len(kernels),
+            "kernels_with_a_class_in_the_log": sum(1 for k in report.kernels if k.candidates > 2),
+            "kernels_transferred": sum(1 for k in report.kernels
+                                       if k.best not in (search.UNTUNED, search.DEFAULT)),
+            "ms": {v: times[v] for v in variants}, "max_abs_err": times["max_abs_err"],
+            "speedup_over_untuned": times["untuned"] / times["transfer"],
+            "speedup_over_default_nhwc": times["default"] / times["transfer"],
+            "kernel_sum_speedup_over_untuned": totals["untuned"] / totals["transfer"],
+            "search_seconds": report.seconds,
+        }
     return out
 
 
@@ -320,8 +353,9 @@ def main(argv=None) -> int:
         "ms_time_to_match_ratio": mean("ms_time_to_match_ratio"),
         "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
         "ansor_records_imported": ansor_rec["records_imported"] if ansor_rec else None,
-        "ansor_speedup_over_untuned": (ansor_rec["model"]["speedup_over_untuned"]
-                                       if ansor_rec and "model" in ansor_rec else None),
+        "ansor_speedup_over_untuned": ({n: m["speedup_over_untuned"]
+                                        for n, m in ansor_rec["models"].items()}
+                                       if ansor_rec and ansor_rec.get("models") else None),
     }
     print(json.dumps(summary, indent=1))
     if args.json:

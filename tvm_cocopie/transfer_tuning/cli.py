@@ -41,7 +41,8 @@ def cmd_tune(args) -> int:
         target = host_target()
     from .tune import tune_model
 
-    out = tune_model(args.model, target, args.log_dir, args.trials, population=args.population)
+    out = tune_model(args.model, target, args.log_dir, args.trials, population=args.population,
+                     space=args.space)
     log.info("MetaSchedule database written to %s", out)
     print(f"tuned {args.model} with {args.trials} trials; database in {out}")
     return 0
@@ -77,7 +78,8 @@ def cmd_transfer_tune(args) -> int:
     measurer = search.Measurer(target, rpc=_rpc(args.rpc_tracker, args.rpc_key))
     report = search.transfer_tune(args.model, records, target, args.out, mode=args.mode,
                                   measurer=measurer, budget_seconds=args.budget_seconds,
-                                  progress=not args.quiet)
+                                  progress=not args.quiet, max_candidates=args.max_candidates,
+                                  second_pass=args.second_pass)
     if not args.no_model_check and not args.rpc_tracker:
         from ..frontend import load_model
         from ..models import sample_inputs
@@ -103,6 +105,9 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--target", default=None, help="target JSON (default: this machine)")
     p.add_argument("--population", type=int, default=512,
                    help="evolutionary search population (MetaSchedule's default 512)")
+    p.add_argument("--space", choices=("cocopie", "stock"), default="cocopie",
+                   help="search cocopie's rules' free choices (register tiles, loop order, "
+                        "unroll; default) or MetaSchedule's own CPU rules")
     p.set_defaults(func=cmd_tune)
 
     p = subparsers.add_parser("transfer-tune",
@@ -118,6 +123,12 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--rpc-tracker", default=None, help="HOST:PORT of an RPC tracker")
     p.add_argument("--rpc-key", default=None, help="device key at the tracker")
     p.add_argument("--budget-seconds", type=float, default=None, help="stop trying candidates after S s")
+    p.add_argument("--max-candidates", type=int, default=None,
+                   help="transferred schedules measured per kernel, nearest source kernels first "
+                        "(default: all)")
+    p.add_argument("--second-pass", action="store_true",
+                   help="profile the tuned model and put kernels slower in it than predicted "
+                        "back on their default schedule when that is faster there")
     p.add_argument("--repeat", type=int, default=10, help="end-to-end timing rounds")
     p.add_argument("--no-model-check", action="store_true", help="skip the end-to-end model timing")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

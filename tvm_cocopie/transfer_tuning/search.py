@@ -46,6 +46,7 @@ from .kernel_class import (
     extract_kernels,
     shape_distance,
 )
+from .readers import best_per_workload
 from .transfer import check_numerics, transfer
 
 log = logging.getLogger(__name__)
@@ -244,6 +245,8 @@ class Report:
     cache_hits: int
     database: str
     model: dict = field(default_factory=dict)
+    #: kernels the second pass retried: standalone, in-model, in-model on default, kept
+    second_pass: dict = field(default_factory=dict)
 
     def totals(self) -> dict:
         """Weighted kernel sums; kernels that could not be timed standalone (e.g. a
@@ -261,6 +264,7 @@ class Report:
         d = {"source_model": self.source_model, "scores": self.scores, "seconds": self.seconds,
              "cache_hits": self.cache_hits, "database": self.database,
              "kernel_totals_secs": self.totals(), "model": self.model,
+             "second_pass": self.second_pass,
              "kernels": [asdict(k) | {"speedup": k.speedup} for k in self.kernels]}
         return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
 
@@ -298,7 +302,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                   measurer: Measurer | None = None, budget_seconds: float | None = None,
                   check: bool = True, progress: bool = False, kernels: list[Kernel] | None = None,
                   shapes=None, batch: int = 32, max_candidates: int | None = None,
-                  same_workload: bool = False) -> Report:
+                  same_workload: bool = False, second_pass: bool = False,
+                  second_pass_tolerance: float = 1.25) -> Report:
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
@@ -315,6 +320,10 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     many distinct results (transfers giving the same module count once).
     ``same_workload``: use only records of the kernel itself (the selection step
     that turns a MetaSchedule log of this very model into its final database).
+    ``second_pass``: profile the model built with the winners and put back on their
+    default schedule the transferred kernels that run slower in the model than
+    ``second_pass_tolerance`` times their standalone time and than the default
+    there (:func:`~.profile.second_pass`).
     """
     from ..target import parse_target
 
@@ -327,6 +336,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     measurer = measurer or Measurer(target)
     cache = MeasurementCache(out / CACHE_FILE)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
+    records = best_per_workload(records)  # a log's best schedule of each of its kernels
 
     def over_budget() -> bool:
         return budget_seconds is not None and time.perf_counter() - start > budget_seconds
@@ -438,8 +448,20 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                                     len(candidates[k.name]) + len(base[k.name]), rejected[k.name]))
     cache.save()
 
+    retried: dict = {}
+    if second_pass:
+        from .profile import second_pass as profile_pass
+
+        winners, retried = profile_pass(model, target, winners,
+                                        lambda sel, where: write_database(sel, target, where),
+                                        out, second_pass_tolerance, shapes=shapes)
+        for res in results:
+            if res.name in retried and not retried[res.name]["kept"]:
+                res.rejected[res.best] = "second pass: slower than the default inside the model"
+                res.best, res.best_secs = DEFAULT, res.default_secs
     db_dir = write_database(winners, target, out)
-    report = Report(results, source_model, scores, cache.seconds, cache.hits, str(db_dir))
+    report = Report(results, source_model, scores, cache.seconds, cache.hits, str(db_dir),
+                    second_pass=retried)
     write_json_atomic(out / REPORT_FILE, report.as_dict())
     return report
 
@@ -453,10 +475,10 @@ def select_tuned(model, log_dir, target, out_dir, **kwargs) -> Report:
     is this selection, so that it is never worse than the baseline both are compared
     with. ``kwargs`` go to :func:`transfer_tune`.
     """
-    from .readers import best_per_workload, read_database_dir
+    from .readers import read_database_dir
 
     records, _summary = read_database_dir(log_dir, target)
-    return transfer_tune(model, best_per_workload(records), target, out_dir, mode="pool",
+    return transfer_tune(model, records, target, out_dir, mode="pool",
                          same_workload=True, max_candidates=1, **kwargs)
 
 
@@ -508,16 +530,18 @@ def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
                    repeat: int = 10, max_seconds: float = 30.0) -> dict:
     """Compile ``model`` once per variant and time them interleaved in blocks (median ms).
 
-    ``variants``: ``{name: (pipeline, PipelineOptions or None)}``. Every variant's
-    outputs are compared with ``reference``'s; returns ``{name: ms, ...,
-    "max_abs_err": worst difference}``.
+    ``variants``: ``{name: (pipeline, PipelineOptions or None)}``; ``model`` is one
+    model for all, or ``{name: model}`` (e.g. an NHWC build beside the ONNX file).
+    Every variant's outputs are compared with ``reference``'s; returns ``{name: ms,
+    ..., "max_abs_err": worst difference}``.
     """
     import numpy as np
 
     from ..benchmarking import interleaved_times, median
     from ..compiler import compile_model
 
-    compiled = {name: compile_model(model, target=target, pipeline=pipe, options=opt)
+    models = model if isinstance(model, dict) else {name: model for name in variants}
+    compiled = {name: compile_model(models[name], target=target, pipeline=pipe, options=opt)
                 for name, (pipe, opt) in variants.items()}
     ref = [np.asarray(o) for o in _outputs(compiled[reference](**inputs))]
     err = 0.0
