@@ -73,6 +73,7 @@ def cmd_transfer_tune(args) -> int:
         summaries.append(summ)
     if not records:
         raise TuningLogError("no usable tuning record in --logs/--ansor; nothing to transfer")
+    records = readers.best_per_workload(records)  # each logged kernel's best schedule
     for s in summaries:
         print(s.explain())
     measurer = search.Measurer(target, rpc=_rpc(args.rpc_tracker, args.rpc_key))

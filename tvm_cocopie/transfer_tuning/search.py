@@ -46,7 +46,6 @@ from .kernel_class import (
     extract_kernels,
     shape_distance,
 )
-from .readers import best_per_workload
 from .transfer import check_numerics, transfer
 
 log = logging.getLogger(__name__)
@@ -281,6 +280,11 @@ class Report:
                      f"{1e3 * t['default']:.3f} ms, transfer-tuned {1e3 * t['transfer']:.3f} ms "
                      f"({t['untuned'] / t['transfer']:.2f}x over untuned, "
                      f"{t['default'] / t['transfer']:.2f}x over default)")
+        for name, row in self.second_pass.items():
+            lines.append(f"second pass: {name} ran {1e3 * row['in_model']:.3f} ms in the model "
+                         f"(standalone {1e3 * row['standalone']:.3f} ms); on its default schedule "
+                         f"{1e3 * (row['in_model_default'] or float('nan')):.3f} ms: "
+                         f"{'kept' if row['kept'] else 'back to default'}")
         if self.model:
             m = self.model
             lines.append(f"model end to end: untuned {m['untuned_ms']:.3f} ms, default "
@@ -303,7 +307,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                   check: bool = True, progress: bool = False, kernels: list[Kernel] | None = None,
                   shapes=None, batch: int = 32, max_candidates: int | None = None,
                   same_workload: bool = False, second_pass: bool = False,
-                  second_pass_tolerance: float = 1.25) -> Report:
+                  second_pass_tolerance: float = 1.25, margin: float = 0.02) -> Report:
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
@@ -320,6 +324,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     many distinct results (transfers giving the same module count once).
     ``same_workload``: use only records of the kernel itself (the selection step
     that turns a MetaSchedule log of this very model into its final database).
+    ``margin``: a candidate replaces the kernel's baseline only when it is that much
+    faster in a side-by-side re-measurement of the two (step 5).
     ``second_pass``: profile the model built with the winners and put back on their
     default schedule the transferred kernels that run slower in the model than
     ``second_pass_tolerance`` times their standalone time and than the default
@@ -336,7 +342,6 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     measurer = measurer or Measurer(target)
     cache = MeasurementCache(out / CACHE_FILE)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
-    records = best_per_workload(records)  # a log's best schedule of each of its kernels
 
     def over_budget() -> bool:
         return budget_seconds is not None and time.perf_counter() - start > budget_seconds
@@ -388,7 +393,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
         if same_workload:
             pool = [r for r in pool if tvm_ffi.structural_equal(r.workload, k.mod)]
         pool = sorted(pool, key=lambda r: shape_distance(r.workload, k.mod))
-        seen_mods: set[int] = set()
+        # a transfer that gives the untuned kernel or the default schedule adds nothing
+        seen_mods = {tvm_ffi.structural_hash(m) for _, _, m in base_pairs(k)}
         for rec in pool:
             if over_budget() or (max_candidates and len(candidates[k.name]) >= max_candidates):
                 break
@@ -414,13 +420,13 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     timed = dict(zip([(k.name, cid) for k in kernels for cid, _ in candidates[k.name]],
                      measure(pairs, "measure", budgeted=True)))
 
-    # 5. per kernel, the fastest candidate that computes the right values
-    winners: list[tuple[Kernel, str, object, float]] = []
-    results: list[KernelResult] = []
+    # 5. per kernel, the fastest candidate that computes the right values ...
+    challengers: dict[str, tuple[float, str, object]] = {}
+    baselines: dict[str, tuple[str, float]] = {}
     for k in kernels:
         untuned = base[k.name][0][0]
         default = base[k.name][1][0] if len(base[k.name]) > 1 else FAILED
-        best, best_secs, best_sch = (DEFAULT, default, None) if default <= untuned else (UNTUNED, untuned, None)
+        baselines[k.name] = (DEFAULT, default) if default <= untuned else (UNTUNED, untuned)
         ranked = []
         for cid, sch in candidates[k.name]:
             res = timed[(k.name, cid)]
@@ -432,7 +438,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
             else:
                 ranked.append((res[0], cid, sch))
         for secs, cid, sch in sorted(ranked, key=lambda r: r[0]):
-            if secs >= best_secs:
+            if secs >= baselines[k.name][1]:
                 break
             reason = _numerics_problem(sch.mod, k.mod, target) if check else ""
             if reason:
@@ -440,8 +446,40 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                 cache.put(k.mod, cid, FAILED, f"rejected: {reason}")
                 log.info("kernel %s: schedule %s rejected: %s", k.name, cid, reason)
                 continue
-            best, best_secs, best_sch = cid, secs, sch
+            challengers[k.name] = (secs, cid, sch)
             break
+    cache.save()
+
+    # ... confirmed against the baseline it beat, timed side by side (baseline,
+    # challenger, challenger, baseline: drift between batches cancels); it wins only by
+    # more than ``margin``. Standalone times taken minutes apart differ by 10-20% on a
+    # shared machine, more than most schedule choices are worth.
+    confirm = []
+    for k in kernels:
+        if k.name in challengers:
+            bid = baselines[k.name][0]
+            bmod = defaults[k.name] if bid == DEFAULT else k.mod
+            cid, cmod = challengers[k.name][1], challengers[k.name][2].mod
+            confirm += [(k.mod, f"confirm1:{bid}", bmod), (k.mod, f"confirm1:{cid}", cmod),
+                        (k.mod, f"confirm2:{cid}", cmod), (k.mod, f"confirm2:{bid}", bmod)]
+    confirmed = iter(measure(confirm, "confirm"))
+    winners: list[tuple[Kernel, str, object, float]] = []
+    results: list[KernelResult] = []
+    for k in kernels:
+        untuned = base[k.name][0][0]
+        default = base[k.name][1][0] if len(base[k.name]) > 1 else FAILED
+        best, best_secs = baselines[k.name]
+        best_sch = None
+        if k.name in challengers:
+            b1, c1, c2, b2 = (next(confirmed) for _ in range(4))
+            b_secs, c_secs = min(b1[0], b2[0]), min(c1[0], c2[0])
+            cid, sch = challengers[k.name][1], challengers[k.name][2]
+            if c_secs < (1.0 - margin) * b_secs:
+                best, best_secs, best_sch = cid, c_secs, sch
+            else:
+                rejected[k.name][cid] = (f"not confirmed: {1e3 * c_secs:.4f} ms against "
+                                         f"{best}'s {1e3 * b_secs:.4f} ms side by side")
+                best_secs = b_secs
         if best != DEFAULT:
             winners.append((k, best, best_sch, best_secs))
         results.append(KernelResult(k.name, k.label, k.weight, untuned, default, best, best_secs,
@@ -475,10 +513,10 @@ def select_tuned(model, log_dir, target, out_dir, **kwargs) -> Report:
     is this selection, so that it is never worse than the baseline both are compared
     with. ``kwargs`` go to :func:`transfer_tune`.
     """
-    from .readers import read_database_dir
+    from .readers import best_per_workload, read_database_dir
 
     records, _summary = read_database_dir(log_dir, target)
-    return transfer_tune(model, records, target, out_dir, mode="pool",
+    return transfer_tune(model, best_per_workload(records), target, out_dir, mode="pool",
                          same_workload=True, max_candidates=1, **kwargs)
 
 
