@@ -96,6 +96,9 @@ def parse_args(argv=None):
                    help="the design space MetaSchedule searches: cocopie's rules' free choices "
                         "(register tiles, loop order, padding placement, unroll) or its own "
                         "CPU rules")
+    p.add_argument("--second-pass", action="store_true",
+                   help="profile the tuned model and retry kernels slower in it than predicted, "
+                        "for transfer-tuning and full tuning's selection alike (adds its time)")
     p.add_argument("--max-candidates", type=int, default=3,
                    help="transferred schedules measured per kernel (nearest source kernels first)")
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per variant")
@@ -187,15 +190,17 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     model = str(model_file(target, args))
     # full tuning's final database: per kernel the best of its tuned record, default, untuned
     print(f"selecting {target}'s full-tuning winners", flush=True)
-    full_sel = search.select_tuned(model, full_dir, LLVM, full_dir.parent / "selected", progress=True)
+    suffix = "_2p" if args.second_pass else ""
+    full_sel = search.select_tuned(model, full_dir, LLVM, full_dir.parent / f"selected{suffix}",
+                                   progress=True, second_pass=args.second_pass)
     full_seconds = full_meta["seconds"] + full_sel.seconds
     pair_dir = (Path(args.work) / "transfer" / f"{target}_from_{source}_{args.image_size}"
-                f"_t{trials}_{args.space}_c{args.max_candidates}")
+                f"_t{trials}_{args.space}_c{args.max_candidates}{suffix}")
     records, summary = readers.read_logs(src_dir.parent, LLVM)
     records = readers.best_per_workload(records)
     print(f"transfer-tuning {target} from {source} ({len(records)} tuned kernels)", flush=True)
     report = search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True,
-                                  max_candidates=args.max_candidates)
+                                  max_candidates=args.max_candidates, second_pass=args.second_pass)
     rep = report.as_dict()
     tt_secs = report.seconds
     same_dir, same_n = truncated_database(full_dir, tt_secs, pair_dir / "ms_same_time")
@@ -203,6 +208,8 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
 
     inputs = sample_inputs(onnx.load(model))
     variants = {"stock": ("default", None), "default": ("cocopie", PipelineOptions()),
+                # the same build compiled again: how far apart two identical builds time
+                "default_again": ("cocopie", PipelineOptions(database=None)),
                 "transfer": ("cocopie", PipelineOptions(database=str(pair_dir))),
                 "full": ("cocopie", PipelineOptions(database=str(full_sel.database))),
                 "ms_same_time": ("cocopie", PipelineOptions(database=str(same_dir)))}
@@ -217,9 +224,10 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     result = {
         "target": target, "source": source, "image_size": args.image_size,
         "trials_per_kernel": trials, "full_trials": full_meta["trials"], "space": args.space,
-        "max_candidates": args.max_candidates,
+        "max_candidates": args.max_candidates, "second_pass": args.second_pass,
         "records_imported": summary.kept, "records_skipped": dict(summary.skipped),
         "ms": {v: times[v] for v in variants}, "max_abs_err_vs_stock": times["max_abs_err"],
+        "noise_identical_builds": abs(times["default_again"] / times["default"] - 1.0),
         "speedup_over_default": s, "speedup_over_stock": s_stock,
         "transfer_seconds": tt_secs, "full_seconds": full_seconds,
         "full_search_seconds": full_meta["seconds"], "full_selection_seconds": full_sel.seconds,
@@ -316,7 +324,7 @@ def main(argv=None) -> int:
     records = []
     for target, source in pairs:
         path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}_{args.space}"
-                              f"_c{args.max_candidates}.json")
+                              f"_c{args.max_candidates}{'_2p' if args.second_pass else ''}.json")
         if path.exists():
             records.append(json.loads(path.read_text()))
             print(f"{target} from {source}: done earlier ({path})")
@@ -370,6 +378,7 @@ def main(argv=None) -> int:
         "space": args.space, "max_candidates": args.max_candidates,
         "ms_time_to_match_ratio": mean("ms_time_to_match_ratio"),
         "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
+        "mean_noise_identical_builds": mean("noise_identical_builds"),
         "ansor_records_imported": ansor_rec["records_imported"] if ansor_rec else None,
         "ansor_speedup_over_untuned": ({n: m["speedup_over_untuned"]
                                         for n, m in ansor_rec["models"].items()}

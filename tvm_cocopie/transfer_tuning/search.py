@@ -93,12 +93,16 @@ class Measurer:
     run_timeout: float = 120.0
     number: int = 3
     repeat: int = 3
+    #: each repeat runs the kernel at least this long: repeats of three 150 us runs
+    #: moved by 20-25% between batches on a quiet machine, deciding nothing
+    min_repeat_ms: int = 20
     f_build: object = None
     measured: int = 0
 
     def _runner(self):
         config = ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat,
-                                           min_repeat_ms=0, enable_cpu_cache_flush=False)
+                                           min_repeat_ms=self.min_repeat_ms,
+                                           enable_cpu_cache_flush=False)
         if self.rpc:
             host, port, key = self.rpc
             rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port),

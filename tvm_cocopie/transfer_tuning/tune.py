@@ -90,9 +90,9 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
         max_trials_global=trials,
         num_trials_per_iter=max(1, min(32, trials // max(1, len(kernels)))),
         builder=local_builder(build_timeout),
-        # timed like transfer-tuning's candidates (search.Measurer): 3 repeats of 3 runs
+        # timed like transfer-tuning's candidates (search.Measurer): 3 repeats of >= 20 ms
         runner=ms.runner.LocalRunner(timeout_sec=120, evaluator_config=ms.runner.EvaluatorConfig(
-            number=3, repeat=3, min_repeat_ms=0, enable_cpu_cache_flush=False)),
+            number=3, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)),
         measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [timeline],
     )
     meta["seconds"] = time.perf_counter() - timeline.start
