@@ -285,9 +285,11 @@ def run_ansor(args) -> dict:
         mod = nhwc_module(str(path), LLVM)
         kernels = extract_kernels(mod, LLVM, options=NHWC_OPTIONS)
         print(f"transferring the Ansor log to {name} (NHWC, {len(kernels)} kernels)", flush=True)
-        report = search.transfer_tune(mod, records, LLVM, Path(args.work) / f"ansor_{name}_nhwc",
+        report = search.transfer_tune(mod, records, LLVM, Path(args.work) / f"ansor_{name}_nhwc"
+                                      f"{'_2p' if args.second_pass else ''}",
                                       mode="pool", kernels=kernels, progress=True,
-                                      max_candidates=args.max_candidates)
+                                      max_candidates=args.max_candidates,
+                                      second_pass=args.second_pass, options=NHWC_OPTIONS)
         variants = {"untuned": ("cocopie", NHWC_OPTIONS.replace(schedule=False)),
                     "default": ("cocopie", NHWC_OPTIONS),
                     "transfer": ("cocopie", NHWC_OPTIONS.replace(database=report.database)),
@@ -340,7 +342,8 @@ def main(argv=None) -> int:
               "of its time)", flush=True)
     ansor_rec = None
     if not args.no_ansor and ANSOR_LOG.exists():
-        path = results_dir / f"ansor_resnet18_{args.image_size}{'_quick' if args.quick else ''}.json"
+        path = results_dir / (f"ansor_resnets_{args.image_size}{'_quick' if args.quick else ''}"
+                              f"{'_2p' if args.second_pass else ''}.json")
         if path.exists():
             ansor_rec = json.loads(path.read_text())
         else:

@@ -67,7 +67,7 @@ def kernel_times(compiled, inputs: dict, rounds: int = 10, names=None) -> dict[s
 
 
 def second_pass(model, target, winners: list, write_database, out_dir, tolerance: float = 1.25,
-                rounds: int = 10, shapes=None) -> tuple[list, dict]:
+                rounds: int = 10, shapes=None, options=None) -> tuple[list, dict]:
     """Profile the model built with ``winners``; drop transferred schedules that lose
     to the default schedule inside the model.
 
@@ -75,7 +75,8 @@ def second_pass(model, target, winners: list, write_database, out_dir, tolerance
     :func:`~.search.transfer_tune` commits them; ``write_database(winners, dir)``
     writes a database. Returns the winners kept and a per-kernel account
     ``{kernel: {"standalone", "in_model", "in_model_default", "kept"}}`` of the
-    kernels that were retried.
+    kernels that were retried. ``options``: the pipeline options the kernels were
+    extracted with (e.g. :data:`~.nhwc.NHWC_OPTIONS`).
     """
     import tempfile
     from pathlib import Path
@@ -87,7 +88,8 @@ def second_pass(model, target, winners: list, write_database, out_dir, tolerance
         with tempfile.TemporaryDirectory(dir=out_dir, prefix=".profile.") as tmp:
             db = write_database(selected, Path(tmp))
             compiled = compile_model(model, target=target, shapes=shapes,
-                                     options=PipelineOptions(database=str(db)))
+                                     options=(options or PipelineOptions()).replace(
+                                         database=str(db)))
             return kernel_times(compiled, random_inputs(compiled), rounds,
                                 names=[w[0].name for w in winners])
 

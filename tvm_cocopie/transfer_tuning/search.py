@@ -311,7 +311,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                   check: bool = True, progress: bool = False, kernels: list[Kernel] | None = None,
                   shapes=None, batch: int = 32, max_candidates: int | None = None,
                   same_workload: bool = False, second_pass: bool = False,
-                  second_pass_tolerance: float = 1.25, margin: float = 0.02) -> Report:
+                  second_pass_tolerance: float = 1.25, margin: float = 0.02,
+                  options=None) -> Report:
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
@@ -328,6 +329,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     many distinct results (transfers giving the same module count once).
     ``same_workload``: use only records of the kernel itself (the selection step
     that turns a MetaSchedule log of this very model into its final database).
+    ``options``: the pipeline options of the build the kernels come from (default:
+    the cocopie pipeline's; :data:`~.nhwc.NHWC_OPTIONS` for an NHWC build).
     ``margin``: a candidate replaces the kernel's baseline only when it is that much
     faster in a side-by-side re-measurement of the two (step 5).
     ``second_pass``: profile the model built with the winners and put back on their
@@ -345,7 +348,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
         raise ValueError(f"mode must be 'select' or 'pool', not {mode!r}")
     measurer = measurer or Measurer(target)
     cache = MeasurementCache(out / CACHE_FILE)
-    kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
+    kernels = (kernels if kernels is not None
+               else extract_kernels(model, target, shapes=shapes, options=options))
 
     def over_budget() -> bool:
         return budget_seconds is not None and time.perf_counter() - start > budget_seconds
@@ -496,7 +500,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
 
         winners, retried = profile_pass(model, target, winners,
                                         lambda sel, where: write_database(sel, target, where),
-                                        out, second_pass_tolerance, shapes=shapes)
+                                        out, second_pass_tolerance, shapes=shapes,
+                                        options=options)
         for res in results:
             if res.name in retried and not retried[res.name]["kept"]:
                 res.rejected[res.best] = "second pass: slower than the default inside the model"
