@@ -140,3 +140,14 @@ def test_tune_in_cocopie_space_transfer_and_second_pass(tmp_path):
     np.testing.assert_allclose(tuned(**x), untuned(**x), rtol=1e-4, atol=1e-4)
     times = kernel_times(tuned, x, rounds=2)
     assert {k.name for k in convs} <= set(times)
+
+
+def test_runner_workers_get_the_models_thread_pool(monkeypatch):
+    """Standalone timings use the threads the model will use (TVM's own default on x86
+    is half the logical cores: kernels timed 2x slower before any model was compiled)."""
+    import os
+
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TVM_BIND_THREADS", raising=False)
+    search.Measurer(parse_target({"kind": "llvm", "mcpu": "znver3", "num-cores": 3}))._runner()
+    assert os.environ["TVM_NUM_THREADS"] == "3" and os.environ["TVM_BIND_THREADS"] == "0"

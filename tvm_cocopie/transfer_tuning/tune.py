@@ -66,11 +66,12 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     """
     from ..target import parse_target
     from .kernel_class import extract_kernels
-    from .search import local_builder
+    from .search import local_builder, runner_threads
     from .space import space_generator
     from .transfer import tune_context
 
     target = parse_target(target)
+    runner_threads(target)  # the runner's workers get the model's thread pool
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
