@@ -196,7 +196,7 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     full_seconds = full_meta["seconds"] + full_sel.seconds
     pair_dir = (Path(args.work) / "transfer" / f"{target}_from_{source}_{args.image_size}"
                 f"_t{trials}_{args.space}_c{args.max_candidates}{suffix}")
-    records, summary = readers.read_logs(src_dir.parent, LLVM)
+    records, summary = readers.read_logs(src_dir, LLVM)  # its MetaSchedule work dir only
     records = readers.best_per_workload(records)
     print(f"transfer-tuning {target} from {source} ({len(records)} tuned kernels)", flush=True)
     report = search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True,
