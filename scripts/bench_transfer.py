@@ -109,6 +109,11 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def pass_suffix(args) -> str:
+    """What a ``--second-pass`` run adds to its work and result names."""
+    return "_2p" if args.second_pass else ""
+
+
 def model_file(name: str, args) -> Path:
     from tvm_cocopie import models
 
@@ -190,7 +195,7 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     model = str(model_file(target, args))
     # full tuning's final database: per kernel the best of its tuned record, default, untuned
     print(f"selecting {target}'s full-tuning winners", flush=True)
-    suffix = "_2p" if args.second_pass else ""
+    suffix = pass_suffix(args)
     full_sel = search.select_tuned(model, full_dir, LLVM, full_dir.parent / f"selected{suffix}",
                                    progress=True, second_pass=args.second_pass)
     full_seconds = full_meta["seconds"] + full_sel.seconds
@@ -217,10 +222,10 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
                                   max_seconds=60 if args.quick else 120)
     s = {v: times["default"] / times[v] for v in variants}
     s_stock = {v: times["stock"] / times[v] for v in variants}
-    kernel_target = report.totals()["transfer"]
-    ksum = {"default": report.totals()["default"], "transfer": kernel_target,
+    totals = report.totals()
+    ksum = {"default": totals["default"], "transfer": totals["transfer"],
             "full": full_sel.totals()["transfer"]}
-    match = ms_time_to_match(full_dir, rep | {"_model": model}, kernel_target)
+    match = ms_time_to_match(full_dir, rep | {"_model": model}, ksum["transfer"])
     result = {
         "target": target, "source": source, "image_size": args.image_size,
         "trials_per_kernel": trials, "full_trials": full_meta["trials"], "space": args.space,
@@ -231,9 +236,7 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
         "speedup_over_default": s, "speedup_over_stock": s_stock,
         "transfer_seconds": tt_secs, "full_seconds": full_seconds,
         "full_search_seconds": full_meta["seconds"], "full_selection_seconds": full_sel.seconds,
-        "kernel_sums_ms": {"default": 1e3 * report.totals()["default"],
-                           "transfer": 1e3 * report.totals()["transfer"],
-                           "full": 1e3 * full_sel.totals()["transfer"]},
+        "kernel_sums_ms": {v: 1e3 * secs for v, secs in ksum.items()},
         "ms_same_time_records": same_n,
         "pct_of_full_speedup": 100 * s["transfer"] / s["full"],
         "pct_of_full_speedup_over_stock": 100 * s_stock["transfer"] / s_stock["full"],
@@ -286,7 +289,7 @@ def run_ansor(args) -> dict:
         kernels = extract_kernels(mod, LLVM, options=NHWC_OPTIONS)
         print(f"transferring the Ansor log to {name} (NHWC, {len(kernels)} kernels)", flush=True)
         report = search.transfer_tune(mod, records, LLVM, Path(args.work) / f"ansor_{name}_nhwc"
-                                      f"{'_2p' if args.second_pass else ''}",
+                                      f"{pass_suffix(args)}",
                                       mode="pool", kernels=kernels, progress=True,
                                       max_candidates=args.max_candidates,
                                       second_pass=args.second_pass, options=NHWC_OPTIONS)
@@ -326,7 +329,7 @@ def main(argv=None) -> int:
     records = []
     for target, source in pairs:
         path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}_{args.space}"
-                              f"_c{args.max_candidates}{'_2p' if args.second_pass else ''}.json")
+                              f"_c{args.max_candidates}{pass_suffix(args)}.json")
         if path.exists():
             records.append(json.loads(path.read_text()))
             print(f"{target} from {source}: done earlier ({path})")
@@ -343,7 +346,7 @@ def main(argv=None) -> int:
     ansor_rec = None
     if not args.no_ansor and ANSOR_LOG.exists():
         path = results_dir / (f"ansor_resnets_{args.image_size}{'_quick' if args.quick else ''}"
-                              f"{'_2p' if args.second_pass else ''}.json")
+                              f"{pass_suffix(args)}.json")
         if path.exists():
             ansor_rec = json.loads(path.read_text())
         else:

@@ -149,5 +149,5 @@ def test_runner_workers_get_the_models_thread_pool(monkeypatch):
 
     monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
     monkeypatch.delenv("TVM_BIND_THREADS", raising=False)
-    search.Measurer(parse_target({"kind": "llvm", "mcpu": "znver3", "num-cores": 3}))._runner()
+    search.Measurer(parse_target({"kind": "llvm", "mcpu": "znver3", "num-cores": 3})).runner()
     assert os.environ["TVM_NUM_THREADS"] == "3" and os.environ["TVM_BIND_THREADS"] == "0"

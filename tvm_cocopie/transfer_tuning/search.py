@@ -113,7 +113,8 @@ class Measurer:
     f_build: object = None
     measured: int = 0
 
-    def _runner(self):
+    def runner(self):
+        """MetaSchedule's runner with this measurer's timing (tuning uses it too)."""
         runner_threads(self.target)
         config = ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat,
                                            min_repeat_ms=self.min_repeat_ms,
@@ -146,7 +147,7 @@ class Measurer:
                                                 ms.arg_info.ArgInfo.from_prim_func(func)))
             where.append(i)
         try:
-            futures = self._runner().run(inputs) if inputs else []
+            futures = self.runner().run(inputs) if inputs else []
             for i, fut in zip(where, futures):
                 res = fut.result()
                 if res.error_msg:
@@ -446,9 +447,11 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     # 5. per kernel, the fastest candidate that computes the right values ...
     challengers: dict[str, tuple[float, str, object]] = {}
     baselines: dict[str, tuple[str, float]] = {}
+    untuned_default: dict[str, tuple[float, float]] = {}
     for k in kernels:
         untuned = base[k.name][0][0]
         default = base[k.name][1][0] if len(base[k.name]) > 1 else FAILED
+        untuned_default[k.name] = (untuned, default)
         baselines[k.name] = (DEFAULT, default) if default <= untuned else (UNTUNED, untuned)
         ranked = []
         for cid, sch in candidates[k.name]:
@@ -489,8 +492,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     winners: list[tuple[Kernel, str, object, float]] = []
     results: list[KernelResult] = []
     for k in kernels:
-        untuned = base[k.name][0][0]
-        default = base[k.name][1][0] if len(base[k.name]) > 1 else FAILED
+        untuned, default = untuned_default[k.name]
         best, best_secs = baselines[k.name]
         best_sch = None
         if k.name in challengers:

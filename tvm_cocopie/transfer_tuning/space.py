@@ -34,14 +34,18 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from ..schedules.conv2d_nchwc import SPACE_ANNOTATION
+from .kernel_class import _main_func
 
 log = logging.getLogger(__name__)
 
 SAMPLES = ("SamplePerfectTile", "SampleCategorical")
 
 
-def _prim_func(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
-    return next(f for _, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+def _as_main(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with its kernel named ``main`` (what the rules and traces look up)."""
+    if "main" in [gv.name_hint for gv in mod.get_global_vars()]:
+        return mod
+    return tvm.IRModule({"main": _main_func(mod)})
 
 
 def design_spaces(mod: tvm.IRModule, target) -> list[Schedule]:
@@ -51,9 +55,7 @@ def design_spaces(mod: tvm.IRModule, target) -> list[Schedule]:
     from ..target import parse_target
 
     target = parse_target(target)
-    func = _prim_func(mod)
-    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
-        mod = tvm.IRModule({"main": func})
+    mod = _as_main(mod)
     for rule in default_rules(target, PipelineOptions()):
         result = rule.apply(mod["main"], target, True)
         if result is None:
@@ -154,7 +156,7 @@ def replay_decisions(source_trace, mod: tvm.IRModule, target):
     Returns ``(schedule, None)`` or ``(None, reason)``. Tile decisions are adapted to
     the target's extents (:func:`~.transfer.adapt_tile`); categorical ones are kept.
     """
-    from .transfer import _postprocs, adapt_tile
+    from .transfer import _postprocs, _short, adapt_tile
 
     tag = space_tag(source_trace)
     spaces = [s for s in design_spaces(mod, target) if space_tag(s.trace) == tag]
@@ -164,8 +166,7 @@ def replay_decisions(source_trace, mod: tvm.IRModule, target):
     dst = spaces[0].trace
     if [k for k, _ in src] != [k for k, _ in sampled(dst)]:
         return None, "the design spaces sample different decisions"
-    sch = Schedule(mod if "main" in [g.name_hint for g in mod.get_global_vars()]
-                   else tvm.IRModule({"main": _prim_func(mod)}))
+    sch = Schedule(_as_main(mod))
     queue = list(src)
 
     def provider(inst, inputs, attrs, decision):
@@ -188,6 +189,5 @@ def replay_decisions(source_trace, mod: tvm.IRModule, target):
             if not proc.apply(sch):
                 return None, f"post-processor {type(proc).__name__} rejected it"
     except Exception as err:  # noqa: BLE001 - every failure rejects the pair
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        return None, f"decisions do not apply: {(lines[-1] if lines else type(err).__name__)[:300]}"
+        return None, f"decisions do not apply: {_short(err)}"
     return sch, None

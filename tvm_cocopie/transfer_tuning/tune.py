@@ -66,12 +66,11 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     """
     from ..target import parse_target
     from .kernel_class import extract_kernels
-    from .search import local_builder, runner_threads
+    from .search import Measurer, local_builder
     from .space import space_generator
     from .transfer import tune_context
 
     target = parse_target(target)
-    runner_threads(target)  # the runner's workers get the model's thread pool
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -91,9 +90,8 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
         max_trials_global=trials,
         num_trials_per_iter=max(1, min(32, trials // max(1, len(kernels)))),
         builder=local_builder(build_timeout),
-        # timed like transfer-tuning's candidates (search.Measurer): 3 repeats of >= 20 ms
-        runner=ms.runner.LocalRunner(timeout_sec=120, evaluator_config=ms.runner.EvaluatorConfig(
-            number=3, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)),
+        # timed like transfer-tuning's candidates, with the model's thread pool
+        runner=Measurer(target, run_timeout=120).runner(),
         measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [timeline],
     )
     meta["seconds"] = time.perf_counter() - timeline.start
