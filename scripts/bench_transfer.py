@@ -2,8 +2,8 @@
 """Transfer-tuning (thesis ch. 6) against full MetaSchedule tuning on zoo model pairs.
 
 For every pair "TARGET from SOURCE": MetaSchedule tunes SOURCE (its log is the pool
-transfer-tuning draws from) and TARGET (the reference, "full tuning"), both with
-``--trials-per-kernel`` trials per kernel in ``--space`` (default ``cocopie``: the
+transfer-tuning draws from; ``--source-trials-per-kernel`` trials per kernel) and
+TARGET (the reference, "full tuning"; ``--trials-per-kernel``), in ``--space`` (default ``cocopie``: the
 free choices of cocopie's schedule rules, :mod:`tvm_cocopie.transfer_tuning.space`;
 ``stock``: MetaSchedule's own CPU rules). Full tuning's database is then the
 per-kernel best of its best record, our default schedule and the untuned kernel,
@@ -39,7 +39,9 @@ pairs where full tuning beat the baseline at all;
 ``pairs_full_tuning_slower_than_default`` counts the others),
 ``mean_pct_of_full_time``, ``ms_time_to_match_ratio``, ``ansor_records_imported``
 and the ``*_over_stock`` variants. On a 2-core machine MetaSchedule gets 16 trials
-per kernel by default (``--trials-per-kernel``; quick: 2) and a population of 64.
+per kernel by default (``--trials-per-kernel``; quick: 2) and a population of 64;
+the source logs as many unless ``--source-trials-per-kernel`` (the source's tuning
+time is not charged to transfer-tuning, as in the thesis).
 Resumable: tuning logs, transfer outputs and per-pair results live under ``--work``
 (each written atomically); a rerun redoes only what is missing.
 
@@ -87,7 +89,12 @@ def parse_args(argv=None):
                    help="one small pair (BERT encoders), 1 trial per kernel, few rounds")
     p.add_argument("--pairs", help="comma-separated TARGET:SOURCE, e.g. resnet18:resnet50")
     p.add_argument("--trials-per-kernel", type=int, default=None,
-                   help="MetaSchedule trials per kernel for the source and the reference")
+                   help="MetaSchedule trials per kernel for the reference (full tuning of the "
+                        "target), and for the source unless --source-trials-per-kernel")
+    p.add_argument("--source-trials-per-kernel", type=int, default=None,
+                   help="MetaSchedule trials per kernel for the source model's log (its tuning "
+                        "time is not charged to transfer-tuning; fewer trials only make the "
+                        "source schedules worse)")
     p.add_argument("--population", type=int, default=64,
                    help="MetaSchedule's evolutionary population (its default 512 costs minutes "
                         "per kernel and round here)")
@@ -184,13 +191,13 @@ def ms_time_to_match(log_dir: Path, report: dict, target_seconds: float) -> floa
     return None
 
 
-def run_pair(target: str, source: str, args, trials: int) -> dict:
+def run_pair(target: str, source: str, args, trials: int, source_trials: int) -> dict:
     from tvm_cocopie.models import sample_inputs
     from tvm_cocopie.pipeline import PipelineOptions
     from tvm_cocopie.transfer_tuning import readers, search
     from tvm_cocopie.transfer_tuning.tune import truncated_database
 
-    src_dir, _src_meta = tuned(source, args, trials)
+    src_dir, _src_meta = tuned(source, args, source_trials)
     full_dir, full_meta = tuned(target, args, trials)
     model = str(model_file(target, args))
     # full tuning's final database: per kernel the best of its tuned record, default, untuned
@@ -200,7 +207,7 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
                                    progress=True, second_pass=args.second_pass)
     full_seconds = full_meta["seconds"] + full_sel.seconds
     pair_dir = (Path(args.work) / "transfer" / f"{target}_from_{source}_{args.image_size}"
-                f"_t{trials}_{args.space}_c{args.max_candidates}{suffix}")
+                f"_t{trials}_s{source_trials}_{args.space}_c{args.max_candidates}{suffix}")
     records, summary = readers.read_logs(src_dir, LLVM)  # its MetaSchedule work dir only
     records = readers.best_per_workload(records)
     print(f"transfer-tuning {target} from {source} ({len(records)} tuned kernels)", flush=True)
@@ -229,6 +236,7 @@ def run_pair(target: str, source: str, args, trials: int) -> dict:
     result = {
         "target": target, "source": source, "image_size": args.image_size,
         "trials_per_kernel": trials, "full_trials": full_meta["trials"], "space": args.space,
+        "source_trials_per_kernel": source_trials,
         "max_candidates": args.max_candidates, "second_pass": args.second_pass,
         "records_imported": summary.kept, "records_skipped": dict(summary.skipped),
         "ms": {v: times[v] for v in variants}, "max_abs_err_vs_stock": times["max_abs_err"],
@@ -322,20 +330,22 @@ def main(argv=None) -> int:
     from tvm_cocopie import benchmarking as bm
 
     trials = args.trials_per_kernel or (2 if args.quick else 16)
+    source_trials = args.source_trials_per_kernel or trials
+    src_tag = "" if source_trials == trials else f"_s{source_trials}"
     args.repeat = args.repeat or (20 if args.quick else 200)
     pairs = ([tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs
              else QUICK_PAIRS if args.quick else PAIRS)
     results_dir = Path(args.work) / "results"
     records = []
     for target, source in pairs:
-        path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}_{args.space}"
+        path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}{src_tag}_{args.space}"
                               f"_c{args.max_candidates}{pass_suffix(args)}.json")
         if path.exists():
             records.append(json.loads(path.read_text()))
             print(f"{target} from {source}: done earlier ({path})")
             continue
         start = time.perf_counter()
-        rec = run_pair(target, source, args, trials)
+        rec = run_pair(target, source, args, trials, source_trials)
         rec["bench_seconds"] = time.perf_counter() - start
         bm.write_json_atomic(path, rec)
         records.append(rec)
@@ -366,6 +376,7 @@ def main(argv=None) -> int:
 
     summary = {
         "pairs": len(records), "trials_per_kernel": trials, "image_size": args.image_size,
+        "source_trials_per_kernel": source_trials,
         "baseline": "cocopie default schedules",
         "mean_pct_of_full_speedup": mean("pct_of_full_speedup", "speedup_over_default"),
         "mean_pct_of_full_speedup_over_stock": mean("pct_of_full_speedup_over_stock",
