@@ -10,16 +10,13 @@ recognizes the DAG from the shapes:
 * dense ``[M,K] x [N,K]`` with bias; ``matmul_add`` (named workload); global
   average pooling ``[N,H,W,C] -> [N,1,1,C]``;
 
-rebuilds it as a PrimFunc (TE, block names as in TOPI) and translates the transform
-steps of its anchor stage (the one with the most splits) into TIR schedule
-instructions: SP → ``sample_perfect_tile`` + ``split`` (so the tiles transfer as
-§6.2.1 describes), RE → ``reorder``, FU → ``fuse``, AN → ``parallel``/``vectorize``/
-``unroll``, PR → the ``pragma_auto_unroll_max_step`` annotation, CI → ``compute_inline``.
-Steps that restructure other stages (CA, CHW, CHR, RF, FSP, FFSP on consumers)
-have no one-to-one TIR counterpart after the anchor is rebuilt on its own and are
-counted in the summary (``steps_approximated``). Every translated schedule is
-built; one that fails is skipped as ``untranslatable``. Other targets, corrupt lines
-and unknown DAGs are skipped and counted per reason.
+rebuilds it as a PrimFunc (TE, block names as in TOPI) in the operation order Ansor's
+``ComputeDAG`` has, and replays every transform step of the record on it
+(:mod:`.ansor_steps`: SP, FSP, FFSP, RE, FU, AN, PR, CA, CI, CR, CHW, CHR, RF as
+TIR schedule instructions, splits as ``sample_perfect_tile`` so that the tiles
+transfer as §6.2.1 describes). A record with a step that does not fit, or whose
+schedule does not build, is skipped as ``untranslatable``. Other targets, corrupt
+lines and unknown DAGs are skipped and counted per reason.
 """
 
 from __future__ import annotations
@@ -32,12 +29,12 @@ import tvm
 from tvm import te, topi
 
 from ..errors import TuningLogError
+from .ansor_steps import Untranslatable, dag_ops, replay
 from .readers import ImportSummary, SourceRecord
 
 log = logging.getLogger(__name__)
 
 VERSIONS = ("v0.2", "v0.3", "v0.4", "v0.5", "v0.6")
-_ANNOTATIONS = {1: "unroll", 2: "vectorize", 3: "parallel"}
 
 
 class _Skip(Exception):
@@ -134,72 +131,17 @@ def recognize(workload_key: str):
     raise _Skip("unknown_dag", f"no known DAG (conv2d/dense/matmul/pool) has tensors {shapes}")
 
 
-def _anchor_stage(steps) -> int | None:
-    counts: dict[int, int] = {}
-    for s in steps:
-        if s and s[0] == "SP":
-            counts[s[1]] = counts.get(s[1], 0) + 1
-    return max(counts, key=counts.get) if counts else None
-
-
-def translate(tensors, anchor: str | None, steps, summary: ImportSummary):
-    """A ``tvm.s_tir.Schedule`` of the rebuilt PrimFunc with the anchor's steps applied."""
+def translate(tensors, steps):
+    """A ``tvm.s_tir.Schedule`` of the rebuilt PrimFunc with all ``steps`` replayed
+    (:mod:`.ansor_steps`); raises ``_Skip("untranslatable")`` for a step that does not fit."""
     from tvm.s_tir import Schedule
 
-    func = te.create_prim_func(tensors).with_attr("global_symbol", "main")
-    sch = Schedule(tvm.IRModule({"main": func.with_attr("tirx.noalias", True)}))
-    names = _block_names(sch)
-    stage = _anchor_stage(steps)
-    if anchor is None or anchor not in names or stage is None:
-        return sch
-    block = sch.get_sblock(anchor)
-    loops = list(sch.get_loops(block))
-    for step in steps:
-        kind = step[0]
-        if kind == "CI" and step[1] != stage:
-            continue  # inlining is decided by our pipeline; nothing to replay
-        if len(step) < 2 or step[1] != stage:
-            continue
-        if kind == "SP":
-            it, lengths = step[2], step[4]
-            loop = loops[it]
-            real = int(sch.get(loop).extent)
-            lengths = [int(v) for v in lengths if v]
-            inner = 1
-            for v in lengths:
-                inner *= v
-            if real % inner:
-                raise _Skip("untranslatable", f"split {lengths} does not divide extent {real}")
-            decision = [real // inner] + lengths
-            factors = sch.sample_perfect_tile(loop, len(decision),
-                                              max_innermost_factor=max(64, decision[-1]),
-                                              decision=decision)
-            loops[it:it + 1] = list(sch.split(loop, factors))
-        elif kind == "RE":
-            order = [loops[i] for i in step[2]]
-            sch.reorder(*order)
-            loops = order
-        elif kind == "FU":
-            ids = step[2]
-            fused = sch.fuse(*[loops[i] for i in ids])
-            loops[ids[0]:ids[-1] + 1] = [fused]
-        elif kind == "AN":
-            how = _ANNOTATIONS.get(int(step[3]))
-            if how:
-                getattr(sch, how)(loops[step[2]])
-        elif kind == "PR":
-            pragma = str(step[3])
-            if pragma.startswith("auto_unroll_max_step$"):
-                sch.annotate(loops[step[2]], "pragma_auto_unroll_max_step",
-                             int(pragma.split("$")[1]))
-                sch.annotate(loops[step[2]], "pragma_unroll_explicit", 1)
+    sch = Schedule(_unscheduled(tensors))
+    try:
+        replay(sch, dag_ops([tensors[-1]]), steps)
+    except Untranslatable as err:
+        raise _Skip("untranslatable", str(err)) from None
     return sch
-
-
-def _block_names(sch) -> list[str]:
-    from .kernel_class import blocks_of
-
-    return [b.name for b in blocks_of(sch.mod["main"])]
 
 
 def _target_kind(text: str) -> str:
@@ -267,10 +209,9 @@ def _import_line(line, want, summary, validate, target) -> SourceRecord:
         raise _Skip("failed_measurement", f"measurement error {error_no}")
     if not isinstance(steps, list) or not all(isinstance(s, list) and s for s in steps):
         raise _Skip("corrupt_line", "transform steps are malformed")
-    tensors, anchor = recognize(workload_key)
-    others = sum(1 for s in steps if s[0] in ("CA", "CHW", "CHR", "RF", "FSP", "FFSP"))
+    tensors, _anchor = recognize(workload_key)
     try:
-        sch = translate(tensors, anchor, steps, summary)
+        sch = translate(tensors, steps)
     except _Skip:
         raise
     except Exception as err:  # noqa: BLE001 - a step TIR refuses
@@ -280,8 +221,7 @@ def _import_line(line, want, summary, validate, target) -> SourceRecord:
             tvm.compile(sch.mod, target=target)
         except Exception as err:  # noqa: BLE001
             raise _Skip("untranslatable", f"does not build: {_last_line(err)}") from None
-    if others:
-        summary.notes["steps_approximated"] += others
+    summary.notes["steps_replayed"] += len(steps)
     return SourceRecord(_unscheduled(tensors), sch.trace, [float(c) for c in costs], target, "", "")
 
 

@@ -42,7 +42,7 @@ class ImportSummary:
     kept: int = 0
     skipped: Counter = field(default_factory=Counter)
     examples: dict = field(default_factory=dict)
-    #: counts that are not skipped records (e.g. Ansor steps only approximated)
+    #: counts that are not skipped records (e.g. Ansor steps replayed)
     notes: Counter = field(default_factory=Counter)
 
     def skip(self, reason: str, detail: str) -> None:
