@@ -109,6 +109,22 @@ def test_big_kernels_are_parallel_and_vectorized():
         assert int(tirx.ForKind.PARALLEL) in kinds, name
 
 
+def test_pooling_reads_through_its_padding():
+    """The pad of a padded pooling is inlined into the window (no padded copy)."""
+    x = tensor_var("x", (1, 16, 32, 32))
+
+    def body(bb, x):
+        return bb.emit(R.nn.max_pool2d(x, [3, 3], [2, 2], [1, 1, 1, 1]))
+
+    funcs = prim_funcs(scheduled(build_graph([x], body), layout=False))
+    pools = [f for f in funcs.values() if "pool_max" in f.script()]
+    assert pools
+    for func in pools:
+        sch = tvm.s_tir.Schedule(func)
+        names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        assert not any("pad" in n for n in names), names
+
+
 def test_symbolic_batch_compiles_and_runs():
     n = tirx.Var("n", "int64")
     x = relax.Var("x", relax.TensorType([n, 16, 8, 8], "float32"))
