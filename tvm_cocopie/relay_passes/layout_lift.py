@@ -18,6 +18,7 @@ import logging
 import tvm
 from tvm import relax, s_tir, tirx
 
+from ..schedules.common import is_load
 from .call_rewrite import rewrite_calls
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ _OPS = {
 
 def _load_operand(expr, iter_vars, params):
     """Index of the param read by ``expr`` if it is an identity or 0-d load, else None."""
-    if type(expr).__name__ not in ("TensorLoad", "BufferLoad"):
+    if not is_load(expr):
         return None
     indices = list(expr.indices)
     if indices and (len(indices) != len(iter_vars)

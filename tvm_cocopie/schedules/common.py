@@ -91,6 +91,12 @@ def is_spatial(sch: s_tir.Schedule, block) -> bool:
     return all(t == DATA_PAR for t in iter_types(sch, block))
 
 
+def is_load(expr) -> bool:
+    """Whether ``expr`` reads one element of a buffer (``TensorLoad`` in TVM 0.27,
+    ``BufferLoad`` before)."""
+    return type(expr).__name__ in ("TensorLoad", "BufferLoad")
+
+
 def const_extent(sch: s_tir.Schedule, loop) -> int | None:
     ext = sch.get(loop).extent
     return int(ext.value) if isinstance(ext, tirx.IntImm) else None

@@ -28,6 +28,7 @@ from .common import (
     CpuRule,
     block_work,
     fuse_parallel,
+    is_load,
     is_spatial,
     iter_types,
     parallel_spatial,
@@ -59,8 +60,7 @@ def is_padding(sch: s_tir.Schedule, block) -> bool:
         branches = [value.true_value, value.false_value]
     else:
         return False
-    loads = ("TensorLoad", "BufferLoad")  # the load's class name in TVM 0.27 / earlier
-    return (sum(type(b).__name__ in loads for b in branches) == 1
+    return (sum(is_load(b) for b in branches) == 1
             and sum(isinstance(b, (tirx.FloatImm, tirx.IntImm)) for b in branches) == 1)
 
 

@@ -131,12 +131,13 @@ def recognize(workload_key: str):
     raise _Skip("unknown_dag", f"no known DAG (conv2d/dense/matmul/pool) has tensors {shapes}")
 
 
-def translate(tensors, steps):
-    """A ``tvm.s_tir.Schedule`` of the rebuilt PrimFunc with all ``steps`` replayed
-    (:mod:`.ansor_steps`); raises ``_Skip("untranslatable")`` for a step that does not fit."""
+def translate(workload: tvm.IRModule, tensors, steps):
+    """A ``tvm.s_tir.Schedule`` of ``workload`` (the PrimFunc rebuilt from ``tensors``)
+    with all ``steps`` replayed (:mod:`.ansor_steps`); raises ``_Skip("untranslatable")``
+    for a step that does not fit."""
     from tvm.s_tir import Schedule
 
-    sch = Schedule(_unscheduled(tensors))
+    sch = Schedule(workload)
     try:
         replay(sch, dag_ops([tensors[-1]]), steps)
     except Untranslatable as err:
@@ -210,8 +211,9 @@ def _import_line(line, want, summary, validate, target) -> SourceRecord:
     if not isinstance(steps, list) or not all(isinstance(s, list) and s for s in steps):
         raise _Skip("corrupt_line", "transform steps are malformed")
     tensors, _anchor = recognize(workload_key)
+    workload = _unscheduled(tensors)
     try:
-        sch = translate(tensors, steps)
+        sch = translate(workload, tensors, steps)
     except _Skip:
         raise
     except Exception as err:  # noqa: BLE001 - a step TIR refuses
@@ -222,7 +224,7 @@ def _import_line(line, want, summary, validate, target) -> SourceRecord:
         except Exception as err:  # noqa: BLE001
             raise _Skip("untranslatable", f"does not build: {_last_line(err)}") from None
     summary.notes["steps_replayed"] += len(steps)
-    return SourceRecord(_unscheduled(tensors), sch.trace, [float(c) for c in costs], target, "", "")
+    return SourceRecord(workload, sch.trace, [float(c) for c in costs], target, "", "")
 
 
 def _unscheduled(tensors) -> tvm.IRModule:

@@ -35,13 +35,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import tvm
 from tvm import te
+
+from ..schedules.common import const_extent
 
 #: Ansor's ``IteratorAnnotation`` codes that have a CPU meaning
 ANNOTATIONS = {1: "unroll", 2: "vectorize", 3: "parallel"}
-#: steps this module replays
-REPLAYED = ("SP", "FSP", "FFSP", "RE", "FU", "AN", "PR", "CA", "CI", "CR", "CHW", "CHR", "RF")
 
 
 class Untranslatable(Exception):
@@ -87,7 +86,7 @@ class StageState:
 
     def __init__(self, sch, ops):
         self.sch = sch
-        blocks = [b for b in _blocks(sch)]
+        blocks = _blocks(sch)
         self.stages: list[Stage] = []
         computes = iter(blocks)
         for op in ops:
@@ -365,7 +364,7 @@ def _blocks(sch) -> list[str]:
 
 
 def _extent(sch, loop) -> int:
-    ext = sch.get(loop).extent
-    if not isinstance(ext, tvm.tirx.IntImm):
-        raise Untranslatable(f"loop extent {ext} is not a constant")
-    return int(ext.value)
+    ext = const_extent(sch, loop)
+    if ext is None:
+        raise Untranslatable(f"loop extent {sch.get(loop).extent} is not a constant")
+    return ext
