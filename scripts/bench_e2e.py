@@ -54,11 +54,11 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     import tvm_cocopie
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.e2e import compare_workload, summarize, table
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.bench.e2e import compare_workload, summarize, table
     from tvm_cocopie.errors import ModelFetchError
+    from tvm_cocopie.models.workloads import get_workload
     from tvm_cocopie.target import host_target
-    from tvm_cocopie.workloads import get_workload
 
     models = (args.models.split(",") if args.models
               else QUICK_MODELS if args.quick else FULL_MODELS)

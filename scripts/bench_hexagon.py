@@ -19,10 +19,10 @@ checked bit for bit against numpy, and its executed VLIW packets are counted
   GCD² (the variant the cost model selects) against stock TVM's default lowering and
   against stock TVM's own ``vrmpy`` tensor intrinsic (``VRMPY_u8i8i32_INTRIN``)
   tensorized into the conv, the better of a hand schedule
-  (:mod:`tvm_cocopie.hexagon.tvm_vrmpy`) and a MetaSchedule search of ``--ms-trials``
+  (:mod:`tvm_cocopie.hexagon.tools.tvm_vrmpy`) and a MetaSchedule search of ``--ms-trials``
   candidates per layer (budget: 16 by default, 4 with ``--quick`` on two layers; each
   candidate built and measured in packets under QEMU and checked against numpy by
-  :mod:`tvm_cocopie.hexagon.ms_runner`; finished layers are cached in ``--ms-cache``
+  :mod:`tvm_cocopie.hexagon.tools.ms_runner`; finished layers are cached in ``--ms-cache``
   so a rerun resumes); MACs per packet against the HVX peak;
 - GCD²'s global layout/instruction selection against local per-op choice on the
   int8 ResNet-50 and MobileNetV2 layer graphs (224x224, cost model), with search time;
@@ -183,9 +183,11 @@ def main(argv=None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     log.setLevel(logging.INFO)
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.hexagon import layouts, measure, toolchain
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.emulation import toolchain
+    from tvm_cocopie.hexagon.tools import measure
     from tvm_cocopie.target import HEXAGON_V66
+    from tvm_cocopie.topi.int8 import layouts
 
     if not toolchain.available():
         log.error("missing %s; `make apt` installs them", ", ".join(toolchain.missing_tools()))
@@ -248,9 +250,10 @@ def main(argv=None) -> int:
 
 def resnet_convs(records, args, t) -> dict:
     """ResNet-50's first 8 unique convs: GCD² vs stock TVM vs TVM's vrmpy intrinsic."""
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.hexagon import costmodel, measure
-    from tvm_cocopie.hexagon.conv2d import ConvGeometry
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.hexagon.selection import costmodel
+    from tvm_cocopie.hexagon.tools import measure
+    from tvm_cocopie.topi.int8.layouts import GridGeometry
 
     model = costmodel.CostModel.default()
     scale = args.resnet_scale or (8 if args.quick else 4)
@@ -262,7 +265,7 @@ def resnet_convs(records, args, t) -> dict:
     layers = []
     for index, (h, w, c, o, k, s, p) in enumerate(RESNET50_CONVS):
         hs, ws = max(h // scale, k), max(w // scale, k)
-        geo = ConvGeometry(hs, ws, k, s, p)
+        geo = GridGeometry(hs, ws, k, s, p)
         # 8-bit per-tensor weights reach |w| = 127: vmpa is not exact, not a candidate
         costs = {v: model.conv(v, geo, c, o) for v in ("vmpy", "vrmpy")}
         chosen = min(costs, key=costs.get)
@@ -336,7 +339,7 @@ def resnet_convs(records, args, t) -> dict:
 
 
 def _default_ms_cache():
-    from tvm_cocopie.hexagon.runner import cache_root
+    from tvm_cocopie.emulation.hexagon import cache_root
 
     return cache_root().parent / "bench_hexagon_ms.json"
 
@@ -351,8 +354,8 @@ def _ms_search(records, cache_path, shape, trials, t) -> dict:
     """MetaSchedule one layer (or take it from the per-layer cache, written atomically)."""
     import os
 
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.hexagon import measure
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.hexagon.tools import measure
 
     key = f"{list(shape)}|trials={trials}|seed=0"
     cache = _read_cache(cache_path)
@@ -382,7 +385,8 @@ def _ms_search(records, cache_path, shape, trials, t) -> dict:
 
 def global_vs_local() -> dict:
     """Eq. 4.1 cost of local choice over GCD²'s global selection (cost model)."""
-    from tvm_cocopie.hexagon import networks, selection
+    from tvm_cocopie.hexagon import selection
+    from tvm_cocopie.hexagon.selection import networks
 
     out = {}
     for name, layers in (
@@ -511,7 +515,7 @@ def run_network(records, t, quick: bool = False) -> dict:
 def _emulator_info(target) -> dict:
     import subprocess
 
-    from tvm_cocopie.hexagon.toolchain import toolchain
+    from tvm_cocopie.emulation.toolchain import toolchain
 
     tc = toolchain()
     version = subprocess.run(
@@ -525,7 +529,7 @@ def _emulator_info(target) -> dict:
 
 
 def _report(table, speedups, summary) -> None:
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
 
     rows = []
     for s, row in table.items():

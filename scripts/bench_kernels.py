@@ -139,8 +139,8 @@ def conv_contenders(spec, target, threads, info):
     from tvm import relax
     from tvm.relax import op as R
 
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.topi.tiling import channel_block
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.topi.cpu.tiling import channel_block
 
     _, c, hw, o, k, s, *rest = spec
     groups = rest[0] if rest else 1
@@ -179,7 +179,7 @@ def matmul_contenders(spec, target, threads):
     from tvm import relax
     from tvm.relax import op as R
 
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
 
     _, m, n, k = spec
     rng = np.random.default_rng(m + n + k)
@@ -258,7 +258,7 @@ def _single_node_matmul(bmat, m):
 
 def measure(peak: PeakMeter, cocopie, ort, flops: int, rounds: int) -> dict:
     """Interleave peak / cocopie / ORT for ``rounds``; medians and fractions."""
-    from tvm_cocopie.benchmarking import median
+    from tvm_cocopie.bench.timing import median
 
     peaks, ours, theirs = [], [], []
     for _ in range(rounds):
@@ -283,7 +283,7 @@ def measure(peak: PeakMeter, cocopie, ort, flops: int, rounds: int) -> dict:
 
 
 def summarize(records: list, all_peaks: list) -> dict:
-    from tvm_cocopie.benchmarking import geomean, median
+    from tvm_cocopie.bench.timing import geomean, median
 
     def frac(pred, key="peak_fraction"):
         vals = [r[key] for r in records if pred(r)]
@@ -322,7 +322,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     import tvm_cocopie
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.target import cpu_info, host_target
 
     tvm_cocopie.register()

@@ -73,7 +73,7 @@ def parse_args(argv=None):
 def select_cases(cases, quick: bool, patterns: str | None):
     import re
 
-    from tvm_cocopie.onnx_ops.conformance import case_ops, primary_op
+    from tvm_cocopie.bench.conformance import case_ops, primary_op
 
     groups: dict[str, list] = defaultdict(list)
     for case in cases:
@@ -94,11 +94,11 @@ def time_models(names: list[str], quick: bool) -> list[dict]:
     """Compile each zoo model with the cocopie pipeline; error and latency vs ONNX Runtime.
 
     One thread each (``TVM_NUM_THREADS=1``, ORT ``intra_op_num_threads=1``), the two
-    runs interleaved (:func:`tvm_cocopie.benchmarking.interleaved_times`), medians.
+    runs interleaved (:func:`tvm_cocopie.bench.timing.interleaved_times`), medians.
     """
     import tvm_cocopie
-    from tvm_cocopie import benchmarking as bm
     from tvm_cocopie import models
+    from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.target import host_target
 
     results = []
@@ -179,8 +179,8 @@ def main(argv=None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     from tqdm import tqdm
 
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.onnx_ops.conformance import IsolatedRunner, light_cases, node_cases
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.bench.conformance import IsolatedRunner, light_cases, node_cases
 
     contenders = [c for c in args.contenders.split(",") if c]
     unknown = set(contenders) - set(CONTENDER_KEYS)

@@ -17,7 +17,7 @@ speedup_best, max_rel_err, ...}``; summary ``rules``, ``rules_tested``, ``catego
 and the real models), ``max_rel_err``, ``all_match_ort``.
 
 Latency: rounds of a block of 4 calls with and 4 without rewriting, the first call
-of each block untimed (:func:`tvm_cocopie.benchmarking.interleaved_times`,
+of each block untimed (:func:`tvm_cocopie.bench.timing.interleaved_times`,
 ``block=4``), alternating which goes first; ``speedup`` is the ratio of the medians,
 ``speedup_paired_median`` the median of the per-round ratios of the block medians,
 with its interquartile range (on a loaded machine that range is the honest error
@@ -62,8 +62,8 @@ def parse_args(argv=None):
 
 
 def load(name: str, image_size: int | None):
+    from tvm_cocopie.models.workloads import get_workload
     from tvm_cocopie.relay_passes.rewriting.generated import GENERATED as BUILDERS
-    from tvm_cocopie.workloads import get_workload
 
     if name in BUILDERS:  # table34: m x n = 64 x 64 in --quick, 512 x 512 by default
         build, default = BUILDERS[name]
@@ -116,22 +116,16 @@ def count_kernels(mod, target, rewrite: bool) -> int:
     """PrimFuncs left after the cocopie pipeline's fusion stage."""
     import tvm
 
-    from tvm_cocopie.pipeline import PipelineOptions, stage_passes
+    from tvm_cocopie.pipeline import PipelineOptions, run_until
 
-    opts = PipelineOptions(rewrite=rewrite)
-    with target:
-        for name, passes in stage_passes(target, opts):
-            if name in ("schedule", "lower"):
-                break
-            for p in passes:
-                mod = p(mod)
+    mod = run_until(mod, target, "fusion", PipelineOptions(rewrite=rewrite))
     return sum(1 for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
 
 
 def model_record(name, model, feeds, target, threads, repeat) -> dict:
-    from tvm_cocopie import benchmarking as bm
-    from tvm_cocopie.compiler import compile_model
-    from tvm_cocopie.frontend import from_onnx
+    from tvm_cocopie.api import compile_model
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.frontend.importer import from_onnx
     from tvm_cocopie.relay_passes import rewriting as rw
     from tvm_cocopie.relay_passes.rewriting.cost import module_cost
     from tvm_cocopie.target import parse_target
@@ -177,7 +171,7 @@ def paired_speedup(builds: dict, feeds: dict, repeat: int, max_seconds: float = 
     block medians with its interquartile range (the spread a reader should trust)."""
     import statistics
 
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
 
     calls = {k: (lambda b=b: b(**feeds)) for k, b in builds.items()}
     for fn in calls.values():  # warm-up
@@ -205,7 +199,7 @@ def paired_speedup(builds: dict, feeds: dict, repeat: int, max_seconds: float = 
 
 
 def summarize(records: list[dict]) -> dict:
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.relay_passes import rewriting as rw
 
     rules = [r for r in records if r["kind"] == "rule"]
@@ -247,7 +241,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     import tvm_cocopie
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.errors import ModelFetchError
     from tvm_cocopie.target import host_target
 

@@ -327,7 +327,7 @@ def run_ansor(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    from tvm_cocopie import benchmarking as bm
+    from tvm_cocopie.bench import timing as bm
 
     trials = args.trials_per_kernel or (2 if args.quick else 16)
     source_trials = args.source_trials_per_kernel or trials

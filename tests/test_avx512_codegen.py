@@ -21,7 +21,7 @@ from tvm.relax import op as R
 import tvm_cocopie
 from tvm_cocopie.pipeline import cocopie_pipeline
 from tvm_cocopie.target import cpu_info, host_target, parse_target
-from tvm_cocopie.topi.legalize import conv2d_plan, matmul_plan
+from tvm_cocopie.topi.cpu.legalize import conv2d_plan, matmul_plan
 
 AVX512_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 rng = np.random.default_rng(7)

@@ -1,6 +1,6 @@
 """The measurement loop behind every benchmark script's ratios."""
 
-from tvm_cocopie import benchmarking as bm
+from tvm_cocopie.bench import timing as bm
 
 
 def test_blocks_drop_the_first_call_after_a_switch():

@@ -7,7 +7,7 @@ from conftest import assert_close, conv_relu_model, ort_run
 from tvm import relax
 
 import tvm_cocopie
-from tvm_cocopie.frontend import from_onnx
+from tvm_cocopie.frontend.importer import from_onnx
 
 
 def test_model_proto_and_path_and_bytes(tmp_path, tiny_model, tiny_input):

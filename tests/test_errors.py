@@ -13,7 +13,7 @@ from tvm_cocopie.errors import (
     TargetError,
     UnsupportedOperatorError,
 )
-from tvm_cocopie.frontend import from_onnx
+from tvm_cocopie.frontend.importer import from_onnx
 from tvm_cocopie.target import parse_target
 
 
@@ -122,7 +122,7 @@ def test_errors_share_one_base():
 
 
 def test_ops_no_importer_converts_are_caught_before_import():
-    """An ai.onnx op that neither TVM 0.27's frontend nor tvm_cocopie.onnx_ops converts
+    """An ai.onnx op that neither TVM 0.27's frontend nor tvm_cocopie.frontend.ops converts
     (string tensors have no TVM dtype). LSTM, the op used here before, now imports."""
     x = helper.make_tensor_value_info("x", TensorProto.STRING, [4])
     y = helper.make_tensor_value_info("y", TensorProto.STRING, [4])

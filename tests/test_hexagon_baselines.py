@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tvm_cocopie.hexagon import toolchain
+from tvm_cocopie.emulation import toolchain
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
@@ -14,7 +14,7 @@ needs_toolchain = pytest.mark.skipif(
 def test_weight_packing_matches_the_intrinsic_operand_order():
     import numpy as np
 
-    from tvm_cocopie.hexagon import tvm_vrmpy
+    from tvm_cocopie.hexagon.tools import tvm_vrmpy
 
     w = np.arange(3 * 3 * 5 * 32, dtype=np.int64).reshape(3, 3, 5, 32).astype(np.int8)
     packed = tvm_vrmpy.pack_weights(w)
@@ -26,7 +26,7 @@ def test_weight_packing_matches_the_intrinsic_operand_order():
 
 @needs_toolchain
 def test_tvm_vrmpy_conv_is_bit_exact():
-    from tvm_cocopie.hexagon import measure
+    from tvm_cocopie.hexagon.tools import measure
 
     rec = measure.tvm_vrmpy_conv(6, 5, 8, 32, 3, 2, 1)
     assert rec["exact"] and rec["packets"] > 0

@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from tvm_cocopie.hexagon import cli, onnx_chain, toolchain
+from tvm_cocopie.emulation import toolchain
+from tvm_cocopie.hexagon import cli
+from tvm_cocopie.hexagon.executor import onnx_chain
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"

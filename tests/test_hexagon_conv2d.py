@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvm_cocopie.hexagon import conv2d, depthwise, layouts, reference, toolchain
-from tvm_cocopie.hexagon.int8_compute import Requant
+from tvm_cocopie.emulation import toolchain
+from tvm_cocopie.hexagon.kernels import conv2d, depthwise, transforms
+from tvm_cocopie.topi.int8 import layouts, reference
+from tvm_cocopie.topi.int8.compute import Requant
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(),
@@ -26,12 +28,12 @@ def _data(h, w, c, o, k, seed, wmax, depthwise_=False):
 
 
 def _run(func, variant, x, w_words, bias):
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     return runner.run(
         {"conv": func},
         [("conv", ["x", "w", "bias", "y"])],
-        {"x": x, "w": w_words, "bias": layouts.pad_bias(bias, variant)},
+        {"x": x, "w": w_words, "bias": transforms.pad_bias(bias, variant)},
         ["y"],
         count_packets=True,
     )
@@ -47,13 +49,13 @@ CONVS = [
 
 
 def test_geometry_of_a_resnet_stem():
-    geo = conv2d.ConvGeometry(224, 224, 7, 2, 3)
+    geo = conv2d.GridGeometry(224, 224, 7, 2, 3)
     assert (geo.out_h, geo.out_w, geo.phases, geo.grid_w) == (112, 112, 4, 115)
     assert geo.tap(3, 4) == (1 * 2 + 0, 1 * 115 + 2)
 
 
 def test_pack_and_unpack_are_inverse_on_the_grid():
-    geo = conv2d.ConvGeometry(5, 6, 3, 1, 1)
+    geo = conv2d.GridGeometry(5, 6, 3, 1, 1)
     x = np.arange(5 * 6 * 3, dtype=np.uint8).reshape(1, 5, 6, 3)
     packed = conv2d.pack_input(x, geo, "vrmpy")
     # a 1x1 identity "conv" on the same grid reads row (i+1)*Wq + j+1 for pixel (i, j)
@@ -67,7 +69,7 @@ def test_pack_and_unpack_are_inverse_on_the_grid():
 def test_conv2d_bit_exact(variant, shape):
     h, w, c, o, k, s, p = shape
     x, wt, b, rq = _data(h, w, c, o, k, seed=sum(shape), wmax=64)
-    geo = conv2d.ConvGeometry(h, w, k, s, p)
+    geo = conv2d.GridGeometry(h, w, k, s, p)
     res = _run(
         conv2d.conv2d(variant, geo, c, o, rq),
         variant,
@@ -86,7 +88,7 @@ def test_conv2d_bit_exact(variant, shape):
 def test_depthwise_bit_exact(variant, shape):
     h, w, c, k, s, p = shape
     x, wt, b, rq = _data(h, w, c, c, k, seed=sum(shape), wmax=127, depthwise_=True)
-    geo = conv2d.ConvGeometry(h, w, k, s, p)
+    geo = conv2d.GridGeometry(h, w, k, s, p)
     res = _run(
         depthwise.depthwise_conv2d(variant, geo, c, rq),
         variant,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tvm_cocopie.hexagon import costmodel, toolchain
-from tvm_cocopie.hexagon.conv2d import ConvGeometry
+from tvm_cocopie.emulation import toolchain
+from tvm_cocopie.hexagon.selection import costmodel
+from tvm_cocopie.hexagon.tools import calibrate
+from tvm_cocopie.topi.int8.layouts import GridGeometry
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
@@ -14,7 +16,7 @@ needs_toolchain = pytest.mark.skipif(
 
 def test_shipped_model_covers_every_family_and_variant():
     model = costmodel.CostModel.default()
-    geo = ConvGeometry(56, 56, 3, 1, 1)
+    geo = GridGeometry(56, 56, 3, 1, 1)
     for v in ("vmpy", "vmpa", "vrmpy"):
         assert model.conv(v, geo, 64, 64) > 0
         assert model.dwconv(v, geo, 64) > 0
@@ -29,9 +31,9 @@ def test_shipped_model_covers_every_family_and_variant():
 
 
 def test_fit_recovers_the_stored_coefficients():
-    from tvm_cocopie.hexagon._calibration import COEFFICIENTS, SAMPLES
+    from tvm_cocopie.hexagon.selection.coefficients import COEFFICIENTS, SAMPLES
 
-    refit = costmodel.fit_samples(SAMPLES)
+    refit = calibrate.fit_samples(SAMPLES)
     for key, coef in COEFFICIENTS.items():
         assert refit.coefficients[key] == pytest.approx(coef, rel=1e-3, abs=1e-3)
 
@@ -45,8 +47,8 @@ def test_unknown_variant_is_a_cocopie_error():
 
 @needs_toolchain
 @pytest.mark.parametrize(
-    "job", costmodel.HELD_OUT, ids=lambda j: f"{j[0]}-{j[1]}-{'x'.join(map(str, j[2]))}"
+    "job", calibrate.HELD_OUT, ids=lambda j: f"{j[0]}-{j[1]}-{'x'.join(map(str, j[2]))}"
 )
 def test_prediction_within_stated_error_on_held_out_shapes(job):
-    predicted, measured, err, family = costmodel.held_out_error(*job)
+    predicted, measured, err, family = calibrate.held_out_error(*job)
     assert err <= costmodel.STATED_ERROR[family], (predicted, measured)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvm_cocopie.hexagon import executor, memplan, toolchain
+from tvm_cocopie.emulation import toolchain
+from tvm_cocopie.hexagon import executor
+from tvm_cocopie.hexagon.executor import memplan, program
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
@@ -56,7 +58,7 @@ def test_vmpa_is_refused_for_full_range_weights():
 
 
 def test_residual_add_and_max_pool_reference_tracks_the_float_model():
-    from tvm_cocopie.topi.int8_compute import AddRequant
+    from tvm_cocopie.topi.int8.compute import AddRequant
 
     net = executor.quantize(executor.resnet50_head(16, 2), seed=2)
     ops = [q.layer.op for q in net.layers]
@@ -91,23 +93,23 @@ def test_residual_blocks_run_bit_exact(layers, plan):
 def test_same_layout_regrid_copy_equals_the_gather(variant):
     """The row-copy regrid (stride-2 phase split of a grid, and of the NHWC image) writes
     exactly what the TE gather it replaces writes, in far fewer packets."""
-    from tvm_cocopie.hexagon import runner
-    from tvm_cocopie.hexagon.conv2d import ConvGeometry
-    from tvm_cocopie.hexagon.regrid import regrid_copy_kernel
-    from tvm_cocopie.schedules.hexagon_int8 import _vectorize_inner
-    from tvm_cocopie.topi import int8_hvx
+    from tvm_cocopie.emulation import hexagon as runner
+    from tvm_cocopie.hexagon.kernels.dispatch import vectorize_inner
+    from tvm_cocopie.hexagon.kernels.regrid import regrid_copy_kernel
+    from tvm_cocopie.topi.int8 import hvx as int8_hvx
+    from tvm_cocopie.topi.int8.layouts import GridGeometry
 
     rng = np.random.default_rng(5)
     h, w, c, wq = 10, 10, 16, 12
-    shape = ConvGeometry(h, wq, 1).out_shape(variant, c)
+    shape = GridGeometry(h, wq, 1).out_shape(variant, c)
     for src, x in (
         (executor.Tensor("x", h, w, c, variant, wq, shape), rng.integers(0, 256, shape)),
         (executor.Tensor("x", h, w, 3, None, 0, (1, h, w, 3)), rng.integers(0, 256, (1, h, w, 3))),
     ):
-        geo = ConvGeometry(h, w, 3, 2, 1)
+        geo = GridGeometry(h, w, 3, 2, 1)
         x = x.astype(np.uint8)
         y0 = np.zeros(geo.in_shape(variant, src.c), np.uint8)
-        gather = _vectorize_inner(int8_hvx.regrid(src, geo, variant))
+        gather = vectorize_inner(int8_hvx.regrid(src, geo, variant))
         copy = regrid_copy_kernel(variant, src.shape, h, w, src.wq or w, geo, src.c)
         (ref,), slow = runner.run_func(gather.with_attr("global_symbol", "gather"), [x, y0],
                                        count_packets=True)
@@ -120,23 +122,23 @@ def test_same_layout_regrid_copy_equals_the_gather(variant):
 @needs_toolchain
 def test_shift_copy_equals_the_gather():
     """The stride-1 same-layout regrid as a masked shifted vector copy (large grids)."""
-    from tvm_cocopie.hexagon import runner
-    from tvm_cocopie.hexagon.conv2d import ConvGeometry
-    from tvm_cocopie.schedules.hexagon_int8 import _vectorize_inner, hvx_kernel
-    from tvm_cocopie.topi import int8_hvx
+    from tvm_cocopie.emulation import hexagon as runner
+    from tvm_cocopie.hexagon.kernels.dispatch import hvx_kernel, vectorize_inner
+    from tvm_cocopie.topi.int8 import hvx as int8_hvx
+    from tvm_cocopie.topi.int8.layouts import GridGeometry
 
     variant, h, w, c = "vrmpy", 24, 24, 8
-    geo = ConvGeometry(h, w, 3, 1, 1, min_grid_w=w + 2)
-    shape = ConvGeometry(h, geo.grid_w, 1).out_shape(variant, c)
+    geo = GridGeometry(h, w, 3, 1, 1, min_grid_w=w + 2)
+    shape = GridGeometry(h, geo.grid_w, 1).out_shape(variant, c)
     src = executor.Tensor("x", h, w, c, variant, geo.grid_w, shape)
-    assert executor._shift_copy_pays(src, geo, variant)
+    assert program.shift_copy_pays(src, geo, variant)
     x = np.random.default_rng(6).integers(0, 256, shape).astype(np.uint8)
     y0 = np.zeros(geo.in_shape(variant, c), np.uint8)
     (ref,), _ = runner.run_func(
-        _vectorize_inner(int8_hvx.regrid(src, geo, variant)).with_attr("global_symbol", "g"),
+        vectorize_inner(int8_hvx.regrid(src, geo, variant)).with_attr("global_symbol", "g"),
         [x, y0],
     )
-    shift = hvx_kernel(executor.shift_copy_compute(src, geo, variant))
+    shift = hvx_kernel(program.shift_copy_compute(src, geo, variant))
     mask = executor.shift_mask(geo, variant, h, w)
     (out,), _ = runner.run_func(shift.with_attr("global_symbol", "s"),
                                 [x.reshape(-1), mask, y0.reshape(-1)])

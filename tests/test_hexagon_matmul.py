@@ -7,8 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from tvm_cocopie.hexagon import layouts, matmul, reference, toolchain
-from tvm_cocopie.hexagon.int8_compute import Requant
+from tvm_cocopie.emulation import toolchain
+from tvm_cocopie.hexagon.kernels import matmul, transforms
+from tvm_cocopie.topi.int8 import layouts, reference
+from tvm_cocopie.topi.int8.compute import Requant
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(),
@@ -26,7 +28,7 @@ def _problem(m, k, n, seed=0, wmax=64):
 
 
 def _run_matmul(variant, m, k, n, seed=0, count_packets=False, wmax=64):
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     x, w, b, rq = _problem(m, k, n, seed, wmax)
     layout = layouts.LAYOUT_OF[variant]
@@ -35,8 +37,8 @@ def _run_matmul(variant, m, k, n, seed=0, count_packets=False, wmax=64):
         [("mm", ["x", "w", "bias", "y"])],
         {
             "x": layout.pack(x),
-            "w": layouts.pack_weights(w, variant),
-            "bias": layouts.pad_bias(b, variant),
+            "w": transforms.pack_weights(w, variant),
+            "bias": transforms.pad_bias(b, variant),
         },
         ["y"],
         count_packets=count_packets,
@@ -93,9 +95,9 @@ def test_layout_pack_matches_figure_4_2(layout):
 def test_weight_words_hold_the_bytes_each_instruction_reads():
     w = np.arange(-8, 8, dtype=np.int8).reshape(4, 4)  # [K=4, N=4]
     b = lambda word: list(np.array([word], "<i4").view(np.int8))
-    assert b(layouts.pack_weights(w, "vmpy")[1, 2]) == [w[1, 2]] * 4
-    assert b(layouts.pack_weights(w, "vrmpy")[0, 3]) == list(w[:, 3])
-    assert b(layouts.pack_weights(w, "vmpa")[0, 1]) == [w[0, 1], w[2, 1], w[1, 1], w[3, 1]]
+    assert b(transforms.pack_weights(w, "vmpy")[1, 2]) == [w[1, 2]] * 4
+    assert b(transforms.pack_weights(w, "vrmpy")[0, 3]) == list(w[:, 3])
+    assert b(transforms.pack_weights(w, "vmpa")[0, 1]) == [w[0, 1], w[2, 1], w[1, 1], w[3, 1]]
 
 
 def test_vmpa_exactness_predicate():
@@ -138,7 +140,7 @@ def test_packet_counts_are_deterministic_and_kernel_only():
 
 @needs_toolchain
 def test_layout_transforms_on_device():
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     m, k = 37, 11
     x = np.random.default_rng(0).integers(0, 256, (m, k)).astype("uint8")
@@ -148,7 +150,7 @@ def test_layout_transforms_on_device():
         return x if layout is None else layout.pack(x)
 
     for src, dst in itertools.permutations(choices, 2):
-        func = layouts.convert_func(src, dst, m, k)
+        func = transforms.convert_func(src, dst, m, k)
         (out,), _ = runner.run_func(func, [packed(src), np.zeros_like(packed(dst))])
         np.testing.assert_array_equal(out, packed(dst))
 
@@ -156,14 +158,14 @@ def test_layout_transforms_on_device():
 @needs_toolchain
 @pytest.mark.parametrize("shape", [(37, 53), (130, 9)], ids=lambda s: "x".join(map(str, s)))
 def test_repack_between_gcd2_layouts_moves_whole_vectors(shape):
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     m, k = shape
     x = np.random.default_rng(1).integers(0, 256, (m, k)).astype("uint8")
     gcd2 = [layouts.ONE_COLUMN, layouts.TWO_COLUMN, layouts.FOUR_COLUMN]
     for src, dst in itertools.permutations(gcd2, 2):
         res = runner.run(
-            {"repack": layouts.repack_func(src, dst, m, k)},
+            {"repack": transforms.repack_func(src, dst, m, k)},
             [("repack", ["x", "y"])],
             {"x": src.pack(x)},
             ["y"],
@@ -177,7 +179,7 @@ def test_repack_between_gcd2_layouts_moves_whole_vectors(shape):
 @needs_toolchain
 def test_two_layer_chain_with_a_layout_change_in_one_program():
     """y = mm_vmpa(repack_4to2(mm_vrmpy(x))): GCD²'s layout edges, one packet count each."""
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     m, k, n1, n2 = 45, 24, 20, 12
     x, w1, b1, rq1 = _problem(m, k, n1, seed=5)
@@ -185,7 +187,7 @@ def test_two_layer_chain_with_a_layout_change_in_one_program():
     four, two = layouts.FOUR_COLUMN, layouts.TWO_COLUMN
     funcs = {
         "mm1": matmul.matmul("vrmpy", m, k, n1, rq1),
-        "repack": layouts.repack_func(four, two, m, n1),
+        "repack": transforms.repack_func(four, two, m, n1),
         "mm2": matmul.matmul("vmpa", m, n1, n2, rq2),
     }
     calls = [
@@ -195,10 +197,10 @@ def test_two_layer_chain_with_a_layout_change_in_one_program():
     ]
     inputs = {
         "x": four.pack(x),
-        "w1": layouts.pack_weights(w1, "vrmpy"),
-        "b1": layouts.pad_bias(b1, "vrmpy"),
-        "w2": layouts.pack_weights(w2, "vmpa"),
-        "b2": layouts.pad_bias(b2, "vmpa"),
+        "w1": transforms.pack_weights(w1, "vrmpy"),
+        "b1": transforms.pad_bias(b1, "vrmpy"),
+        "w2": transforms.pack_weights(w2, "vmpa"),
+        "b2": transforms.pad_bias(b2, "vmpa"),
     }
     res = runner.run(funcs, calls, inputs, ["y"], count_packets=True)
     hidden = reference.qmatmul(x, w1, b1, rq1)

@@ -1,11 +1,11 @@
-"""MetaSchedule measuring Hexagon candidates under QEMU (:mod:`tvm_cocopie.hexagon.ms_runner`)."""
+"""MetaSchedule measuring Hexagon candidates under QEMU (:mod:`tvm_cocopie.hexagon.tools.ms_runner`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tvm_cocopie.hexagon import toolchain
+from tvm_cocopie.emulation import toolchain
 
 pytestmark = pytest.mark.skipif(
     not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
@@ -15,7 +15,8 @@ SHAPE = (4, 4, 8, 32, 1, 1, 0)  # H, W, C, O, kernel, stride, pad
 
 
 def _conv_case():
-    from tvm_cocopie.hexagon import measure, reference, tvm_vrmpy
+    from tvm_cocopie.hexagon.tools import measure, tvm_vrmpy
+    from tvm_cocopie.topi.int8 import reference
 
     h, w, c, o, k, s, p = SHAPE
     x, wt, b = measure._data((1, h, w, c), (k, k, c, o), o, 3)
@@ -25,7 +26,8 @@ def _conv_case():
 
 
 def test_search_best_is_exact_and_its_packets_are_the_runners():
-    from tvm_cocopie.hexagon import ms_runner, runner
+    from tvm_cocopie.emulation import hexagon as runner
+    from tvm_cocopie.hexagon.tools import ms_runner
 
     rq, data = _conv_case()
     found = ms_runner.tune_vrmpy_conv(*SHAPE, rq, data, trials=3, per_iter=3)
@@ -40,7 +42,7 @@ def test_search_best_is_exact_and_its_packets_are_the_runners():
 def _measure_one(func, data, timeout=300.0):
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from tvm_cocopie.hexagon import ms_runner
+    from tvm_cocopie.hexagon.tools import ms_runner
 
     x, wt, b, ref = data
     io = ms_runner.KernelIO(("x", "w", "bias", "y"), {"x": x, "w": wt, "bias": b}, {"y": ref})
@@ -56,14 +58,14 @@ def _measure_one(func, data, timeout=300.0):
 def _builder_input(mod):
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     return BuilderInput(mod, runner.hexagon_target())
 
 
 def test_wrong_output_is_an_error_result_not_a_cost():
-    from tvm_cocopie.hexagon import ms_runner, tvm_vrmpy
-    from tvm_cocopie.hexagon.int8_compute import Requant
+    from tvm_cocopie.hexagon.tools import ms_runner, tvm_vrmpy
+    from tvm_cocopie.topi.int8.compute import Requant
 
     rq, data = _conv_case()
     good = _measure_one(tvm_vrmpy.conv_func(*SHAPE, rq), data)

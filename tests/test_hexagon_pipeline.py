@@ -11,12 +11,14 @@ import tvm_ffi
 from tvm import relax
 
 import tvm_cocopie
+from tvm_cocopie.emulation import hexagon as runner
+from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.errors import TargetError, UnsupportedOperatorError
-from tvm_cocopie.hexagon import executor, relax_graph, runner, toolchain
-from tvm_cocopie.hexagon.networks import _Net
-from tvm_cocopie.pipeline import stage_passes
+from tvm_cocopie.hexagon import executor, relax_graph
+from tvm_cocopie.hexagon.selection.networks import _Net
+from tvm_cocopie.pipeline import run_until
 from tvm_cocopie.target import HEXAGON_V66, host_target
-from tvm_cocopie.topi.int8_hvx import descriptor
+from tvm_cocopie.topi.int8.hvx import descriptor
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
@@ -47,13 +49,7 @@ def scheduled(net):
     tvm_cocopie.register()
     target = tvm.target.Target(HEXAGON_V66)
     mod = relax_graph.relax_module(net)
-    with target:
-        for name, passes in stage_passes(target):
-            if name == "lower":
-                break
-            for p in passes:
-                mod = p(mod)
-    return mod
+    return run_until(mod, target, "schedule")
 
 
 def _normalized(func):

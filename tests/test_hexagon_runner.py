@@ -7,8 +7,8 @@ import pytest
 import tvm
 from tvm import te
 
+from tvm_cocopie.emulation import harness, packets, toolchain
 from tvm_cocopie.errors import ToolchainError
-from tvm_cocopie.hexagon import harness, packets, toolchain
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(),
@@ -62,7 +62,7 @@ def test_missing_tool_says_make_apt(monkeypatch):
 
 @needs_toolchain
 def test_vector_add_round_trip_and_chain():
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     rng = np.random.default_rng(0)
     a = rng.integers(-1000, 1000, 1000).astype("int32")
@@ -81,7 +81,7 @@ def test_vector_add_round_trip_and_chain():
 
 @needs_toolchain
 def test_run_func_positional():
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     a = np.arange(77, dtype="uint8")
     (out,), _ = runner.run_func(_vadd(77, "uint8"), [a, a, np.zeros(77, "uint8")])
@@ -92,7 +92,7 @@ def test_run_func_positional():
 def test_kernel_error_is_reported():
     from tvm.script import tirx as T
 
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     @T.prim_func
     def guarded(a: T.Buffer((4,), "int32"), b: T.Buffer((4,), "int32")):
@@ -110,7 +110,7 @@ def test_kernel_error_is_reported():
 def test_long_run_times_out():
     from tvm.script import tirx as T
 
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     @T.prim_func
     def spin(a: T.Buffer((1,), "int32"), b: T.Buffer((1,), "int32")):
@@ -124,7 +124,7 @@ def test_long_run_times_out():
 
 
 def test_build_cache_key_is_stable():
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     mod = runner.normalize_module({"vadd": _vadd()})
     spec = runner.program_spec(mod, [("vadd", ["a", "b", "c"])], ["a", "b"], ["c"])
@@ -134,7 +134,7 @@ def test_build_cache_key_is_stable():
 
 @needs_toolchain
 def test_packets_are_attributed_per_call_and_exclude_the_harness():
-    from tvm_cocopie.hexagon import runner
+    from tvm_cocopie.emulation import hexagon as runner
 
     a = np.arange(1000, dtype="int32")
     alone = runner.run(

@@ -11,10 +11,10 @@ from tvm import relax
 import tvm_cocopie
 from tvm_cocopie.pipeline import PipelineOptions, cocopie_pipeline
 from tvm_cocopie.target import CpuInfo, host_target
-from tvm_cocopie.topi import conv2d_nchwc as cn
-from tvm_cocopie.topi import dense_packed as dp
-from tvm_cocopie.topi import depthwise_nchwc as dw
-from tvm_cocopie.topi import tiling
+from tvm_cocopie.topi.cpu import conv2d_nchwc as cn
+from tvm_cocopie.topi.cpu import dense_packed as dp
+from tvm_cocopie.topi.cpu import depthwise_nchwc as dw
+from tvm_cocopie.topi.cpu import tiling
 
 TARGET = host_target()
 AVX2 = CpuInfo("x86", 256, 2, True)
@@ -140,15 +140,9 @@ def test_depthwise_and_rhs_packing_numpy():
 
 def scheduled(mod: tvm.IRModule, **options) -> tvm.IRModule:
     """``mod`` after the cocopie pipeline's ``schedule`` stage (before lowering)."""
-    from tvm_cocopie.pipeline import stage_passes
+    from tvm_cocopie.pipeline import run_until
 
-    with TARGET:
-        for name, passes in stage_passes(TARGET, PipelineOptions(**options)):
-            for p in passes:
-                mod = p(mod)
-            if name == "schedule":
-                return mod
-    raise AssertionError("no schedule stage")
+    return run_until(mod, TARGET, "schedule", PipelineOptions(**options))
 
 
 def prim_funcs(mod: tvm.IRModule) -> dict:

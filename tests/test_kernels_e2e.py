@@ -85,7 +85,7 @@ def test_small_convnet_matches_onnxruntime(batch):
 def test_every_conv_gets_the_register_tiled_schedule():
     from test_kernels_common import prim_funcs, scheduled
 
-    from tvm_cocopie.frontend import from_onnx
+    from tvm_cocopie.frontend.importer import from_onnx
 
     mod = scheduled(from_onnx(small_convnet()))
     convs = [f.script() for name, f in prim_funcs(mod).items() if "nchwc" in name]
@@ -96,7 +96,7 @@ def test_every_conv_gets_the_register_tiled_schedule():
 
 def test_thread_pool_defaults_leave_user_settings(monkeypatch):
     """``configure_thread_pool`` unpins the pool's workers unless the user chose."""
-    from tvm_cocopie.compiler import configure_thread_pool
+    from tvm_cocopie.threads import configure_thread_pool
 
     monkeypatch.delenv("TVM_BIND_THREADS", raising=False)
     monkeypatch.delenv("TVM_NUM_THREADS", raising=False)

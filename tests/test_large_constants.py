@@ -9,9 +9,9 @@ from conftest import make_model
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 from tvm import relax
 
-from tvm_cocopie.onnx_folding import SHAPE_INFERENCE_MAX_ELEMENTS, _light_copy, _static_shapes
+from tvm_cocopie.exprs import const_np
+from tvm_cocopie.frontend.folding import SHAPE_INFERENCE_MAX_ELEMENTS, _light_copy, _static_shapes
 from tvm_cocopie.relay_passes.rewriting.consts import evaluate, fold
-from tvm_cocopie.relay_passes.rewriting.terms import const_np
 
 
 @pytest.mark.parametrize("shape", [(1030, 1100), (300, 4000)])
@@ -95,7 +95,7 @@ def test_shape_inference_without_weights_finds_the_same_shapes(ir_version):
 def test_a_malformed_file_is_checked_from_its_path(tmp_path):
     """Files are checked by path (no re-serialized copy); the checker's reason still shows."""
     from tvm_cocopie.errors import ModelError
-    from tvm_cocopie.frontend import load_model
+    from tvm_cocopie.frontend.model import load_model
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])

@@ -9,9 +9,9 @@ from onnx import TensorProto, helper
 from tvm import relax
 from tvm.script import relax as R
 
-from tvm_cocopie.frontend import from_onnx
-from tvm_cocopie.relay_passes.call_rewrite import rewrite_calls
-from tvm_cocopie.relay_passes.layout_lift import lift_elementwise_tir
+from tvm_cocopie.frontend.importer import from_onnx
+from tvm_cocopie.relay_passes.layout.call_rewrite import rewrite_calls
+from tvm_cocopie.relay_passes.layout.lift import lift_elementwise_tir
 
 
 def _relu_sigmoid_relu():

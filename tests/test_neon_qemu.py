@@ -4,7 +4,7 @@ One Relax graph holds the kernel families (blocked 3x3 conv with a prime input
 channel count, stride 2 and odd sizes; 1x1 conv; grouped conv; depthwise stride 2
 with ReLU6; dense matmul with bias; batched matmul of activations); it goes through
 the cocopie pipeline for an aarch64 NEON target with 4 cores, the scheduled kernels
-are linked into one freestanding program (:mod:`tvm_cocopie.aarch64`) and emulated.
+are linked into one freestanding program (:mod:`tvm_cocopie.emulation.aarch64`) and emulated.
 Every output is checked against numpy in float64. Skips only when the emulator or
 the cross toolchain is not installed (``make apt``).
 """
@@ -19,8 +19,9 @@ from test_kernels_common import assert_allclose, build_graph, conv2d_reference, 
 from tvm import relax
 from tvm.relax import op as R
 
-from tvm_cocopie import aarch64
+from tvm_cocopie.emulation import aarch64
 from tvm_cocopie.errors import CompilationError, ToolchainError
+from tvm_cocopie.pipeline import run_until
 from tvm_cocopie.target import cpu_info, parse_target
 
 needs_tools = pytest.mark.skipif(
@@ -76,7 +77,7 @@ def _reference(x, a, b):
 
 @pytest.fixture(scope="module")
 def program():
-    return aarch64.program_from_main(aarch64.scheduled_module(_graph()))
+    return aarch64.program_from_main(run_until(_graph(), aarch64.AARCH64_NEON, "schedule"))
 
 
 @needs_tools

@@ -7,7 +7,7 @@ import onnx
 from conftest import make_model
 from onnx import TensorProto, helper
 
-from tvm_cocopie.onnx_backend import SpecializingRep, TvmCocopieBackend
+from tvm_cocopie.frontend.backend import SpecializingRep, TvmCocopieBackend
 
 
 def _counting_checker(monkeypatch) -> list:

@@ -6,7 +6,7 @@ from conftest import assert_close, make_model, ort_run
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_cocopie
-from tvm_cocopie.onnx_folding import fold_constants
+from tvm_cocopie.frontend.folding import fold_constants
 
 
 def shape_arith_model():

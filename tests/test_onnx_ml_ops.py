@@ -11,7 +11,7 @@ import pytest
 from conftest import ort_run
 from onnx import TensorProto, helper
 
-from tvm_cocopie.onnx_backend import TvmCocopieBackend
+from tvm_cocopie.frontend.backend import TvmCocopieBackend
 
 POOL = [2, 3, 5, 4,  # unigrams
         5, 6, 7, 8, 6, 7, 4, 4]  # bigrams (5,6) (7,8) (6,7) (4,4)

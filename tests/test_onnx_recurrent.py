@@ -14,7 +14,7 @@ import pytest
 from conftest import assert_close, ort_run
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_cocopie.onnx_backend import TvmCocopieBackend
+from tvm_cocopie.frontend.backend import TvmCocopieBackend
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 SEQ, BATCH, INPUT, HIDDEN = 5, 3, 4, 6

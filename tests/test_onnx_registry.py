@@ -9,9 +9,9 @@ from conftest import make_model
 from onnx import TensorProto, helper
 
 from tvm_cocopie.errors import ModelError, UnsupportedOperatorError
-from tvm_cocopie.frontend import from_onnx, unsupported_operators
-from tvm_cocopie.onnx_ops import converter_map, our_converters
-from tvm_cocopie.onnx_ops.registry import stock_converters
+from tvm_cocopie.frontend.importer import from_onnx, unsupported_operators
+from tvm_cocopie.frontend.ops import converter_map, our_converters
+from tvm_cocopie.frontend.ops.registry import stock_converters
 
 
 def test_ours_extend_the_stock_map():

@@ -7,7 +7,7 @@ import pytest
 from conftest import ort_run
 from onnx import TensorProto, helper
 
-from tvm_cocopie.onnx_backend import TvmCocopieBackend
+from tvm_cocopie.frontend.backend import TvmCocopieBackend
 
 
 @pytest.mark.parametrize("attrs", [

@@ -2,10 +2,10 @@
 
 The cases are ONNX's node cases (``onnx.backend.test.case.node``, 1884 in onnx
 1.23: one operator each with reference inputs and outputs) and, in a full run, the
-``light`` models. Each runs through :class:`tvm_cocopie.onnx_backend.TvmCocopieBackend`
+``light`` models. Each runs through :class:`tvm_cocopie.frontend.backend.TvmCocopieBackend`
 and is compared with ONNX's own ``Runner.assert_similar_outputs`` (see
-:mod:`tvm_cocopie.onnx_ops.conformance`). The cases tvm-cocopie fails are listed,
-each with its reason, in :data:`tvm_cocopie.onnx_ops.known_failures.KNOWN_FAILURES`
+:mod:`tvm_cocopie.bench.conformance`). The cases tvm-cocopie fails are listed,
+each with its reason, in :data:`tvm_cocopie.bench.known_failures.KNOWN_FAILURES`
 (string, sequence/optional, training and random operators, ai.onnx.ml, sub-byte
 and float8 types, ...).
 
@@ -46,14 +46,14 @@ from collections import defaultdict
 
 import pytest
 
-from tvm_cocopie.onnx_ops.conformance import (
+from tvm_cocopie.bench.conformance import (
     case_ops,
     light_cases,
     node_cases,
     primary_op,
     run_isolated,
 )
-from tvm_cocopie.onnx_ops.known_failures import CATEGORIES, KNOWN_FAILURES
+from tvm_cocopie.bench.known_failures import CATEGORIES, KNOWN_FAILURES
 
 #: Share of each operator group's expected-passing cases the normal run takes.
 SUBSET_FRACTION = 0.2
@@ -130,7 +130,7 @@ def test_known_failures_list_is_not_stale(suite_results, all_node_cases):
     message = []
     if now_passing:
         message.append(f"{len(now_passing)} listed known failure(s) now pass; remove them "
-                       "from tvm_cocopie/onnx_ops/known_failures.py:\n  "
+                       "from tvm_cocopie/bench/known_failures.py:\n  "
                        + "\n  ".join(now_passing))
     if unexpected:
         message.append(f"{len(unexpected)} unlisted case(s) fail; fix them or list them with "
@@ -142,7 +142,7 @@ def test_onnx_backend_test_runner_drives_the_backend():
     """ONNX's own ``BackendTest`` runner, in-process, on a few cases of different kinds."""
     import onnx.backend.test
 
-    from tvm_cocopie.onnx_backend import TvmCocopieBackend
+    from tvm_cocopie.frontend.backend import TvmCocopieBackend
 
     cases = ("test_lstm_defaults", "test_reshape_reordered_all_dims", "test_relu",
              "test_qlinearmatmul_2D_uint8_float32", "test_reduce_sum_keepdims_example",

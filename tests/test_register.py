@@ -6,8 +6,8 @@ from conftest import assert_close, ort_run
 from tvm import relax
 
 import tvm_cocopie
-from tvm_cocopie.frontend import from_onnx
-from tvm_cocopie.pipeline import STAGES, PipelineOptions, stage_passes
+from tvm_cocopie.frontend.importer import from_onnx
+from tvm_cocopie.pipeline import STAGES, PipelineOptions, run_until
 from tvm_cocopie.target import host_target
 
 
@@ -39,13 +39,7 @@ def test_pipeline_fuses_operators(tiny_model):
     target = host_target()
 
     def n_prim_funcs(options):
-        with target:
-            m = mod
-            for name, passes in stage_passes(target, options):
-                if name == "lower":
-                    break
-                for p in passes:
-                    m = p(m)
+        m = run_until(mod, target, "schedule", options)
         return sum(isinstance(f, tvm.tirx.PrimFunc) for _, f in m.functions_items())
 
     assert n_prim_funcs(PipelineOptions(fuse=False)) > n_prim_funcs(PipelineOptions())

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import tvm_cocopie
-from tvm_cocopie.frontend import from_onnx
+from tvm_cocopie.frontend.importer import from_onnx
 from tvm_cocopie.relay_passes import rewriting as rw
 from tvm_cocopie.relay_passes.rewriting.cost import Cost, module_cost
 from tvm_cocopie.relay_passes.rewriting.engine import Graph

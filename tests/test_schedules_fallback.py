@@ -22,7 +22,7 @@ from tvm import relax, tirx
 from tvm.relax import op as R
 
 from tvm_cocopie.schedules import Fallback, default_rules
-from tvm_cocopie.schedules.common import CpuRule
+from tvm_cocopie.schedules.base import CpuRule
 
 
 def _softmax(x, axis=-1):
@@ -229,7 +229,7 @@ def test_model_with_dynamic_spatial_and_sequence_dims_compiles_and_runs(caplog):
     import tvm_cocopie
 
     model = _dynamic_model()
-    with caplog.at_level(logging.DEBUG, logger="tvm_cocopie.topi.legalize"):
+    with caplog.at_level(logging.DEBUG, logger="tvm_cocopie.topi.cpu.legalize"):
         compiled = tvm_cocopie.compile(model, target=TARGET)
     assert "conv2d left to TVM: symbolic shape" in caplog.text
     assert [spec.shape for spec in compiled.inputs] == [(1, 8, "H", "W"), (1, "S", 32)]

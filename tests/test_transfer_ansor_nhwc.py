@@ -37,7 +37,7 @@ def test_ansor_schedules_transfer_to_nhwc_convs_and_compute_them():
 
 
 def test_transfer_tuned_nhwc_model_matches_its_untuned_build(tmp_path):
-    from tvm_cocopie.compiler import compile_model
+    from tvm_cocopie.api import compile_model
     from tvm_cocopie.transfer_tuning.profile import random_inputs
 
     records, _ = ansor.read_ansor_log(LOG, TARGET)

@@ -18,10 +18,10 @@ def test_transfer_tune_cli_database_applies_in_both_pipelines(tmp_path, capsys):
     from tvm import relax
 
     from tvm_cocopie import models
+    from tvm_cocopie.api import compile_model
     from tvm_cocopie.cli import main
-    from tvm_cocopie.compiler import compile_model
-    from tvm_cocopie.frontend import from_onnx
-    from tvm_cocopie.pipeline import PipelineOptions, stage_passes
+    from tvm_cocopie.frontend.importer import from_onnx
+    from tvm_cocopie.pipeline import PipelineOptions, run_until
     from tvm_cocopie.target import parse_target
 
     source, model = tmp_path / "a.onnx", tmp_path / "b.onnx"
@@ -43,12 +43,8 @@ def test_transfer_tune_cli_database_applies_in_both_pipelines(tmp_path, capsys):
 
     def apply_database(onnx_path, database):
         mod = from_onnx(str(onnx_path))
+        mod = run_until(mod, target, "fusion")
         with target:
-            for name, passes in stage_passes(target, PipelineOptions()):
-                if name == "schedule":
-                    break
-                for p in passes:
-                    mod = p(mod)
             mod = relax.transform.MetaScheduleApplyDatabase(str(database))(mod)
         marked = [f for f in mod.functions.values()
                   if isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get("tirx.is_scheduled")]

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transfer_helpers import matmul_relu, tile_matmul
 
-from tvm_cocopie.transfer_tuning import kernel_class, search, transfer
+from tvm_cocopie.transfer_tuning import kernel_class, search, tiles, transfer
 from tvm_cocopie.transfer_tuning.readers import SourceRecord
 
 LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
@@ -21,14 +21,14 @@ LLVM = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(1, 64), min_size=1, max_size=5), st.integers(1, 4096))
 def test_adapt_tile_is_a_perfect_tiling(decision, extent):
-    new = transfer.adapt_tile(decision, extent)
+    new = tiles.adapt_tile(decision, extent)
     assert len(new) == len(decision) and math.prod(new) == extent
 
 
 def test_adapt_tile_keeps_dividing_inner_factors():
-    assert transfer.adapt_tile([8, 4, 2], 64) == [8, 4, 2]
-    assert transfer.adapt_tile([8, 4, 2], 96) == [12, 4, 2]
-    assert transfer.adapt_tile([1, 16], 24)[1] in (12, 24, 8)
+    assert tiles.adapt_tile([8, 4, 2], 64) == [8, 4, 2]
+    assert tiles.adapt_tile([8, 4, 2], 96) == [12, 4, 2]
+    assert tiles.adapt_tile([1, 16], 24)[1] in (12, 24, 8)
 
 
 def _record(mod, name="A"):

@@ -9,9 +9,9 @@ import pytest
 from transfer_helpers import tiny_cnn
 from tvm.s_tir import Schedule
 
-from tvm_cocopie.schedules.common import annotated_blocks
+from tvm_cocopie.schedules.base import annotated_blocks
 from tvm_cocopie.target import parse_target
-from tvm_cocopie.topi.conv2d_nchwc import ANNOTATION
+from tvm_cocopie.topi.cpu.conv2d_nchwc import ANNOTATION
 from tvm_cocopie.transfer_tuning import readers, search
 from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
 from tvm_cocopie.transfer_tuning.space import (
@@ -109,7 +109,7 @@ def test_tune_in_cocopie_space_transfer_and_second_pass(tmp_path):
     the second pass on; the database applies and B computes what it computed untuned."""
     import onnx
 
-    from tvm_cocopie.compiler import compile_model
+    from tvm_cocopie.api import compile_model
     from tvm_cocopie.pipeline import PipelineOptions
     from tvm_cocopie.transfer_tuning.profile import kernel_times, random_inputs
     from tvm_cocopie.transfer_tuning.tune import tune_model

@@ -7,7 +7,7 @@ from conftest import assert_close, ort_run
 import tvm_cocopie
 from tvm_cocopie.errors import ModelFetchError
 from tvm_cocopie.models import list_models
-from tvm_cocopie.workloads import REAL_WORKLOADS, get_workload
+from tvm_cocopie.models.workloads import REAL_WORKLOADS, get_workload
 
 #: CNNs at 64x64 keep the suite fast; the benchmarks run them at full size.
 TEST_IMAGE_SIZE = 64

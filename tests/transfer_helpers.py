@@ -135,7 +135,7 @@ def crashing_build(mod, target, params=None):
     import signal
     import time
 
-    from tvm_cocopie.transfer_tuning.search import build_kernel
+    from tvm_cocopie.metaschedule import build_kernel
 
     text = mod.script()
     if CRASH in text:

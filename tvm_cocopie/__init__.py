@@ -75,11 +75,11 @@ def _pass_name(p) -> str:
 def __getattr__(name):
     # Lazy re-exports keep `import tvm_cocopie` cheap and free of cycles.
     if name in ("compile", "CompiledModel"):
-        from . import compiler
+        from . import api as compiler
 
         return getattr(compiler, name if name != "compile" else "compile_model")
     if name == "from_onnx":
-        from .frontend import from_onnx
+        from .frontend.importer import from_onnx
 
         return from_onnx
     if name == "PipelineOptions":

@@ -36,11 +36,11 @@ def _parse_shape(text: str) -> tuple[str, list[int]]:
 
 def cmd_demo(args) -> int:
     from . import register
-    from .benchmarking import bench_result, write_json_atomic
-    from .e2e import compare_workload, summarize, table
+    from .bench.e2e import compare_workload, summarize, table
+    from .bench.timing import bench_result, write_json_atomic
     from .models import DEFAULT_MODEL
+    from .models.workloads import get_workload
     from .target import host_target
-    from .workloads import get_workload
 
     print(register())
     name = args.model or DEFAULT_MODEL
@@ -61,7 +61,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from .compiler import compile_model
+    from .api import compile_model
 
     shapes = dict(args.shape or [])
     compiled = compile_model(args.model, target=args.target, shapes=shapes or None,

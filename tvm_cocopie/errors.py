@@ -56,6 +56,18 @@ class ToolchainError(CocopieError):
     """An external tool (qemu, clang, lld) needed for this step is missing or failed."""
 
 
+def last_line(err, limit: int = 300) -> str:
+    """The last non-empty line of an exception or error text, stripped and cut to ``limit``.
+
+    TVM's FFI errors carry a C++ and Python traceback above their message; this is
+    the message. An exception with no text gives its class name, empty text ``""``.
+    """
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    if lines:
+        return lines[-1][:limit]
+    return type(err).__name__ if isinstance(err, BaseException) else ""
+
+
 def _register_with_tvm_ffi() -> None:
     """Let our errors keep their class when raised inside a TVM pass and re-raised by FFI."""
     try:

@@ -152,6 +152,26 @@ def stage_passes(
     return [(name, builders[name](target, options)) for name in STAGES]
 
 
+def run_until(mod: tvm.IRModule, target, stage: str,
+              options: PipelineOptions | None = None) -> tvm.IRModule:
+    """``mod`` after the cocopie stages up to and including ``stage``, for ``target``.
+
+    ``stage`` is one of :data:`STAGES`; ``"schedule"`` gives the scheduled PrimFuncs
+    before VM lowering, ``"fusion"`` the fused, unscheduled ones. The passes run inside
+    the target's context, as in ``tvm.compile``.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown pipeline stage {stage!r}; the stages are {', '.join(STAGES)}")
+    target = parse_target(target)
+    with target:
+        for name, passes in stage_passes(target, options, mod):
+            for p in passes:
+                mod = p(mod)
+            if name == stage:
+                break
+    return mod
+
+
 def cocopie_pipeline(**options) -> tvm.transform.Pass:
     """The registered pipeline factory: ``relax.get_pipeline("cocopie", **options)``.
 

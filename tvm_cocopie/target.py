@@ -27,7 +27,9 @@ HEXAGON_V66 = {
     "mcpu": "hexagonv66",
     "mattr": ["+hvxv66", "+hvx-length128b"],
 }
-AARCH64_NEON = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}
+#: A 64-bit Arm target with NEON; 4 cores like a phone's big cluster.
+AARCH64_NEON = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"],
+                "num-cores": 4}
 
 
 def host_target(num_cores: int | None = None) -> Target:

@@ -32,8 +32,10 @@ def add_parser(subparsers):
 def cmd_run(args) -> int:
     import onnx
 
+    from ..emulation import toolchain
     from ..errors import ModelError, ToolchainError
-    from . import executor, onnx_chain, toolchain
+    from . import executor
+    from .executor import onnx_chain
 
     if not toolchain.available():
         raise ToolchainError(

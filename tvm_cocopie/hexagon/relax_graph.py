@@ -8,20 +8,20 @@ stage:
 1. it reads the model's int8 network from Relax operators (:func:`relax_module`
    writes that form): a conv is ``nn.conv2d`` (NHWC, HWIO, uint8 x int8 -> int32,
    dense or depthwise), ``add`` of an int32 bias, and the requantization of
-   :class:`~tvm_cocopie.topi.int8_compute.Requant` as ``astype int64``, ``multiply``,
+   :class:`~tvm_cocopie.topi.int8.compute.Requant` as ``astype int64``, ``multiply``,
    ``add``, ``right_shift``, ``add``, ``clip(0, 255)``, ``astype uint8``; a residual
-   add is :class:`~tvm_cocopie.topi.int8_compute.AddRequant` (``astype int32`` and
+   add is :class:`~tvm_cocopie.topi.int8.compute.AddRequant` (``astype int32`` and
    ``multiply`` of each input, ``add``, ``add``, ``right_shift``, ``clip``,
    ``astype uint8``); a max pool is ``nn.max_pool2d`` (NHWC, uint8);
 2. it runs the global selection (:func:`.executor.choose_plans`: cost model, chain DP);
 3. it replaces the chain by ``call_tir`` to the HVX-layout TE computes of
-   :mod:`tvm_cocopie.topi.int8_hvx` for the chosen variants, the layout transforms
+   :mod:`tvm_cocopie.topi.int8.hvx` for the chosen variants, the layout transforms
    between them, and the packed weights as constants -- the calls and buffers of the
    static executor's program (:func:`.executor.compile_network`), with its aliases as
    ``reshape`` (views).
 
 The pipeline's ``schedule`` stage then turns each compute into its HVX kernel
-(:class:`tvm_cocopie.schedules.hexagon_int8.HexagonInt8`). :func:`program_of` reads a
+(:class:`tvm_cocopie.schedules.hexagon.int8.HexagonInt8`). :func:`program_of` reads a
 compiled module back into a runner program, so tests run exactly those PrimFuncs
 under ``qemu-hexagon``.
 """
@@ -33,9 +33,10 @@ import logging
 import numpy as np
 
 from ..errors import TargetError, UnsupportedOperatorError
-from ..topi.int8_compute import AddRequant, Requant
-from .executor import QLayer, QNetwork, choose_plans, compile_network
-from .networks import Layer
+from ..topi.int8.compute import AddRequant, Requant
+from .executor.program import choose_plans, compile_network
+from .executor.quantization import QLayer, QNetwork
+from .selection.networks import Layer
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def relax_module(net: QNetwork):
     """The quantized network ``net`` as a Relax module ``main(image: uint8 NHWC)``."""
     from tvm import relax
 
-    from .executor import _source
+    from .executor.quantization import layer_sources
 
     first = net.layers[0].layer
     x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))
@@ -99,7 +100,7 @@ def relax_module(net: QNetwork):
         with bb.dataflow():
             env, prev = {"input": x}, "input"
             for i, q in enumerate(net.layers):
-                srcs = _source(q.layer, prev)
+                srcs = layer_sources(q.layer, prev)
                 expr = emit_qconv(bb, *(env[n] for n in srcs[:1]), q,
                                   *(env[n] for n in srcs[1:]))
                 last = i == len(net.layers) - 1

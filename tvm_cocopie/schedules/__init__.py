@@ -23,10 +23,10 @@ from __future__ import annotations
 import tvm
 
 from ..target import is_hexagon
-from .conv2d_nchwc import Conv2dNCHWc
-from .fallback import Fallback
-from .hexagon_int8 import HexagonInt8
-from .matmul_packed import MatmulPacked
+from .cpu.conv2d_nchwc import Conv2dNCHWc
+from .cpu.fallback import Fallback
+from .cpu.matmul_packed import MatmulPacked
+from .hexagon.int8 import HexagonInt8
 
 __all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "default_rules"]
 

@@ -27,6 +27,6 @@ def legalize_overrides(target: tvm.target.Target, options) -> dict:
     """Relax op name -> legalize function for ``target``."""
     if target.kind.name != "llvm" or is_hexagon(target):
         return {}
-    from .legalize import overrides
+    from .cpu.legalize import overrides
 
     return overrides(cpu_info(target))

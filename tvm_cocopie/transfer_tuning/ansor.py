@@ -28,7 +28,7 @@ from pathlib import Path
 import tvm
 from tvm import te, topi
 
-from ..errors import TuningLogError
+from ..errors import TuningLogError, last_line
 from .ansor_steps import Untranslatable, dag_ops, replay
 from .readers import ImportSummary, SourceRecord
 
@@ -217,12 +217,12 @@ def _import_line(line, want, summary, validate, target) -> SourceRecord:
     except _Skip:
         raise
     except Exception as err:  # noqa: BLE001 - a step TIR refuses
-        raise _Skip("untranslatable", _last_line(err)) from None
+        raise _Skip("untranslatable", last_line(err)) from None
     if validate and target is not None:
         try:
             tvm.compile(sch.mod, target=target)
         except Exception as err:  # noqa: BLE001
-            raise _Skip("untranslatable", f"does not build: {_last_line(err)}") from None
+            raise _Skip("untranslatable", f"does not build: {last_line(err)}") from None
     summary.notes["steps_replayed"] += len(steps)
     return SourceRecord(workload, sch.trace, [float(c) for c in costs], target, "", "")
 
@@ -230,8 +230,3 @@ def _import_line(line, want, summary, validate, target) -> SourceRecord:
 def _unscheduled(tensors) -> tvm.IRModule:
     func = te.create_prim_func(tensors).with_attr("global_symbol", "main")
     return tvm.IRModule({"main": func.with_attr("tirx.noalias", True)})
-
-
-def _last_line(err) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:200]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from tvm import te
 
-from ..schedules.common import const_extent
+from ..schedules.base import const_extent
 
 #: Ansor's ``IteratorAnnotation`` codes that have a CPU meaning
 ANNOTATIONS = {1: "unroll", 2: "vectorize", 3: "parallel"}

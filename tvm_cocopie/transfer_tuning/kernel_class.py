@@ -168,18 +168,13 @@ def extract_kernels(model, target, shapes=None, options=None) -> list[Kernel]:
     """
     from tvm.s_tir import meta_schedule as ms
 
-    from ..frontend import from_onnx
-    from ..pipeline import PipelineOptions, stage_passes
+    from ..frontend.importer import from_onnx
+    from ..pipeline import run_until
     from ..target import parse_target
 
     target = parse_target(target)
     mod = model if isinstance(model, tvm.IRModule) else from_onnx(model, shapes=shapes)
-    with target:
-        for name, passes in stage_passes(target, options or PipelineOptions()):
-            if name == "schedule":
-                break
-            for p in passes:
-                mod = p(mod)
+    mod = run_until(mod, target, "fusion", options)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     return [Kernel(t.task_name, t.dispatched[0], int(t.weight)) for t in tasks]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..pipeline import PipelineOptions, stage_passes
+from ..pipeline import PipelineOptions, run_until
 
 #: the stages after :func:`nhwc_module`: TVM's computes, fused, no layout change
 NHWC_OPTIONS = PipelineOptions(rewrite=False, layout=False, custom_legalize=False)
@@ -23,17 +23,13 @@ NHWC_OPTIONS = PipelineOptions(rewrite=False, layout=False, custom_legalize=Fals
 
 def nhwc_module(model, target, shapes=None) -> tvm.IRModule:
     """``model`` (ONNX or Relax) rewritten by cocopie's graph rules and converted to NHWC/HWIO."""
-    from ..frontend import from_onnx
+    from ..frontend.importer import from_onnx
     from ..target import parse_target
 
     target = parse_target(target)
     mod = model if isinstance(model, tvm.IRModule) else from_onnx(model, shapes=shapes)
+    mod = run_until(mod, target, "rewrite")
     with target:
-        for name, passes in stage_passes(target, PipelineOptions(), mod):
-            for p in passes:
-                mod = p(mod)
-            if name == "rewrite":
-                break
         mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
         mod = relax.transform.Normalize()(mod)
     return mod

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def random_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for ``compiled`` (a :class:`~tvm_cocopie.compiler.CompiledModel`): uniform
+    """Inputs for ``compiled`` (a :class:`~tvm_cocopie.api.CompiledModel`): uniform
     floats, zeros for integer inputs (ids and indices stay in range)."""
     rng = np.random.default_rng(seed)
     out = {}
@@ -81,7 +81,7 @@ def second_pass(model, target, winners: list, write_database, out_dir, tolerance
     import tempfile
     from pathlib import Path
 
-    from ..compiler import compile_model
+    from ..api import compile_model
     from ..pipeline import PipelineOptions
 
     def profile(selected) -> dict[str, float]:

@@ -23,7 +23,7 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import TuningLogError
+from ..errors import TuningLogError, last_line
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def read_database_dir(path: str | Path, target=None, summary: ImportSummary | No
             workloads[len(workloads)] = ms.database.Workload.from_json(json.loads(line))
         except Exception as err:  # noqa: BLE001 - any parse failure is a corrupt line
             workloads[len(workloads)] = None
-            summary.skip("corrupt_workload", f"{WORKLOAD_FILE}:{number}: {_short(err)}")
+            summary.skip("corrupt_workload", f"{WORKLOAD_FILE}:{number}: {last_line(err)}")
     records = []
     for number, line in _read_lines(path / RECORD_FILE, summary):
         summary.lines += 1
@@ -154,7 +154,7 @@ def read_database_dir(path: str | Path, target=None, summary: ImportSummary | No
             obj = json.loads(line)
             index, body = int(obj[0]), obj[1]
         except Exception as err:  # noqa: BLE001
-            summary.skip("corrupt_line", f"{where}: {_short(err)}")
+            summary.skip("corrupt_line", f"{where}: {last_line(err)}")
             continue
         workload = workloads.get(index)
         if workload is None:
@@ -163,7 +163,7 @@ def read_database_dir(path: str | Path, target=None, summary: ImportSummary | No
         try:
             rec = ms.database.TuningRecord.from_json(body, workload)
         except Exception as err:  # noqa: BLE001
-            summary.skip("corrupt_line", f"{where}: {_short(err)}")
+            summary.skip("corrupt_line", f"{where}: {last_line(err)}")
             continue
         if not _target_matches(rec.target, target):
             summary.skip("foreign_target", f"{where}: tuned for {rec.target.export().get('kind')}")
@@ -213,8 +213,3 @@ def best_per_workload(records: list[SourceRecord]) -> list[SourceRecord]:
         if key not in best or rec.mean_secs < best[key].mean_secs:
             best[key] = rec
     return list(best.values())
-
-
-def _short(err: Exception) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:200]

@@ -36,8 +36,9 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from ..benchmarking import write_json_atomic
-from ..errors import ScheduleError, TuningLogError
+from ..bench.timing import write_json_atomic
+from ..errors import ScheduleError, TuningLogError, last_line
+from ..metaschedule import FAILED, Measurer
 from .kernel_class import (
     Kernel,
     blocks_of,
@@ -53,143 +54,6 @@ log = logging.getLogger(__name__)
 UNTUNED, DEFAULT = "untuned", "default"
 CACHE_FILE = "measurements.json"
 REPORT_FILE = "report.json"
-FAILED = float("inf")
-
-
-def build_kernel(mod: tvm.IRModule, target, _params=None):
-    """MetaSchedule's CPU build without importing ``tvm.s_tir.tensor_intrin``.
-
-    The stock ``default_build`` imports every target's tensor intrinsics in each
-    builder worker: 100 s per builder call on this machine, against seconds for the
-    build itself. Scheduled CPU kernels need none of them.
-    """
-    from tvm.driver import build as tvm_build
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
-
-
-def export_shared(mod) -> str:
-    """Export a built kernel as a shared library, linked here in the builder's worker.
-
-    The stock export writes a tar of object files, which the runner's single worker
-    then links on load: 0.1 s per kernel, serial, about half of what timing a fast
-    kernel costs. Linked in the builder it runs on every core and the runner only
-    ``dlopen``s. (For remote RPC devices the tar stays: their toolchain links it.)
-    """
-    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
-    mod.export_library(path)
-    return path
-
-
-def local_builder(timeout_sec: float = 300.0, f_build=None, max_workers: int | None = None,
-                  shared: bool = True):
-    """A ``LocalBuilder`` using :func:`build_kernel` (or ``f_build``) in its workers
-    (one per core unless ``max_workers``; tuning and transfer-tuning build alike),
-    exporting shared libraries (:func:`export_shared`) unless not ``shared``."""
-    workers = max_workers or max(1, len(os.sched_getaffinity(0)))
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout_sec,
-                                   f_build=f_build or build_kernel,
-                                   f_export=export_shared if shared else None)
-
-
-def runner_threads(target) -> None:
-    """Give the runner's worker processes (they inherit the environment) the thread pool
-    the model gets: ``num-cores`` threads, unpinned (:func:`~..compiler.configure_thread_pool`).
-
-    Without it a worker started before any model was compiled in this process ran
-    kernels on TVM's default, half the logical cores on x86: 1 thread of 2 here, and
-    the same kernel timed 2x slower than in a worker started after a compile.
-    """
-    from ..compiler import configure_thread_pool
-
-    cores = target.attrs.get("num-cores") if target is not None else None
-    configure_thread_pool(int(cores) if cores else len(os.sched_getaffinity(0)))
-
-
-@dataclass
-class Measurer:
-    """Builds and times kernels standalone with MetaSchedule's builder and runner.
-
-    ``rpc``: ``(host, port, key)`` of an RPC tracker, else the local runner.
-    ``f_build``: the build function run in the builder's worker processes.
-    ``measured`` counts the modules sent to the builder (finished measurements).
-    """
-
-    target: object
-    rpc: tuple | None = None
-    build_timeout: float = 300.0
-    run_timeout: float = 120.0
-    number: int = 3
-    repeat: int = 3
-    #: each repeat runs the kernel at least this long: repeats of three 150 us runs
-    #: moved by 20-25% between batches on a quiet machine, deciding nothing
-    min_repeat_ms: int = 20
-    f_build: object = None
-    measured: int = 0
-    #: the builder and runner every :meth:`measure` call shares: each new one costs a
-    #: worker pool's start and sanity check, 1.2 s apiece here (a quarter of a
-    #: transfer-tuning run's time when made per batch)
-    _builder: object = field(default=None, init=False, repr=False)
-    _runner: object = field(default=None, init=False, repr=False)
-
-    def runner(self):
-        """MetaSchedule's runner with this measurer's timing (tuning uses it too)."""
-        runner_threads(self.target)
-        config = ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat,
-                                           min_repeat_ms=self.min_repeat_ms,
-                                           enable_cpu_cache_flush=False)
-        if self.rpc:
-            host, port, key = self.rpc
-            rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port),
-                                             tracker_key=key, session_timeout_sec=self.run_timeout)
-            return ms.runner.RPCRunner(rpc_config=rpc_config, evaluator_config=config, max_workers=1)
-        return ms.runner.LocalRunner(timeout_sec=self.run_timeout, evaluator_config=config)
-
-    def measure(self, mods: list[tvm.IRModule]) -> list[tuple[float, str]]:
-        """``[(seconds or inf, error message)]``, one per module, in order.
-
-        The seconds are the fastest of ``repeat`` means of ``number`` runs each.
-        """
-        if not mods:
-            return []
-        if self._builder is None:
-            self._builder = local_builder(self.build_timeout, self.f_build, shared=not self.rpc)
-        # a module listed twice (a side-by-side confirmation) is built once, run twice
-        digests = [tvm_ffi.structural_hash(m) for m in mods]
-        unique = {d: m for d, m in zip(digests, mods)}
-        built_unique = dict(zip(unique, self._builder.build(
-            [ms.builder.BuilderInput(m, self.target) for m in unique.values()])))
-        built = [built_unique[d] for d in digests]
-        out: list[tuple[float, str]] = [(FAILED, "")] * len(mods)
-        inputs, where = [], []
-        for i, (mod, res) in enumerate(zip(mods, built)):
-            if res.error_msg:
-                out[i] = (FAILED, "build: " + _last_line(res.error_msg))
-                continue
-            func = next(f for _, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
-            device = "cpu" if self.target.kind.name == "llvm" else self.target.kind.name
-            inputs.append(ms.runner.RunnerInput(res.artifact_path, device,
-                                                ms.arg_info.ArgInfo.from_prim_func(func)))
-            where.append(i)
-        try:
-            if inputs and self._runner is None:
-                self._runner = self.runner()
-            futures = self._runner.run(inputs) if inputs else []
-            for i, fut in zip(where, futures):
-                res = fut.result()
-                if res.error_msg:
-                    out[i] = (FAILED, "run: " + _last_line(res.error_msg))
-                else:
-                    # the fastest repeat: other processes only ever add time
-                    out[i] = (min(float(s) for s in res.run_secs), "")
-        finally:
-            for res in built_unique.values():
-                if res.artifact_path:
-                    shutil.rmtree(os.path.dirname(res.artifact_path), ignore_errors=True)
-        self.measured += len(mods)
-        return out
 
 
 class MeasurementCache:
@@ -582,7 +446,7 @@ def _numerics_problem(scheduled: tvm.IRModule, reference: tvm.IRModule, target) 
     except ScheduleError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001 - a crash while checking rejects it
-        return f"check crashed: {_last_line(str(err))}"
+        return f"check crashed: {last_line(str(err))}"
     return ""
 
 
@@ -630,8 +494,8 @@ def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
     """
     import numpy as np
 
-    from ..benchmarking import interleaved_times, median
-    from ..compiler import compile_model
+    from ..api import compile_model
+    from ..bench.timing import interleaved_times, median
 
     models = model if isinstance(model, dict) else {name: model for name in variants}
     compiled = {name: compile_model(models[name], target=target, pipeline=pipe, options=opt)
@@ -671,8 +535,3 @@ def measure_model(model, target, database: str | Path, inputs: dict, repeat: int
 def require_records(records: list, where: str) -> None:
     if not records:
         raise TuningLogError(f"no usable tuning record in {where}; nothing to transfer")
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in str(text).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else "")[:300]

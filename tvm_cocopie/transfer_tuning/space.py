@@ -19,7 +19,7 @@ factors, flattened widths) leaks into it, and the tiles are adapted like any
 ``SamplePerfectTile`` decision (:func:`~.transfer.adapt_tile`).
 
 :class:`RegisterBudget` is a post-processor rejecting sampled tiles whose accumulators
-would not fit the vector register file (the rule of :mod:`tvm_cocopie.topi.tiling`),
+would not fit the vector register file (the rule of :mod:`tvm_cocopie.topi.cpu.tiling`),
 so neither tuner spends trials on spilling tiles.
 """
 
@@ -33,8 +33,11 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
-from ..schedules.conv2d_nchwc import SPACE_ANNOTATION
+from ..errors import last_line
+from ..metaschedule import initialized_postprocs
+from ..schedules.cpu.conv2d_nchwc import SPACE_ANNOTATION
 from .kernel_class import _main_func
+from .tiles import adapt_tile
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,7 @@ def tile_decisions(trace) -> list[list[int]]:
 def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
     """Whether the register tile of these decisions fits ``registers`` vector registers.
 
-    The rule of :func:`tvm_cocopie.topi.tiling.conv_tile`: accumulators plus the weight
+    The rule of :func:`tvm_cocopie.topi.cpu.tiling.conv_tile`: accumulators plus the weight
     vectors of one step plus one broadcast (depthwise: accumulators plus four).
     """
     fields = _tag_fields(tag)
@@ -111,7 +114,7 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
 
 def registers_of(target) -> int:
     from ..target import cpu_info, parse_target
-    from ..topi.tiling import vector_registers
+    from ..topi.cpu.tiling import vector_registers
 
     return vector_registers(cpu_info(parse_target(target)))
 
@@ -156,7 +159,6 @@ def replay_decisions(source_trace, mod: tvm.IRModule, target):
     Returns ``(schedule, None)`` or ``(None, reason)``. Tile decisions are adapted to
     the target's extents (:func:`~.transfer.adapt_tile`); categorical ones are kept.
     """
-    from .transfer import _postprocs, _short, adapt_tile
 
     tag = space_tag(source_trace)
     spaces = [s for s in design_spaces(mod, target) if space_tag(s.trace) == tag]
@@ -185,9 +187,9 @@ def replay_decisions(source_trace, mod: tvm.IRModule, target):
     try:
         dst.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
         sch.enter_postproc()
-        for proc in _postprocs(mod, target) + [RegisterBudget(registers_of(target))]:
+        for proc in initialized_postprocs(mod, target) + [RegisterBudget(registers_of(target))]:
             if not proc.apply(sch):
                 return None, f"post-processor {type(proc).__name__} rejected it"
     except Exception as err:  # noqa: BLE001 - every failure rejects the pair
-        return None, f"decisions do not apply: {_short(err)}"
+        return None, f"decisions do not apply: {last_line(err)}"
     return sch, None

@@ -27,39 +27,12 @@ import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, last_line
+from ..metaschedule import initialized_postprocs
 from .kernel_class import blocks_of
+from .tiles import adapt_tile
 
 log = logging.getLogger(__name__)
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def adapt_tile(decision: list[int], extent: int, max_innermost: int = -1) -> list[int]:
-    """A perfect tiling of ``extent`` into ``len(decision)`` factors close to ``decision``.
-
-    >>> adapt_tile([7, 2, 4, 8], 64)      # 8 and 4 divide: keep; 2 too; outer = 1
-    [1, 2, 4, 8]
-    >>> adapt_tile([1, 1, 16, 3], 56)     # 3 does not divide 56: nearest divisor 2 ... 4
-    [1, 2, 7, 4]
-    """
-    n = len(decision)
-    inner: list[int] = []
-    left = int(extent)
-    for pos, factor in enumerate(reversed(decision[1:])):
-        factor = max(1, int(factor))
-        if left % factor:
-            factor = min(_divisors(left), key=lambda d: (abs(math.log(d / factor)), -d))
-        if pos == 0 and max_innermost > 0 and factor > max_innermost:
-            factor = max(d for d in _divisors(left) if d <= max_innermost)
-        inner.append(factor)
-        left //= factor
-    result = [left] + list(reversed(inner))
-    assert len(result) == n and math.prod(result) == extent
-    return result
 
 
 @dataclass
@@ -74,38 +47,6 @@ class Transferred:
     @property
     def mod(self) -> tvm.IRModule | None:
         return self.schedule.mod if self.schedule is not None else None
-
-
-def tune_context(mod: tvm.IRModule, target, space_generator, search_strategy=None,
-                 task_name: str = "main"):
-    """A MetaSchedule ``TuneContext``; for CPU targets without ``TuneContext.__init__``'s
-    import of every target's tensor intrinsics (100 s on this machine, where a design
-    space takes 0.1 s; CPU schedules here use no tensor intrinsic)."""
-    if target.kind.name != "llvm":
-        return ms.TuneContext(mod=mod, target=target, space_generator=space_generator,
-                              search_strategy=search_strategy, task_name=task_name)
-    from tvm.s_tir.meta_schedule import _ffi_api
-    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
-    from tvm.s_tir.meta_schedule.utils import cpu_count
-
-    if isinstance(space_generator, str):
-        space_generator = ms.space_generator.SpaceGenerator.create(space_generator)
-    ctx = ms.TuneContext.__new__(ms.TuneContext)
-    ctx.__init_handle_by_constructor__(
-        _ffi_api.TuneContext, mod, target, space_generator, search_strategy, task_name,
-        cpu_count(logical=False), -1, get_logging_func(get_logger("tvm.s_tir.meta_schedule")))
-    _ffi_api.TuneContextInitialize(ctx)
-    return ctx
-
-
-def _postprocs(mod: tvm.IRModule, target) -> list:
-    kind = target.kind.name
-    procs = ms.postproc.Postproc.create("llvm" if kind not in ("cuda",) else "cuda")
-    ctx = tune_context(mod, target, ms.space_generator.PostOrderApply(
-        sch_rules=[], postprocs=procs, mutator_probs={}), task_name="transfer")
-    for p in procs:
-        p._initialize_with_tune_context(ctx)
-    return procs
 
 
 def apply_trace(trace, mod: tvm.IRModule, target, adapt: bool = True) -> Transferred:
@@ -135,14 +76,14 @@ def apply_trace(trace, mod: tvm.IRModule, target, adapt: bool = True) -> Transfe
     try:
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
     except Exception as err:  # noqa: BLE001 - every failure rejects the pair
-        return Transferred(False, f"trace does not apply: {_short(err)}")
+        return Transferred(False, f"trace does not apply: {last_line(err)}")
     try:
         sch.enter_postproc()
-        for proc in _postprocs(mod, target):
+        for proc in initialized_postprocs(mod, target):
             if not proc.apply(sch):
                 return Transferred(False, f"post-processor {type(proc).__name__} rejected it")
     except Exception as err:  # noqa: BLE001
-        return Transferred(False, f"post-processing failed: {_short(err)}")
+        return Transferred(False, f"post-processing failed: {last_line(err)}")
     return Transferred(True, "", sch, changed[0])
 
 
@@ -178,7 +119,7 @@ def transfer(record, mod: tvm.IRModule, target, validate: bool = True) -> Transf
         try:
             tvm.compile(result.schedule.mod, target=target)
         except Exception as err:  # noqa: BLE001
-            return Transferred(False, f"does not build: {_short(err)}")
+            return Transferred(False, f"does not build: {last_line(err)}")
     return result
 
 
@@ -228,8 +169,3 @@ def check_numerics(scheduled: tvm.IRModule, reference: tvm.IRModule, target,
 
 def _func(mod: tvm.IRModule):
     return next(f for _, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
-
-
-def _short(err: Exception) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:300]

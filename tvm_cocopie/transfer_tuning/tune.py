@@ -20,7 +20,7 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from ..benchmarking import write_json_atomic
+from ..bench.timing import write_json_atomic
 from .readers import RECORD_FILE, WORKLOAD_FILE
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,10 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     from our default schedules; ``"stock"`` MetaSchedule's own CPU rules
     (``PostOrderApply``), which start from untuned loops.
     """
+    from ..metaschedule import Measurer, local_builder, tune_context
     from ..target import parse_target
     from .kernel_class import extract_kernels
-    from .search import Measurer, local_builder
     from .space import space_generator
-    from .transfer import tune_context
 
     target = parse_target(target)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)

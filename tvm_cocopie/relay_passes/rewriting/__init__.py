@@ -22,7 +22,8 @@ import logging
 
 import tvm
 
-from . import associative, commutative, distributive, folding, identity, layout
+from . import associative, commutative, distributive, folding, identity
+from . import data_movement as layout
 from .engine import RewriteStats, rewrite_module
 from .rule import CATEGORIES, Rule
 

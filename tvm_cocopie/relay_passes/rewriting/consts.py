@@ -10,16 +10,13 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .terms import const_np, is_const, make_const, op_name
+from ...exprs import const_np, ints, is_constant
+from .terms import make_const, op_name
 
 
 def _attr(call, name, default=None):
     value = getattr(call.attrs, name, default) if call.attrs is not None else default
     return value
-
-
-def _ints(seq):
-    return None if seq is None else [int(v) for v in seq]
 
 
 def _shape_of(expr):
@@ -33,7 +30,7 @@ def _shape_of(expr):
 
 
 def _squeeze(a, call):
-    axes = _ints(_attr(call, "axis"))
+    axes = ints(_attr(call, "axis"))
     return np.squeeze(a, axis=tuple(axes)) if axes else np.squeeze(a)
 
 
@@ -50,7 +47,7 @@ _TILE = 256
 
 
 def _transpose(a, call):
-    axes = _ints(_attr(call, "axes"))
+    axes = ints(_attr(call, "axes"))
     view = np.transpose(a, axes)
     if a.ndim != 2 or a.size < _TILED_TRANSPOSE_ELEMENTS:
         return view
@@ -92,18 +89,18 @@ def evaluate(call: relax.Call):
     name = op_name(call)
     args = list(call.args)
     try:
-        if name in _UNARY and len(args) == 1 and is_const(args[0]):
+        if name in _UNARY and len(args) == 1 and is_constant(args[0]):
             a = const_np(args[0])
             with np.errstate(all="ignore"):
                 out = _UNARY[name](a)
                 return out if out.dtype == np.bool_ else out.astype(a.dtype)
-        if name in _BINARY and len(args) == 2 and all(is_const(a) for a in args):
+        if name in _BINARY and len(args) == 2 and all(is_constant(a) for a in args):
             a, b = const_np(args[0]), const_np(args[1])
             with np.errstate(all="ignore"):
                 return np.asarray(_BINARY[name](a, b)).astype(np.result_type(a, b))
-        if name == "where" and len(args) == 3 and all(is_const(a) for a in args):
+        if name == "where" and len(args) == 3 and all(is_constant(a) for a in args):
             return np.where(*(const_np(a) for a in args))
-        if not args or not is_const(args[0]):
+        if not args or not is_constant(args[0]):
             return None
         a = const_np(args[0])
         if name == "reshape":
@@ -137,7 +134,7 @@ _NONNEG_OPS = frozenset({"abs", "square", "exp", "nn.relu", "sigmoid", "sqrt", "
 
 def nonnegative(expr, graph, depth: int = 4) -> bool:
     """True if every element of ``expr`` is provably >= 0 (NaN aside)."""
-    if is_const(expr):
+    if is_constant(expr):
         arr = const_np(expr)
         return arr.size > 0 and bool(np.all(arr >= 0))
     if depth == 0 or not isinstance(expr, relax.Var) or graph is None:

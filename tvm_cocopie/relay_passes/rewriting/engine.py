@@ -26,9 +26,10 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ...exprs import is_constant
 from .consts import fold
 from .cost import Cost, call_cost, function_cost
-from .terms import is_const, op_name
+from .terms import op_name
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def fold_constants(expr):
         args = [fold_constants(a) for a in expr.args]
         if any(not a.same_as(b) for a, b in zip(args, expr.args)):
             expr = relax.Call(expr.op, args, expr.attrs, expr.ty_args)
-        if args and all(is_const(a) for a in args):
+        if args and all(is_constant(a) for a in args):
             folded = fold(expr)
             if folded is not None:
                 return folded

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
+from ...exprs import is_constant
 from .consts import evaluate
 from .rule import Example, Rule, is_float, scalar
-from .terms import C, Match, V, add, is_const, make_const, mul, op, op_name, tgi
+from .terms import C, Match, V, add, make_const, mul, op, op_name, tgi
 
 X = V("X")
 BN_ARGS = (C("g"), C("b"), C("m"), C("v"))
@@ -173,7 +174,7 @@ def _const_call_matches(graph, var):
     value = graph.defs.get(var)
     if not isinstance(value, relax.Call) or op_name(value) is None or not value.args:
         return
-    if all(is_const(a) for a in value.args):
+    if all(is_constant(a) for a in value.args):
         arr = evaluate(value)
         if arr is not None:  # kept in the match: fold_constant does not evaluate again
             yield Match(var, env={"value": value, "folded": arr}, graph=graph,

@@ -115,10 +115,10 @@ def nonneg(*names: str) -> Callable[[Match], bool]:
 
 def scalar(*names: str) -> Callable[[Match], bool]:
     """The named leaves are constants with one element."""
-    from .terms import const_np, is_const
+    from ...exprs import const_np, is_constant
 
     def pred(m: Match) -> bool:
-        return all(is_const(m[n]) and const_np(m[n]).size == 1 for n in names)
+        return all(is_constant(m[n]) and const_np(m[n]).size == 1 for n in names)
     pred.__name__ = f"scalar{names}"
     return pred
 

@@ -20,6 +20,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ...exprs import const_np, is_constant
+
 #: binary operators whose two operands may be swapped while matching
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum"})
 
@@ -109,21 +111,6 @@ def op_name(expr) -> str | None:
 
 # --------------------------------------------------------------------------- constants
 
-def is_const(expr) -> bool:
-    return isinstance(expr, tvm.ir.expr.Constant) and hasattr(expr, "value") and \
-        isinstance(getattr(expr, "ty", None), relax.TensorType)
-
-
-def const_np(expr) -> np.ndarray:
-    """The constant's value, read-only: a view of TVM's buffer where DLPack allows it
-    (weights are not copied to be read), else a copy."""
-    try:
-        arr = np.from_dlpack(expr.value)
-    except (TypeError, ValueError, RuntimeError, BufferError):  # dtypes numpy lacks
-        return expr.value.numpy()
-    arr.flags.writeable = False
-    return arr
-
 
 def make_const(array, dtype: str | None = None) -> relax.Expr:
     """A Relax constant of ``array`` (cast to ``dtype``), copied into TVM once."""
@@ -134,7 +121,7 @@ def make_const(array, dtype: str | None = None) -> relax.Expr:
 
 
 def all_equal(expr, value: float) -> bool:
-    if not is_const(expr):
+    if not is_constant(expr):
         return False
     arr = const_np(expr)
     return arr.size > 0 and arr.size <= 1 << 20 and bool(np.all(arr == value))
@@ -143,7 +130,7 @@ def all_equal(expr, value: float) -> bool:
 def same_expr(a, b) -> bool:
     if a.same_as(b):
         return True
-    if is_const(a) and is_const(b):
+    if is_constant(a) and is_constant(b):
         x, y = const_np(a), const_np(b)
         return x.dtype == y.dtype and x.shape == y.shape and bool(np.array_equal(x, y))
     return False
@@ -197,7 +184,7 @@ class Matcher:
             if all_equal(e, t.value):
                 yield m
             return
-        if t.kind == "const" and not is_const(e):
+        if t.kind == "const" and not is_constant(e):
             return
         if t.name == "_":
             yield m

@@ -1,0 +1,191 @@
+"""``tvm_cocopie.compile``: from an ONNX model (or a Relax module) to a callable.
+
+The convenience entry point. It imports the model with :mod:`.frontend`, compiles it
+with ``tvm.compile`` through the ``cocopie`` pipeline (or any other registered
+pipeline, e.g. ``"default"`` for stock TVM), and returns a :class:`CompiledModel`
+that takes and returns numpy arrays and exposes the VM and the library for export.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .errors import CompilationError, InputShapeError, TargetError
+from .frontend.importer import from_onnx
+from .frontend.model import graph_inputs, load_model
+from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
+from .target import parse_target
+from .threads import configure_thread_pool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of a compiled model: its ONNX name, shape (ints or dim names) and dtype."""
+
+    name: str
+    shape: tuple
+    dtype: str
+
+
+def _input_specs(mod: tvm.IRModule, names: Sequence[str] | None) -> list[InputSpec]:
+    params = mod["main"].params
+    specs = []
+    for i, param in enumerate(params):
+        ty = param.ty  # the Relax type (struct info) of the parameter
+        dims = getattr(ty, "shape", None)
+        shape = tuple(
+            int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in (dims or [])
+        )
+        name = names[i] if names and i < len(names) else str(param.name)
+        specs.append(InputSpec(name, shape, str(ty.dtype)))
+    return specs
+
+
+class CompiledModel:
+    """A compiled model: call it with numpy arrays, get numpy arrays back.
+
+    ``model(x)``, ``model(x, y)`` or ``model(input=x)``; one output comes back as an
+    array, several as a list. ``.vm`` is the ``relax.VirtualMachine``,
+    ``.executable`` the built library (``export_library`` writes a ``.so``).
+    """
+
+    def __init__(self, executable, inputs: list[InputSpec], target: tvm.target.Target,
+                 pipeline: str, compile_seconds: float):
+        self.executable = executable
+        self.inputs = inputs
+        self.target = target
+        self.pipeline = pipeline
+        self.compile_seconds = compile_seconds
+        configure_thread_pool(target.attrs.get("num-cores"))
+        self.device = tvm.cpu(0)
+        self.vm = relax.VirtualMachine(executable, self.device)
+        self._main = self.vm["main"]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
+
+    def _arrange(self, args: Sequence, kwargs: Mapping) -> list[np.ndarray]:
+        if args and kwargs:
+            raise InputShapeError("pass inputs either by position or by name, not both")
+        if kwargs:
+            unknown = set(kwargs) - set(self.input_names)
+            if unknown:
+                raise InputShapeError(
+                    f"unknown input(s) {sorted(unknown)}; the model takes {self.input_names}"
+                )
+            missing = [n for n in self.input_names if n not in kwargs]
+            if missing:
+                raise InputShapeError(f"missing input(s) {missing}; the model takes {self.input_names}")
+            args = [kwargs[n] for n in self.input_names]
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            return self._arrange((), args[0])
+        if len(args) != len(self.inputs):
+            raise InputShapeError(
+                f"the model takes {len(self.inputs)} input(s) {self.input_names}, got {len(args)}"
+            )
+        return [self._check(spec, value) for spec, value in zip(self.inputs, args)]
+
+    @staticmethod
+    def _check(spec: InputSpec, value: Any) -> np.ndarray:
+        arr = np.asarray(value)
+        if arr.dtype != np.dtype(spec.dtype):
+            raise InputShapeError(
+                f"input {spec.name!r} has dtype {arr.dtype}, the model wants {spec.dtype}: "
+                f"convert it with .astype(np.{spec.dtype})"
+            )
+        if len(arr.shape) != len(spec.shape) or any(
+            isinstance(want, int) and want != got for want, got in zip(spec.shape, arr.shape)
+        ):
+            raise InputShapeError(
+                f"input {spec.name!r} has shape {list(arr.shape)}, the model was compiled for "
+                f"{list(spec.shape)}. Recompile with shapes={{{spec.name!r}: [...]}} to change it."
+            )
+        return np.ascontiguousarray(arr)
+
+    def __call__(self, *args, **kwargs):
+        arrays = self._arrange(args, kwargs)
+        result = self._main(*[tvm.runtime.tensor(a, self.device) for a in arrays])
+        return _to_numpy(result)
+
+    def export_library(self, path: str | os.PathLike) -> Path:
+        """Write the compiled library (``.so``), loadable with ``tvm.runtime.load_module``."""
+        path = Path(path)
+        triple = str(self.target.attrs.get("mtriple") or "")
+        if triple and triple != str(tvm.target.codegen.llvm_get_system_triple()):
+            raise TargetError(
+                f"exporting a shared library for {triple} needs that platform's linker; "
+                "write the object with executable.mod.write_to_file('x.o') instead"
+            )
+        self.executable.export_library(str(path))
+        return path
+
+
+def _to_numpy(value):
+    if isinstance(value, tvm.runtime.Tensor):
+        return value.numpy()
+    if isinstance(value, (list, tuple)) or type(value).__name__ in ("Array", "List"):
+        return [_to_numpy(v) for v in value]
+    return value
+
+
+def compile_model(
+    model,
+    target=None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    pipeline: str = "cocopie",
+    options: PipelineOptions | Mapping | None = None,
+) -> CompiledModel:
+    """Compile ``model`` for ``target`` and return a :class:`CompiledModel`.
+
+    ``model``: an ONNX path, serialized bytes, an ``onnx.ModelProto``, or a Relax
+    ``IRModule`` with a ``main`` function. ``target``: a dict, JSON text or
+    ``Target`` (default: this machine). ``pipeline``: ``"cocopie"`` (default) or any
+    registered Relax pipeline name (``"default"`` is stock TVM). ``options``: switches
+    of the cocopie pipeline (:class:`~tvm_cocopie.pipeline.PipelineOptions`).
+    """
+    tgt = parse_target(target)
+    register_pipeline()
+    if isinstance(model, tvm.IRModule):
+        if not any(str(gv.name_hint) == "main" for gv in model.get_global_vars()):
+            raise CompilationError("the IRModule has no 'main' function to compile")
+        mod, names = model, None
+    else:
+        proto = load_model(model)  # read the file once, for the import and the input names
+        mod = from_onnx(proto, shapes=shapes, check=False)  # checked by load_model
+        names = list(graph_inputs(proto))
+    inputs = _input_specs(mod, names)
+    if pipeline == "cocopie":
+        if isinstance(options, Mapping):
+            options = PipelineOptions(**options)
+        relax_pipeline = cocopie_pipeline(**vars(options or PipelineOptions()))
+    else:
+        if options:
+            raise CompilationError("options only apply to the cocopie pipeline")
+        relax_pipeline = pipeline
+    start = time.perf_counter()
+    try:
+        executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_pipeline)
+    except TargetError:
+        raise
+    except Exception as err:
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        raise CompilationError(
+            f"TVM failed to build the model with pipeline {pipeline!r}: "
+            f"{lines[-1] if lines else type(err).__name__}"
+        ) from err
+    seconds = time.perf_counter() - start
+    log.info("compiled with %s for %s in %.1fs", pipeline, tgt.export().get("mcpu"), seconds)
+    return CompiledModel(executable, inputs, tgt, pipeline, seconds)

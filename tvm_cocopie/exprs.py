@@ -1,0 +1,49 @@
+"""Small helpers on Relax expressions, shared by the frontend, the graph passes and the computes.
+
+One home for each: reading a constant's value, a static shape, a list of ints.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+
+
+def ints(values) -> list[int] | None:
+    """``values`` (ints, ``IntImm`` s, numpy integers) as a list of Python ints; ``None`` stays ``None``."""
+    return None if values is None else [int(v) for v in values]
+
+
+def is_constant(expr) -> bool:
+    """Whether ``expr`` is a Relax constant holding a tensor (weights, folded values)."""
+    return isinstance(expr, tvm.ir.expr.Constant) and isinstance(
+        getattr(expr, "value", None), tvm.runtime.Tensor)
+
+
+def const_np(expr) -> np.ndarray:
+    """A constant's value, read-only: a view of TVM's buffer where DLPack allows it
+    (weights are not copied to be read), else a copy."""
+    try:
+        arr = np.from_dlpack(expr.value)
+    except (TypeError, ValueError, RuntimeError, BufferError):  # dtypes numpy lacks
+        return expr.value.numpy()
+    arr.flags.writeable = False
+    return arr
+
+
+def static_shape(expr) -> list[int] | None:
+    """The static shape of a Relax tensor expression, or ``None`` if it has no shape or
+    any dim is symbolic."""
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    if shape is None:
+        return None
+    try:
+        values = list(shape.values) if hasattr(shape, "values") else list(shape)
+    except TypeError:
+        return None
+    out = []
+    for v in values:
+        if not isinstance(v, (int, tvm.tirx.IntImm)):
+            return None
+        out.append(int(v))
+    return out

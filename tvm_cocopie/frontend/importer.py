@@ -1,0 +1,205 @@
+"""ONNX import: read a model, check it, and hand it to TVM's Relax ONNX frontend.
+
+TVM's own importer (``tvm.relax.frontend.onnx``) does the conversion, with the
+converters of :mod:`tvm_cocopie.frontend.ops` laid over its stock map (operators it
+lacks, fixes, newer opsets). This module puts a careful door in front of it: a malformed file, an input shape that
+does not fit, or operators the importer lacks become
+:mod:`tvm_cocopie.errors` exceptions that say what is wrong and what to do, and all
+unsupported operators of a model are reported at once, with their opset and nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import onnx
+import tvm
+
+from ..errors import ModelError, UnsupportedOperatorError, last_line
+from .folding import fold_constants
+from .model import ModelLike, check_shapes, load_model, model_opset
+from .ops.registry import converter_map
+
+log = logging.getLogger(__name__)
+
+
+#: Operators the stock importer handles outside its converter map.
+_HANDLED_OUTSIDE_MAP = {"Constant", "If"}
+
+
+def _iter_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _iter_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _iter_nodes(sub)
+
+
+def unsupported_operators(proto: onnx.ModelProto, convert_map: Mapping | None = None) -> dict:
+    """Every operator of ``proto`` the importer cannot convert.
+
+    Returns ``{(op_type, domain, opset): [node names]}``, subgraphs included.
+    ``convert_map`` defaults to the extended map of :mod:`tvm_cocopie.frontend.ops`.
+    """
+    if convert_map is None:
+        from .ops import converter_map
+
+        convert_map = converter_map()
+    opsets = {e.domain or "ai.onnx": int(e.version) for e in proto.opset_import}
+    missing: dict[tuple, list[str]] = {}
+    for index, node in enumerate(_iter_nodes(proto.graph)):
+        if node.op_type in convert_map or node.op_type in _HANDLED_OUTSIDE_MAP:
+            continue
+        domain = node.domain or "ai.onnx"
+        key = (node.op_type, domain, opsets.get(domain, 0))
+        missing.setdefault(key, []).append(node.name or f"#{index}")
+    return missing
+
+
+def from_onnx(
+    model: ModelLike,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    keep_params_in_input: bool = False,
+    check: bool = True,
+) -> tvm.IRModule:
+    """Import an ONNX model into a Relax ``IRModule`` with TVM's frontend.
+
+    ``shapes`` fixes symbolic input dims (``{"x": [1, 3, 224, 224]}``); unset symbolic
+    dims stay symbolic. Weights become constants unless ``keep_params_in_input``.
+    Shape arithmetic that the fixed shapes make constant is folded first
+    (:mod:`.onnx_folding`), which TVM's importer needs for models such as PP-OCR's;
+    ``If``/``Loop``/``Scan`` known at compile time are resolved
+    (:mod:`.onnx_ops.control`). Operators still unsupported after that are all
+    reported at once. ``check=False`` skips ``onnx.checker`` for a ``ModelProto`` that
+    :func:`load_model` has already checked.
+    """
+    proto = load_model(model, check=check)
+    shapes = check_shapes(proto, shapes)
+    from .control_flow import fold_keeping_captures, simplify
+    from .importer import import_model
+
+    proto = fold_keeping_captures(proto, lambda m: fold_constants(m, shapes)[0])
+    proto = simplify(proto, lambda m: fold_constants(m)[0])  # constant If / Loop
+    # after folding: an op whose inputs are all constants needs no converter
+    missing = unsupported_operators(proto)
+    if missing:
+        lines = [
+            f"  {op} (domain {domain}, opset {opset}): {len(nodes)} node(s), e.g. "
+            + ", ".join(nodes[:3])
+            for (op, domain, opset), nodes in sorted(missing.items())
+        ]
+        raise UnsupportedOperatorError(
+            "TVM's ONNX frontend cannot import these operators of the model:\n"
+            + "\n".join(lines)
+            + "\nRe-export the model without them (a lower opset, or simplified with "
+            "onnxsim), or file an issue naming them.",
+            ops=missing,
+        )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # checker warnings and renames are already handled
+        try:
+            mod = import_model(
+                proto, shape_dict=shapes or None, keep_params_in_input=keep_params_in_input
+            )
+        except UnsupportedOperatorError:
+            raise
+        except Exception as err:
+            text = str(err).strip().splitlines()
+            first = next((ln for ln in reversed(text) if ln.strip()), type(err).__name__)
+            raise ModelError(
+                f"TVM's ONNX importer failed: {first.strip()}. If an input has symbolic "
+                "dims, fixing them with shapes={...} often helps."
+            ) from err
+    log.debug("imported ONNX model with %d nodes", len(proto.graph.node))
+    return mod
+
+
+def _importer_class():
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    class CocopieOnnxImporter(ONNXGraphImporter):
+        """TVM's graph importer, converting each node with the extended map."""
+
+        convert_map: ClassVar[dict] = {}
+
+        def _check_for_unsupported_ops(self, graph):
+            missing = sorted({n.op_type for n in graph.node if n.op_type not in self.convert_map
+                              and n.op_type not in ("If", "Constant")})
+            if missing:
+                raise UnsupportedOperatorError(
+                    "no converter for ONNX operator(s) " + ", ".join(missing),
+                    ops={(op, "ai.onnx", self.opset): [] for op in missing},
+                )
+
+        def _convert_operator(self, op_name, inputs, attrs, opset):
+            converter = self.convert_map.get(op_name)
+            if converter is None:
+                raise UnsupportedOperatorError(f"no converter for ONNX operator {op_name}")
+            try:
+                result = converter.get_converter(opset)(
+                    self.bb, inputs, attrs, [self._nodes, self._params]
+                )
+            except UnsupportedOperatorError:
+                raise
+            except Exception as err:
+                node = attrs.get("tvm_custom", {}).get("name") or "(unnamed)"
+                raise ModelError(
+                    f"converting {op_name} node {node!r} (opset {opset}) failed: "
+                    f"{last_line(err)}"
+                ) from err
+            from tvm import relax
+
+            if isinstance(result, relax.Expr):
+                result = self.bb.normalize(result)
+            return result
+
+    return CocopieOnnxImporter
+
+
+def _zero_sized_inputs(proto: onnx.ModelProto) -> dict[str, list[int]]:
+    """Static shapes of inputs with a zero-sized dim (TVM's parser reads ``0`` as unknown)."""
+    shapes = {}
+    for value in proto.graph.input:
+        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else []
+        if any(d.HasField("dim_value") and d.dim_value == 0 for d in dims) and all(
+                d.HasField("dim_value") for d in dims):
+            shapes[value.name] = [int(d.dim_value) for d in dims]
+    return shapes
+
+
+def import_model(
+    proto: onnx.ModelProto,
+    shape_dict: Mapping[str, Sequence[int]] | None = None,
+    keep_params_in_input: bool = False,
+    convert_map: Mapping[str, type] | None = None,
+):
+    """Import ``proto`` into a Relax ``IRModule`` with the extended converter map.
+
+    Raises :class:`~tvm_cocopie.errors.ModelError` naming the op and node that
+    failed to convert.
+    """
+    if proto.ir_version < 3:
+        raise ModelError(f"ONNX IR version {proto.ir_version} is too old (3 or newer needed)")
+    importer_cls = _importer_class()
+    shapes = {**_zero_sized_inputs(proto), **dict(shape_dict or {})}
+    importer = importer_cls(
+        shapes, "float32", keep_params_in_input=keep_params_in_input,
+        sanitize=True,
+    )
+    importer.convert_map = dict(convert_map) if convert_map is not None else converter_map()
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):  # the stock importer prints on errors
+            return importer.from_onnx(proto.graph, model_opset(proto))
+    finally:
+        if captured.getvalue():
+            log.debug("importer output: %s", captured.getvalue().strip())

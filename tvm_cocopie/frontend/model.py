@@ -1,0 +1,133 @@
+"""An ONNX model as the front door reads it: load and check a file, its inputs and opset."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import TensorProto
+
+from ..errors import InputShapeError, ModelError
+
+log = logging.getLogger(__name__)
+
+
+ModelLike = Any  # str | os.PathLike | bytes | onnx.ModelProto
+
+
+def load_model(model: ModelLike, check: bool = True) -> onnx.ModelProto:
+    """Read ``model`` (a path, serialized bytes, or a ``ModelProto``) and check it.
+
+    ``check=False`` skips ``onnx.checker`` (seconds for a model of hundreds of MB), for
+    a ``ModelProto`` that this function has already checked.
+    """
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+        where = "the given ModelProto"
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        where = str(path)
+        if not path.is_file():
+            raise ModelError(f"no ONNX file at {path}: check the path")
+        try:
+            proto = onnx.load(str(path))
+        except Exception as err:  # noqa: BLE001 - protobuf DecodeError and friends
+            raise ModelError(
+                f"{path} is not a valid ONNX file ({type(err).__name__}: {err}). "
+                "Re-export the model, or check that the file is complete."
+            ) from None
+    elif isinstance(model, (bytes, bytearray)):
+        where = "the given bytes"
+        try:
+            proto = onnx.load_from_string(bytes(model))
+        except Exception as err:  # noqa: BLE001 - protobuf raises several types
+            raise ModelError(f"the bytes are not a serialized ONNX model ({err})") from None
+    else:
+        raise ModelError(
+            f"expected an ONNX path, bytes or onnx.ModelProto, got {type(model).__name__}"
+        )
+    if not proto.graph.node:
+        raise ModelError(f"{where} holds no graph nodes: is it an ONNX model at all?")
+    if not check:
+        return proto
+    try:
+        # a file is checked from its path: the checker then reads it itself instead of
+        # receiving a re-serialized copy of the loaded model (seconds for large weights)
+        onnx.checker.check_model(where if isinstance(model, (str, os.PathLike)) else proto)
+    except onnx.checker.ValidationError as err:
+        first = str(err).strip().splitlines()[0]
+        raise ModelError(
+            f"{where} is malformed: {first}. Fix the exporter output (onnx.checker "
+            "explains), or run onnx.shape_inference / onnxsim on it."
+        ) from None
+    return proto
+
+
+def model_opset(proto: onnx.ModelProto) -> int:
+    """The model's ai.onnx opset version."""
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 1
+
+
+def graph_inputs(proto: onnx.ModelProto) -> dict[str, tuple[list, str]]:
+    """The real inputs of the model (initializers excluded): name -> (dims, dtype).
+
+    A dim is an int, or a string for a symbolic/unknown dimension.
+    """
+    inits = {t.name for t in proto.graph.initializer}
+    result = {}
+    for value in proto.graph.input:
+        if value.name in inits:
+            continue
+        ttype = value.type.tensor_type
+        dims: list = []
+        for i, d in enumerate(ttype.shape.dim):
+            if d.HasField("dim_value") and d.dim_value >= 0:  # some exporters write -1
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(d.dim_param or f"?{i}")
+        result[value.name] = (dims, onnx_dtype_name(ttype.elem_type))
+    return result
+
+
+def check_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None) -> dict:
+    """Validate user-given input shapes against the model; return them as lists."""
+    declared = graph_inputs(proto)
+    shapes = dict(shapes or {})
+    for name, shape in shapes.items():
+        if name not in declared:
+            raise InputShapeError(
+                f"the model has no input named {name!r}; its inputs are {sorted(declared)}"
+            )
+        dims, _ = declared[name]
+        shape = [int(s) for s in shape]
+        if dims and len(dims) != len(shape):
+            raise InputShapeError(
+                f"input {name!r} has rank {len(dims)} ({_fmt(dims)}), the given shape "
+                f"{shape} has rank {len(shape)}"
+            )
+        for axis, (want, got) in enumerate(zip(dims, shape)):
+            if isinstance(want, int) and want != got:
+                raise InputShapeError(
+                    f"input {name!r} is declared {_fmt(dims)}; dim {axis} is fixed at {want}, "
+                    f"the given shape {shape} has {got}. Only symbolic dims can be set."
+                )
+        shapes[name] = shape
+    return shapes
+
+
+def _fmt(dims: Sequence) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def onnx_dtype_name(elem_type: int) -> str:
+    """numpy dtype name of an ONNX tensor element type."""
+    if elem_type == TensorProto.UNDEFINED:
+        return "float32"
+    return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name

@@ -1,0 +1,290 @@
+"""Compiling an int8 network: a plan per layer, its kernels and regrids, one program (seed 004, §4.4.4)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import CocopieError
+from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
+from ..kernels.conv2d import pack_conv_weights
+from ..kernels.depthwise import pack_dw_weights
+from ..kernels.matmul import vmpa_exact
+from ..kernels.transforms import pad_bias
+from ..selection.networks import Layer
+from . import memplan
+from .memplan import plan_memory
+from .quantization import QLayer, QNetwork, layer_sources
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------ quantization
+
+
+# ------------------------------------------------------------------ tensors on device
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation on the device: NHWC, or an output grid ``(G, rows, v)`` of width
+    ``wq`` whose first ``w`` columns of each of ``h`` grid rows are valid."""
+
+    name: str
+    h: int
+    w: int
+    c: int
+    variant: str | None = None  # None: NHWC
+    wq: int = 0
+    shape: tuple = ()
+
+    def read(self, x, i, j, ch):
+        if self.variant is None:
+            return x[0, i, j, ch]
+        v = LAYOUT_OF[self.variant].cols
+        return x[ch // v, i * self.wq + j, ch % v]
+
+
+def shift_copy_pays(src: Tensor, geo: GridGeometry, variant: str) -> bool:
+    """Whether :func:`shift_copy_kernel` beats the row copy of :mod:`.regrid`.
+
+    Measured per channel group: the shift copy costs ~3 packets per inner vector and
+    ~400 per edge vector (done byte by byte), the row copy ~5 per valid pixel plus one
+    per zeroed vector. On small grids (MobileNetV2's late 1x1 to 8x8 stages) nearly
+    every vector is an edge and the row copy wins; from ~16x16 up, the shift copy."""
+    v = LAYOUT_OF[variant].cols
+    dst_bytes = geo.in_shape(variant, src.c)[2] * v
+    sh = (geo.pad * geo.grid_w + geo.pad) * v
+    n_vec = dst_bytes // 128
+    t_lo = -(-sh // 128)
+    t_hi = min(n_vec - 1, (src.shape[1] * v + sh - 128) // 128)
+    inner = max(0, t_hi - t_lo + 1)
+    shift_cost = 3 * inner + 400 * (n_vec - inner)
+    copy_cost = n_vec + 5 * src.h * src.w
+    return shift_cost <= copy_cost
+
+
+def shift_copy_compute(src: Tensor, geo: GridGeometry, variant: str):
+    """:func:`tvm_cocopie.topi.int8.hvx.shift_copy` from ``src``'s grid into a ``geo``
+    convolution's input grid in ``variant``'s layout (see :func:`shift_copy_kernel`)."""
+    from ...topi.int8 import hvx as int8_hvx
+
+    v = LAYOUT_OF[variant].cols
+    dst_shape = geo.in_shape(variant, src.c)
+    sh = (geo.pad * geo.grid_w + geo.pad) * v
+    return int8_hvx.shift_copy(v, dst_shape[1], src.shape[1] * v, dst_shape[2] * v, sh)
+
+
+def shift_mask(geo: GridGeometry, variant: str, h: int, w: int) -> np.ndarray:
+    """0xFF where the consumer's grid holds a pixel, 0 on its padding (flat bytes)."""
+    v = LAYOUT_OF[variant].cols
+    rows = geo.in_rows(variant)
+    r = np.arange(rows)
+    gi, gj = r // geo.grid_w, r % geo.grid_w
+    ok = (gi >= geo.pad) & (gi < geo.pad + h) & (gj >= geo.pad) & (gj < geo.pad + w)
+    return np.repeat(np.where(ok, 255, 0).astype(np.uint8), v)
+
+
+def _passes_grid(lay: Layer) -> bool:
+    """Layers whose input grid is their producer's output grid, unshifted."""
+    return lay.op == "add" or (lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0)
+
+
+def grid_widths(layers, plan) -> list:
+    """Output grid width each layer should use so that stride-1 consumers in the same
+    layout can take its output by :func:`shift_copy_kernel` (0: no preference)."""
+    index = {lay.name: i for i, lay in enumerate(layers)}
+    want = [0] * len(layers)
+    for j in range(len(layers) - 1, 0, -1):
+        nxt = layers[j]
+        for src in layer_sources(nxt, layers[j - 1].name):
+            i = index.get(src)
+            if i is None or plan[nxt.name] != plan[layers[i].name] or nxt.s != 1:
+                continue
+            if _passes_grid(nxt):
+                want[i] = max(want[i], want[j])
+            else:
+                want[i] = max(want[i], nxt.w + 2 * nxt.p, want[j])
+    return want
+
+
+# ------------------------------------------------------------------ compilation
+
+
+@dataclass
+class Program:
+    """Kernels, calls, buffers and the memory plan of a compiled network."""
+
+    funcs: dict
+    calls: list
+    inputs: dict  # name -> array
+    output: str
+    out_tensor: Tensor
+    plan: dict  # layer name -> variant
+    memory: memplan.MemoryPlan = None
+    roles: list = field(default_factory=list)  # per call: (layer name, "kernel"|"regrid"|...)
+    #: buffer name -> the buffer whose memory it views (a reshape, no copy)
+    aliases: dict = field(default_factory=dict)
+
+
+def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
+    """GCD²'s global selection over the network (cost model, nothing run); ``local``:
+    each layer's cheapest plan alone, transforms ignored."""
+    from ..selection.networks import selection_graph
+    from ..selection.search import global_select, local_select
+
+    first = net.layers[0].layer
+    layers = [Layer("input", "input", (), first.h, first.w, first.c, first.c)]
+    prev = "input"
+    exact = {}
+    for q in net.layers:
+        lay = q.layer
+        layers.append(
+            Layer(lay.name, lay.op, layer_sources(lay, prev), lay.h, lay.w, lay.c, lay.o,
+                  lay.k, lay.s, lay.p)
+        )
+        exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
+        prev = lay.name
+    graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False))
+    sel = local_select(graph) if local else global_select(graph)
+    return {k: v for k, v in sel.plan.items() if k != "input"}
+
+
+def _vmpa_ok(w: np.ndarray) -> bool:
+    return all(vmpa_exact(w[dy, dx]) for dy in range(w.shape[0]) for dx in range(w.shape[1]))
+
+
+@dataclass
+class _Emit:
+    """What :func:`compile_network` accumulates: kernels, calls, constants, views."""
+
+    funcs: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+    roles: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)
+
+    def call(self, name, func, args, role):
+        self.funcs[name] = func
+        self.calls.append((name, args))
+        self.roles.append(role)
+
+
+def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, width: int):
+    """``(geometry, buffer name, direct)``: ``cur`` made the input grid of ``lay``."""
+    from ...topi.int8 import hvx as int8_hvx
+
+    x_name = f"in{idx}"
+    if lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant:
+        em.aliases[x_name] = cur.name  # a 1x1 reads its producer's grid as it is
+        return GridGeometry(cur.h, cur.wq, 1), x_name, True
+    g0 = lay.geometry
+    if lay.s == 1 and cur.variant == variant:
+        width = max(width, cur.wq)  # take the producer's grid as it is
+    geo = GridGeometry(g0.h, g0.w, g0.kernel, g0.stride, g0.pad, width)
+    if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w and shift_copy_pays(
+        cur, geo, variant
+    ):
+        em.inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
+        em.aliases[f"{cur.name}_flat"] = cur.name
+        em.aliases[f"{x_name}_flat"] = x_name
+        em.call(f"regrid{idx}", shift_copy_compute(cur, geo, variant),
+                [f"{cur.name}_flat", f"mask{idx}", f"{x_name}_flat"], (lay.name, "regrid"))
+    else:
+        em.call(f"regrid{idx}", int8_hvx.regrid(cur, geo, variant), [cur.name, x_name],
+                (lay.name, "regrid"))
+    return geo, x_name, False
+
+
+def _add(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Tensor:
+    """A residual add: both inputs brought to one grid (``variant``, width of an input
+    already in it), regridded only where they are not."""
+    from ...topi.int8 import hvx as int8_hvx
+
+    lay = q.layer
+    a = ins[0]
+    wq = next((t.wq for t in ins if t.variant == variant), a.w)
+    geo = GridGeometry(a.h, a.w, 1, 1, 0, wq)
+    shape = geo.out_shape(variant, lay.o)
+    args = []
+    for k, t in enumerate(ins):
+        if t.variant == variant and t.wq == wq and tuple(t.shape) == shape:
+            args.append(t.name)
+            continue
+        grid = f"add{idx}_{k}"
+        em.aliases[grid] = f"{grid}_grid"
+        em.call(f"regrid{idx}_{k}", int8_hvx.regrid(t, geo, variant), [t.name, f"{grid}_grid"],
+                (lay.name, "regrid"))
+        args.append(grid)
+    em.call(f"layer{idx}", int8_hvx.qadd_grid(variant, shape, q.rq), [*args, f"out{idx}"],
+            (lay.name, "kernel"))
+    return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
+
+
+def compile_network(
+    net: QNetwork, plan: dict | None = None, model=None, *, schedule: bool = True
+) -> Program:
+    """Kernels and calls of the whole network, and its static memory plan.
+
+    Every PrimFunc is first the TE compute of :mod:`tvm_cocopie.topi.int8.hvx` for the
+    layer's chosen variant, then (``schedule``) the HVX kernel the Hexagon schedule
+    rule makes of it (:func:`tvm_cocopie.hexagon.kernels.dispatch.hvx_kernel`), exactly
+    as ``tvm.compile(..., relax_pipeline="cocopie")`` does for a Hexagon target.
+    """
+    from ...topi.int8 import hvx as int8_hvx
+    from ..kernels.dispatch import hvx_kernel
+
+    plan = dict(plan or choose_plans(net, model))
+    first = net.layers[0].layer
+    tensors = {
+        "input": Tensor("image", first.h, first.w, first.c, None, 0,
+                        (1, first.h, first.w, first.c))
+    }
+    em = _Emit(inputs={"image": net.image_q if net.image is not None else None})
+    want = grid_widths([q.layer for q in net.layers], plan)
+    prev = "input"
+    for idx, q in enumerate(net.layers):
+        lay = q.layer
+        variant = plan[lay.name]
+        srcs = layer_sources(lay, prev)
+        prev = lay.name
+        if lay.op == "add":
+            tensors[lay.name] = _add(em, idx, q, variant, [tensors[n] for n in srcs])
+            continue
+        if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):
+            raise CocopieError(
+                f"{lay.name}: vmpa's 16-bit pair sums overflow for these weights "
+                "(|w| > 64); choose vmpy or vrmpy"
+            )
+        cur = tensors[srcs[0]]
+        geo, x_name, direct = _input_grid(em, idx, lay, cur, variant, want[idx])
+        out_name = f"out{idx}"
+        if lay.op == "pool":
+            func, args = int8_hvx.maxpool_grid(variant, geo, lay.c), [x_name, out_name]
+        else:
+            if lay.op == "conv":
+                func = int8_hvx.qconv2d_grid(variant, geo, lay.c, lay.o, q.rq)
+                em.inputs[f"w{idx}"] = pack_conv_weights(q.weights, variant)
+            else:
+                func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
+                em.inputs[f"w{idx}"] = pack_dw_weights(q.weights, variant)
+            em.inputs[f"b{idx}"] = pad_bias(q.bias, variant)
+            args = [x_name, f"w{idx}", f"b{idx}", out_name]
+        em.call(f"layer{idx}", func, args, (lay.name, "kernel"))
+        g = lay.geometry
+        valid_h, valid_w = (g.out_h, g.out_w) if not direct else (cur.h, cur.w)
+        tensors[lay.name] = Tensor(
+            out_name, valid_h, valid_w, lay.o, variant, geo.grid_w, geo.out_shape(variant, lay.o)
+        )
+    cur = tensors[prev]
+    em.call("unpack", int8_hvx.unpack(cur), [cur.name, "y"], ("output", "unpack"))
+    funcs = {name: hvx_kernel(f) or f for name, f in em.funcs.items()} if schedule else em.funcs
+    prog = Program(funcs, em.calls, em.inputs, "y", cur, plan, roles=em.roles,
+                   aliases=em.aliases)
+    prog.memory = plan_memory(prog.funcs, prog.calls, list(prog.inputs), prog.output,
+                              em.aliases)
+    return prog
+
+

@@ -1,0 +1,72 @@
+"""Running a compiled int8 network under qemu-hexagon, checked against numpy (seed 004, §4.4.4)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from .program import compile_network
+from .quantization import QNetwork, reference_forward
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NetworkResult:
+    output: np.ndarray
+    reference: np.ndarray
+    exact: bool
+    packets: list
+    roles: list
+    plan: dict
+    arena_bytes: int
+    naive_bytes: int
+
+    @property
+    def total_packets(self) -> int:
+        return int(sum(self.packets))
+
+    def packets_by_role(self) -> dict:
+        out: dict = {}
+        for (_, role), n in zip(self.roles, self.packets):
+            out[role] = out.get(role, 0) + int(n)
+        return out
+
+
+def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=None):
+    """Compile, run once under the emulator counting packets, compare with numpy."""
+    from ...emulation.hexagon import run
+
+    prog = compile_network(net, plan, model)
+    res = run(
+        prog.funcs,
+        prog.calls,
+        prog.inputs,
+        [prog.output],
+        count_packets=True,
+        timeout=timeout,
+        offsets=prog.memory.offsets,
+    )
+    ref = reference_forward(net)
+    out = res.outputs[prog.output]
+    result = NetworkResult(
+        out,
+        ref,
+        bool(np.array_equal(out, ref)),
+        list(res.packets),
+        prog.roles,
+        prog.plan,
+        prog.memory.arena_bytes,
+        prog.memory.naive_bytes,
+    )
+    log.info(
+        "network: %d packets (%s), arena %d bytes (separate buffers: %d), exact=%s",
+        result.total_packets,
+        result.packets_by_role(),
+        result.arena_bytes,
+        result.naive_bytes,
+        result.exact,
+    )
+    return result

@@ -1,0 +1,76 @@
+"""The HVX kernel of each HVX-layout int8 compute: the one place that maps a descriptor to its kernel."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from ...topi.int8.compute import Requant
+from ...topi.int8.hvx import descriptor, geometry_of
+
+
+def vectorize_inner(func, lanes: int = 128):
+    sch = s_tir.Schedule(func)
+    block = sch.get_sblock("y")
+    loops = sch.get_loops(block)
+    inner = sch.fuse(loops[-2], loops[-1])
+    if int(sch.get(inner).extent) % lanes == 0:
+        sch.vectorize(sch.split(inner, factors=[None, lanes])[-1])
+    return sch.mod["main"]
+
+
+def _in_root_block(kernel):
+    """The kernel's body inside an opaque root block, as TE-made functions have it
+    (Relax's reshape detection expects one on every single-input ``call_tir``)."""
+    if isinstance(kernel.body, s_tir.SBlockRealize):
+        return kernel
+    root = s_tir.SBlock([], [], [], "root", kernel.body)
+    return kernel.with_body(s_tir.SBlockRealize([], True, root))
+
+
+def _same_layout_copy(desc: dict) -> bool:
+    """A regrid between grids of one layout with no padded channel: row copies."""
+    from ...topi.int8.layouts import LAYOUT_OF
+
+    variant, _, _, _, c, _ = desc["src"]
+    if variant is None:  # the NHWC image: byte copies
+        return True
+    return variant == desc["variant"] and c % LAYOUT_OF[variant].col_multiple == 0
+
+
+def hvx_kernel(func):
+    """The scheduled PrimFunc for an HVX-layout compute, or ``None`` if ``func`` is not one
+    (or is left to TVM). Attributes of ``func`` (name, descriptor) are kept."""
+    desc = descriptor(func)
+    if desc is None:
+        return None
+    op = desc["op"]
+    if op in ("conv", "dwconv"):
+        from .conv2d import conv2d
+        from .depthwise import depthwise_conv2d
+
+        rq = Requant(*desc["rq"])
+        geo = geometry_of(desc)
+        if op == "conv":
+            kernel = conv2d(desc["variant"], geo, desc["c"], desc["o"], rq)
+        else:
+            kernel = depthwise_conv2d(desc["variant"], geo, desc["c"], rq)
+    elif op == "shift_copy":
+        from .shift_copy import shift_copy_kernel
+
+        kernel = shift_copy_kernel(desc["v"], desc["groups"], desc["src"], desc["dst"],
+                                   desc["shift"])
+    elif op == "regrid" and _same_layout_copy(desc):
+        from .regrid import regrid_copy_kernel
+
+        _, shape, h, w, c, wq = desc["src"]
+        kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c)
+    elif op in ("regrid", "add", "maxpool"):
+        kernel = vectorize_inner(func)
+    else:
+        return None
+    kernel = _in_root_block(kernel).without_attr("global_symbol")
+    for key, value in func.attrs.items():
+        kernel = kernel.with_attr(key, value)
+    if "op_pattern" in func.attrs:
+        kernel = kernel.with_attr("op_pattern", 8)  # opaque: nothing to fuse or rewrite
+    return kernel

@@ -1,0 +1,183 @@
+"""Layer graphs of int8 CNNs for GCD²'s selection (seed 004, §4.4, Fig. 4.10).
+
+A network here is a list of :class:`Layer` (NHWC, batch 1) in topological order:
+convolutions, depthwise convolutions, fully connected layers, residual adds and
+pools. :func:`selection_graph` turns it into a :class:`.selection.Graph` whose plan
+costs and edge costs come from :mod:`.costmodel` (packets predicted, nothing run).
+
+Modelled honestly, as measured:
+
+- ``conv`` / ``matmul`` plans are the three instructions, but ``vmpa`` only when its
+  16-bit pair sums are exact for the layer's weights (:func:`.matmul.vmpa_exact`;
+  weights in [-64, 64], i.e. 7-bit quantization); with 8-bit per-tensor weights
+  (``max |w| = 127``) it is not offered;
+- ``dwconv`` always multiplies with ``vmpy`` (``vmpa``/``vrmpy`` would mix channels)
+  but runs in any of the three layouts: three plans, one instruction;
+- ``add`` and ``pool`` work in any layout at the same cost; that cost is an estimate
+  (:data:`ELEMENTWISE_PACKETS_PER_VECTOR`), not a measured kernel -- it is the same
+  for every plan, so it changes totals, never a choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
+from .search import Graph, Node
+
+#: Estimated packets per 128-byte output vector of an elementwise add or a pool tap.
+ELEMENTWISE_PACKETS_PER_VECTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One operator: ``op`` in ``input``, ``conv``, ``dwconv``, ``matmul``, ``add``,
+    ``pool`` (``k x k`` max pool or, with ``k = 0``, global average pool)."""
+
+    name: str
+    op: str
+    inputs: tuple
+    h: int
+    w: int
+    c: int
+    o: int
+    k: int = 1
+    s: int = 1
+    p: int = 0
+
+    @property
+    def geometry(self) -> GridGeometry:
+        return GridGeometry(self.h, self.w, self.k, self.s, self.p)
+
+    @property
+    def out_hw(self) -> tuple:
+        if self.op in ("conv", "dwconv") or (self.op == "pool" and self.k):
+            g = self.geometry
+            return g.out_h, g.out_w
+        if self.op in ("matmul",) or (self.op == "pool" and not self.k):
+            return 1, 1
+        return self.h, self.w
+
+    @property
+    def rows(self) -> int:
+        oh, ow = self.out_hw
+        return oh * ow
+
+    @property
+    def macs(self) -> int:
+        if self.op == "conv":
+            return self.rows * self.k * self.k * self.c * self.o
+        if self.op == "dwconv":
+            return self.rows * self.k * self.k * self.c
+        if self.op == "matmul":
+            return self.c * self.o
+        return 0
+
+
+class _Net:
+    def __init__(self, h, w, c):
+        self.layers = [Layer("input", "input", (), h, w, c, c)]
+
+    def add(self, op, src, o, k=1, s=1, p=0, extra=(), name=None):
+        prev = self.by(src)
+        oh, ow = prev.out_hw
+        name = name or f"{op}{len(self.layers)}"
+        self.layers.append(Layer(name, op, (src, *extra), oh, ow, prev.o, o, k, s, p))
+        return name
+
+    def by(self, name):
+        return next(lay for lay in self.layers if lay.name == name)
+
+
+def resnet50_layers(image: int = 224, blocks=(3, 4, 6, 3), classes: int = 1000) -> list:
+    """ResNet-50 v1.5 (stride in the 3x3) as layers; batch norm folded into the convs."""
+    net = _Net(image, image, 3)
+    x = net.add("conv", "input", 64, 7, 2, 3, name="stem")
+    x = net.add("pool", x, 64, 3, 2, 1, name="maxpool")
+    cin = 64
+    for stage, (n, width) in enumerate(zip(blocks, (64, 128, 256, 512))):
+        for b in range(n):
+            s = 2 if b == 0 and stage > 0 else 1
+            tag = f"l{stage + 1}b{b}"
+            y = net.add("conv", x, width, 1, name=f"{tag}_c1")
+            y = net.add("conv", y, width, 3, s, 1, name=f"{tag}_c2")
+            y = net.add("conv", y, 4 * width, 1, name=f"{tag}_c3")
+            short = x
+            if b == 0:
+                short = net.add("conv", x, 4 * width, 1, s, name=f"{tag}_down")
+            x = net.add("add", y, 4 * width, extra=(short,), name=f"{tag}_add")
+            cin = 4 * width
+    x = net.add("pool", x, cin, 0, name="avgpool")
+    net.add("matmul", x, classes, name="fc")
+    return net.layers
+
+
+def mobilenetv2_layers(image: int = 224, classes: int = 1000, stages=None) -> list:
+    """MobileNetV2 (width 1.0) as layers: inverted residuals ``(t, c, n, s)``."""
+    from ...models.mobilenet import INVERTED_RESIDUAL_SETTING
+
+    cfg = stages or INVERTED_RESIDUAL_SETTING
+    net = _Net(image, image, 3)
+    x = net.add("conv", "input", 32, 3, 2, 1, name="stem")
+    cin = 32
+    for i, (t, c, n, s) in enumerate(cfg):
+        for b in range(n):
+            stride = s if b == 0 else 1
+            tag = f"b{i}_{b}"
+            y = x
+            if t != 1:
+                y = net.add("conv", y, cin * t, 1, name=f"{tag}_expand")
+            y = net.add("dwconv", y, cin * t, 3, stride, 1, name=f"{tag}_dw")
+            y = net.add("conv", y, c, 1, name=f"{tag}_project")
+            if stride == 1 and cin == c:
+                y = net.add("add", y, c, extra=(x,), name=f"{tag}_add")
+            x, cin = y, c
+    if stages is None:
+        x = net.add("conv", x, 1280, 1, name="head")
+        x = net.add("pool", x, 1280, 0, name="avgpool")
+        net.add("matmul", x, classes, name="fc")
+    return net.layers
+
+
+def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
+    """Predicted packets of each execution plan of ``layer``."""
+    if layer.op == "input":
+        return {"rowmajor": 0.0}
+    if layer.op == "conv":
+        variants = [v for v in LAYOUT_OF if v != "vmpa" or vmpa_ok]
+        return {v: model.conv(v, layer.geometry, layer.c, layer.o) for v in variants}
+    if layer.op == "matmul":
+        variants = [v for v in LAYOUT_OF if v != "vmpa" or vmpa_ok]
+        return {v: model.matmul(v, 1, layer.c, layer.o) for v in variants}
+    if layer.op == "dwconv":
+        return {v: model.dwconv(v, layer.geometry, layer.c) for v in LAYOUT_OF}
+    vectors = -(-layer.rows * layer.o // 128)
+    taps = max(layer.k * layer.k, 1) if layer.op == "pool" else 1
+    if layer.op == "pool" and not layer.k:
+        vectors, taps = -(-layer.h * layer.w * layer.c // 128), 1
+    cost = ELEMENTWISE_PACKETS_PER_VECTOR * vectors * taps
+    return dict.fromkeys(LAYOUT_OF, cost)
+
+
+def selection_graph(layers, model=None, vmpa_ok=None) -> Graph:
+    """The :class:`.selection.Graph` of ``layers`` with costs from ``model``.
+
+    ``vmpa_ok(layer) -> bool`` says whether ``vmpa`` is exact for the layer's weights
+    (default: never, as for 8-bit per-tensor weights).
+    """
+    from .costmodel import CostModel
+
+    model = model or CostModel.default()
+    vmpa_ok = vmpa_ok or (lambda layer: False)
+    by = {lay.name: lay for lay in layers}
+    nodes = [
+        Node(lay.name, plan_costs(lay, model, vmpa_ok(lay)), lay.inputs, info={"layer": lay})
+        for lay in layers
+    ]
+
+    def tc(u, v, pu, pv):
+        lay = by[u.name]
+        src = None if pu == "rowmajor" else LAYOUT_OF[pu]
+        return model.transform(src, LAYOUT_OF[pv], lay.rows, lay.o)
+
+    return Graph(nodes, tc)

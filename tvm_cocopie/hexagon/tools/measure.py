@@ -1,0 +1,238 @@
+"""Measure GCD²'s kernels and stock TVM's lowering of the same operators in packets.
+
+Seed 004, ch. 4 reports latency normalized to ``vmpy`` (Table 4.2) and speedups over
+TVM (§4.5). Under emulation we count executed VLIW packets (:mod:`.packets`): the same
+number on every run and every machine. Each function here builds the kernel, runs it
+on random data under ``qemu-hexagon``, checks the result bit for bit against the numpy
+reference and returns a record (a plain dict, ready for JSON).
+
+"Stock TVM" is the unscheduled TE compute of :mod:`.int8_compute` compiled by
+``tvm.compile`` for the same Hexagon target: TVM's default lowering, with LLVM's
+auto-vectorizer as the only optimizer.
+"""
+
+import numpy as np
+
+from ...emulation import hexagon as runner
+from ...topi.int8 import compute as int8_compute
+from ...topi.int8 import reference
+from ...topi.int8.compute import Requant
+from ..kernels import conv2d, depthwise, matmul
+from ..kernels import transforms as layouts
+
+
+def _data(shape_x, shape_w, n_bias, seed, wmax=64):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, shape_x).astype("uint8")
+    w = rng.integers(-wmax, wmax + 1, shape_w).astype("int8")
+    b = rng.integers(-4000, 4000, n_bias).astype("int32")
+    return x, w, b
+
+
+def _requant(reduction: int) -> Requant:
+    return Requant.from_scale(1.0 / (50 * reduction), zero_point=5)
+
+
+def matmul_data_bytes(variant: str, m: int, k: int, n: int) -> int:
+    """Bytes of ``A``, ``B`` and ``C`` with the layout's padding (Table 4.2, right half)."""
+    layout = layouts.LAYOUT_OF[variant]
+    kp, np_ = layout.padded(m, k)[1], layout.padded(m, n)[1]
+    return layout.nbytes(m, k) + kp * np_ + layout.nbytes(m, n)
+
+
+def _run(funcs, calls, inputs, outputs, timeout):
+    return runner.run(funcs, calls, inputs, outputs, count_packets=True, timeout=timeout)
+
+
+def gcd2_matmul(variant: str, m: int, k: int, n: int, seed: int = 0, timeout=None) -> dict:
+    """Packets of the GCD² matmul kernel in ``variant`` (inputs already in its layout)."""
+    x, w, b = _data((m, k), (k, n), n, seed)
+    rq = _requant(k)
+    layout = layouts.LAYOUT_OF[variant]
+    res = _run(
+        {"mm": matmul.matmul(variant, m, k, n, rq)},
+        [("mm", ["x", "w", "bias", "y"])],
+        {
+            "x": layout.pack(x),
+            "w": layouts.pack_weights(w, variant),
+            "bias": layouts.pad_bias(b, variant),
+        },
+        ["y"],
+        timeout,
+    )
+    y = layout.unpack(res.outputs["y"], m, n)
+    return {
+        "op": "matmul",
+        "impl": variant,
+        "shape": [m, k, n],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(y, reference.qmatmul(x, w, b, rq))),
+        "data_bytes": matmul_data_bytes(variant, m, k, n),
+    }
+
+
+def stock_matmul(m: int, k: int, n: int, seed: int = 0, timeout=None) -> dict:
+    """Packets of stock TVM's lowering of the same int8 matmul (row-major operands)."""
+    x, w, b = _data((m, k), (k, n), n, seed)
+    rq = _requant(k)
+    res = _run(
+        {"mm": int8_compute.qmatmul_func(m, k, n, rq)},
+        [("mm", ["x", "w", "bias", "y"])],
+        {"x": x, "w": w, "bias": b},
+        ["y"],
+        timeout,
+    )
+    return {
+        "op": "matmul",
+        "impl": "stock",
+        "shape": [m, k, n],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(res.outputs["y"], reference.qmatmul(x, w, b, rq))),
+        "data_bytes": m * k + k * n + m * n,
+    }
+
+
+def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, timeout=None):
+    """Packets of a GCD² (depthwise) convolution kernel in ``variant``'s layout."""
+    geo = conv2d.GridGeometry(h, w_, kernel, stride, pad)
+    wshape = (kernel, kernel, c) if dw else (kernel, kernel, c, o)
+    x, w, b = _data((1, h, w_, c), wshape, c if dw else o, seed, wmax=127 if dw else 64)
+    rq = _requant(kernel * kernel * (1 if dw else c))
+    if dw:
+        func = depthwise.depthwise_conv2d(variant, geo, c, rq)
+        words = depthwise.pack_dw_weights(w, variant)
+        ref = reference.qdepthwise_conv2d_nhwc(x, w, b, rq, stride, pad)
+    else:
+        func = conv2d.conv2d(variant, geo, c, o, rq)
+        words = conv2d.pack_conv_weights(w, variant)
+        ref = reference.qconv2d_nhwc(x, w, b, rq, stride, pad)
+    res = _run(
+        {"conv": func},
+        [("conv", ["x", "w", "bias", "y"])],
+        {
+            "x": conv2d.pack_input(x, geo, variant),
+            "w": words,
+            "bias": layouts.pad_bias(b, variant),
+        },
+        ["y"],
+        timeout,
+    )
+    y = conv2d.unpack_output(res.outputs["y"], geo, c if dw else o)
+    return {
+        "op": "dwconv2d" if dw else "conv2d",
+        "impl": variant,
+        "layout": layouts.LAYOUT_OF[variant].name,
+        # depthwise has no channel reduction: every layout multiplies with vmpy
+        "instruction": "vmpy" if dw else variant,
+        "shape": [h, w_, c, o, kernel, stride, pad],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(y, ref)),
+    }
+
+
+def stock_conv(h, w_, c, o, kernel, stride, pad, dw=False, seed=0, timeout=None):
+    """Packets of stock TVM's lowering of the same NHWC int8 (depthwise) convolution."""
+    wshape = (kernel, kernel, c) if dw else (kernel, kernel, c, o)
+    x, w, b = _data((1, h, w_, c), wshape, c if dw else o, seed, wmax=127 if dw else 64)
+    rq = _requant(kernel * kernel * (1 if dw else c))
+    func = int8_compute.qconv2d_func(h, w_, c, c if dw else o, kernel, stride, pad, rq, dw)
+    res = _run(
+        {"conv": func},
+        [("conv", ["x", "w", "bias", "y"])],
+        {"x": x, "w": w, "bias": b},
+        ["y"],
+        timeout,
+    )
+    if dw:
+        ref = reference.qdepthwise_conv2d_nhwc(x, w, b, rq, stride, pad)
+    else:
+        ref = reference.qconv2d_nhwc(x, w, b, rq, stride, pad)
+    return {
+        "op": "dwconv2d" if dw else "conv2d",
+        "impl": "stock",
+        "shape": [h, w_, c, o, kernel, stride, pad],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(res.outputs["y"], ref)),
+    }
+
+
+def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None) -> dict:
+    """Packets of converting an ``m x k`` uint8 matrix between layouts on the device."""
+    x = np.random.default_rng(seed).integers(0, 256, (m, k)).astype("uint8")
+
+    def packed(layout):
+        return x if layout is None else layout.pack(x)
+
+    res = _run(
+        {"convert": layouts.convert_func(src, dst, m, k)},
+        [("convert", ["x", "y"])],
+        {"x": packed(src)},
+        ["y"],
+        timeout,
+    )
+    return {
+        "op": "layout_transform",
+        "impl": f"{getattr(src, 'name', 'row-major')}->{getattr(dst, 'name', 'row-major')}",
+        "shape": [m, k],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(res.outputs["y"], packed(dst))),
+    }
+
+
+def tvm_vrmpy_conv(h, w_, c, o, kernel, stride, pad, seed=0, timeout=None) -> dict:
+    """Packets of stock TVM's ``vrmpy`` tensor intrinsic tensorized into the same conv
+    (:mod:`.tvm_vrmpy`, hand schedule)."""
+    from . import tvm_vrmpy
+
+    x, w, b = _data((1, h, w_, c), (kernel, kernel, c, o), o, seed)
+    rq = _requant(kernel * kernel * c)
+    res = _run(
+        {"conv": tvm_vrmpy.conv_func(h, w_, c, o, kernel, stride, pad, rq)},
+        [("conv", ["x", "w", "bias", "y"])],
+        {"x": tvm_vrmpy.pad_input(x, pad), "w": tvm_vrmpy.pack_weights(w), "bias": b},
+        ["y"],
+        timeout,
+    )
+    ref = reference.qconv2d_nhwc(x, w, b, rq, stride, pad)
+    return {
+        "op": "conv2d",
+        "impl": "tvm_vrmpy",
+        "shape": [h, w_, c, o, kernel, stride, pad],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(res.outputs["y"], ref)),
+    }
+
+
+def tvm_vrmpy_ms_conv(h, w_, c, o, kernel, stride, pad, trials, seed=0, timeout=None) -> dict:
+    """Packets of the same conv with stock TVM's ``vrmpy`` intrinsic and a MetaSchedule
+    search of ``trials`` candidates measured under QEMU (:mod:`.ms_runner`); the best
+    schedule is rebuilt and run again here and checked against numpy."""
+    from . import ms_runner, tvm_vrmpy
+
+    x, w, b = _data((1, h, w_, c), (kernel, kernel, c, o), o, seed)
+    rq = _requant(kernel * kernel * c)
+    ref = reference.qconv2d_nhwc(x, w, b, rq, stride, pad)
+    xp, wp = tvm_vrmpy.pad_input(x, pad), tvm_vrmpy.pack_weights(w)
+    found = ms_runner.tune_vrmpy_conv(
+        h, w_, c, o, kernel, stride, pad, rq, (xp, wp, b, ref), trials, timeout=timeout or 300.0
+    )
+    record = {
+        "op": "conv2d",
+        "impl": "tvm_vrmpy_ms",
+        "shape": [h, w_, c, o, kernel, stride, pad],
+        "ms_trials": found.trials,
+        "ms_valid_trials": found.valid,
+        "ms_search_s": round(found.seconds, 1),
+        "ms_runner_packets": found.packets,
+    }
+    if found.func is None:
+        return {**record, "packets": None, "exact": False}
+    res = _run(
+        {"conv": found.func},
+        [("conv", ["x", "w", "bias", "y"])],
+        {"x": xp, "w": wp, "bias": b},
+        ["y"],
+        timeout,
+    )
+    exact = bool(np.array_equal(res.outputs["y"], ref))
+    return {**record, "packets": res.packets[0], "exact": exact}

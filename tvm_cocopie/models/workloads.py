@@ -1,0 +1,61 @@
+"""Named workloads: a model plus deterministic inputs, for the demo, benchmarks and tests.
+
+A workload name is a zoo model (``resnet18``, ``bert_encoder``...) or one of the real
+PP-OCR models of the rapidocr wheel (``ppocr_det``, ``ppocr_rec``, ``ppocr_cls``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError
+
+REAL_PREFIX = "ppocr_"
+REAL_WORKLOADS = ("ppocr_det", "ppocr_rec", "ppocr_cls")
+
+
+@dataclass
+class Workload:
+    name: str
+    model: onnx.ModelProto
+    inputs: dict[str, np.ndarray]
+
+    @property
+    def shapes(self) -> dict[str, list[int]]:
+        return {k: list(v.shape) for k, v in self.inputs.items()}
+
+
+def list_workloads() -> list[str]:
+    from . import list_models
+
+    return list(list_models()) + list(REAL_WORKLOADS)
+
+
+def get_workload(name: str, image_size: int | None = None, seed: int = 0, **kwargs) -> Workload:
+    """Build the model ``name`` and its inputs.
+
+    ``image_size`` shrinks a zoo CNN's input (tests and ``--quick`` runs); it is
+    ignored by the encoder and the real models, whose shapes are their own.
+    """
+    if name.startswith(REAL_PREFIX):
+        from .real import fetch_rapidocr, real_model_inputs
+
+        key = name[len(REAL_PREFIX):]
+        paths = fetch_rapidocr()
+        if key not in paths:
+            raise ModelError(f"unknown real model {name!r}; known: {list(REAL_WORKLOADS)}")
+        model = onnx.load(str(paths[key]))
+        return Workload(name, model, real_model_inputs(key, seed=seed))
+    from .. import models
+
+    if image_size is not None and _takes_image_size(name):
+        kwargs["image_size"] = image_size
+    model = models.build(name, seed=seed, **kwargs)
+    return Workload(name, model, models.sample_inputs(model, seed=seed))
+
+
+def _takes_image_size(name: str) -> bool:
+    return not name.startswith(("bert", "kws"))

@@ -1,0 +1,42 @@
+"""The ``layout`` stage: data-layout choice before legalization (CPU targets).
+
+Passes, in the order :func:`layout_passes_for` runs them:
+
+- :mod:`.lift`: element-wise TIR calls lifted back to Relax ops, so layout inference
+  sees through them;
+- :mod:`.subpixel`: stride-s transposed convs as convs + depth-to-space;
+- :mod:`.blocked`: supported convolutions moved to NCHW[x]c, transforms cancelled
+  between them by TVM's ``ConvertLayout``;
+- :mod:`.constants`: layout transforms of constants folded at compile time.
+
+:mod:`.call_rewrite` is the call-replacing walk that ``lift`` and ``subpixel`` share.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ...target import is_hexagon
+from .blocked import blocked_layout
+from .constants import fold_layout_constants
+from .lift import lift_elementwise_tir
+from .subpixel import subpixel_conv_transpose
+
+__all__ = ["blocked_layout", "layout_passes_for"]
+
+
+def layout_passes_for(target: tvm.target.Target) -> list:
+    """Passes of the ``layout`` stage for ``target``: the list above for a CPU (llvm)
+    target, empty for any other (Hexagon has its own selection stage)."""
+    if target.kind.name != "llvm" or is_hexagon(target):
+        return []
+    return [
+        lift_elementwise_tir,
+        subpixel_conv_transpose,
+        relax.transform.DecomposeOpsForInference(),
+        blocked_layout(target),
+        relax.transform.Normalize(),
+        relax.transform.EliminateCommonSubexpr(),  # one transform per tensor, not per use
+        fold_layout_constants,
+    ]

@@ -1,0 +1,280 @@
+"""Register-blocked schedule of the NCHW[x]c convolutions (dense, grouped, depthwise).
+
+The compute (:mod:`tvm_cocopie.topi.cpu.conv2d_nchwc`) has already chosen the register
+tile and written it in the block annotation, together with the padding that makes
+every tile full. The loop nest this rule builds, for a dense conv::
+
+    parallel  n, oc // r, tile rows        (fused; enough iterations for all cores)
+      serial  tile columns                 <- the epilogue is computed here, per tile
+        rco, ry, rx                        reduction over input chunks and the window
+          rci        (unrolled)            one input channel of the chunk
+            ocr      (unrolled, r)         r weight vectors of the tile
+              yi, xi (unrolled, th x tw)   output pixels: one broadcast each
+                oi   (vectorized)          SIMD lanes: FMA into an accumulator
+
+The ``r x th x tw`` accumulators live in a ``local`` buffer that LLVM keeps in
+vector registers. Consumers of the conv (bias, batch-norm scale/shift, ReLU/ReLU6,
+clip, HardSwish, sigmoid, residual add, layout change back to NCHW...) are inlined
+into the block that writes the function's result, and that block runs under the
+tile loop, on the tile just computed, while it is in L1. For dense convs the padded
+input and any layout packing stay separate, parallel, vectorized passes; depthwise
+convs (memory-bound) compute their padded rows inside the parallel loop instead, in
+L1 (``ConvKnobs.pad_per_tile`` says why).
+
+Depthwise convs use the same nest without ``rco``/``rci``/``ocr``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from ...target import CpuInfo
+from ...topi.cpu.conv2d_nchwc import ANNOTATION
+from ..base import (
+    MIN_PARALLEL_MACS,
+    CpuRule,
+    annotated_blocks,
+    block_work,
+    const_extent,
+    fuse_parallel,
+    inline_consumers,
+    inline_prologue,
+    parallel_spatial,
+    vectorizable,
+    vectorize_inner,
+)
+
+
+@dataclass(frozen=True)
+class ConvKnobs:
+    """The schedule's free choices (the tile itself is fixed by the compute)."""
+
+    kind: str  # "conv" or "depthwise"
+    r: int
+    th: int
+    tw: int
+    flat: bool
+    ow: int
+    unroll_channel: bool = True  # unroll the rci loop (conv) / the window (depthwise)
+    #: tuning: instead of ``unroll_channel``, sample LLVM's unroll budget for the
+    #: reduction nest (``pragma_auto_unroll_max_step``), a MetaSchedule decision
+    sample_unroll: bool = False
+    #: tuning: sample the register tile (output chunks ``r``, rows ``th``, columns or
+    #: pixels ``tw``) with ``SamplePerfectTile`` decisions, the annotation's tile as the
+    #: design space's decision; any perfect tiling of the padded extents is valid
+    sample_tiles: bool = False
+    #: compute the padded input per parallel iteration, where it stays in L1 (one
+    #: fork-join per conv), instead of as its own parallel pass over memory. Dense convs:
+    #: 6-18% slower on one core (halo rows and every output-channel tile redo the
+    #: padding). Depthwise convs are memory-bound and have no output-channel tiles: the
+    #: separate pass tripled their DRAM traffic (1.4-2x slower, stride 2), so on for them
+    pad_per_tile: bool = False
+    #: loop over the output-channel tiles inside the pixel tiles (input-stationary)
+    #: when all the weights fit in L2: measured with cold caches (as inside a network),
+    #: 0-13% faster for 1x1 convs reading a large input (256 channels at 56x56), equal
+    #: for 3x3; set by :func:`choose_knobs` from the packed weight's size
+    oc_inner: bool = False
+
+    @classmethod
+    def from_annotation(cls, ann) -> ConvKnobs:
+        kind = str(ann["kind"])
+        return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
+                   int(ann["ow"]), pad_per_tile=kind == "depthwise")
+
+
+def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
+    """Iterate the result block over ``p = y * OW + x`` like the flattened conv."""
+    ndim = len(sch.get(final).iter_vars)
+    if ndim == 5:
+        sch.transform_block_layout(final, lambda n, c, y, x, i: (n, c, y * ow + x, i))
+    elif ndim == 4:
+        sch.transform_block_layout(final, lambda n, c, y, x: (n, c, y * ow + x))
+    else:
+        raise ValueError(f"result block of rank {ndim} after a flattened conv")
+
+
+def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> None:
+    """Compute the padded input (and any packing) per parallel iteration, under ``loop``.
+
+    One parallel region per conv instead of two: a fork-join costs little on an idle
+    machine but a whole time slice when a worker thread has been preempted. The rows
+    an iteration needs are recomputed by its neighbours (a halo of ``KH - 1`` rows)
+    and by each output-channel tile: copies that cost far less than the FMAs they feed.
+    Blocks that cannot move get their own parallel loop.
+    """
+    for block in reversed(blocks):  # the direct producer of the anchor first
+        try:
+            sch.compute_at(block, loop, preserve_unit_loops=True)
+        except Exception:  # noqa: BLE001 - an opaque producer: schedule it at the root
+            parallel_spatial(sch, block, info)
+            continue
+        vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
+
+
+#: unroll budgets MetaSchedule chooses from (0: leave the reduction loops rolled)
+UNROLL_CANDIDATES = (0, 16, 64, 512)
+
+
+def sample_unroll_budget(sch: s_tir.Schedule, loop) -> None:
+    """Annotate ``loop`` with a sampled auto-unroll budget (a tunable decision)."""
+    budget = sch.sample_categorical(list(UNROLL_CANDIDATES),
+                                    [1.0 / len(UNROLL_CANDIDATES)] * len(UNROLL_CANDIDATES))
+    sch.annotate(loop, "pragma_auto_unroll_max_step", budget)
+    sch.annotate(loop, "pragma_unroll_explicit", 1)
+
+
+def split_tile(sch: s_tir.Schedule, loop, inner: int, max_inner: int, sample: bool):
+    """Split ``loop`` by ``inner``, or by a sampled perfect tiling whose decision is it."""
+    if not sample:
+        return sch.split(loop, [None, inner])
+    extent = const_extent(sch, loop)
+    factors = sch.sample_perfect_tile(loop, 2, max(inner, max_inner), [extent // inner, inner])
+    return sch.split(loop, factors)
+
+
+#: annotation of a tunable anchor block: which design space of which rule it is in
+#: (transfer-tuning replays another kernel's decisions in the same space) and what the
+#: register budget check needs (:mod:`tvm_cocopie.transfer_tuning.space`)
+SPACE_ANNOTATION = "cocopie.space"
+
+
+def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:
+    """Name the design space of ``knobs`` on the anchor block (a string annotation)."""
+    sch.annotate(anchor, SPACE_ANNOTATION, f"kind={knobs.kind};pad={int(knobs.pad_per_tile)};"
+                                           f"ocin={int(knobs.oc_inner)};flat={int(knobs.flat)}")
+
+
+def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
+    """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
+    work = block_work(sch, anchor)
+    prologue = inline_prologue(sch, anchor)
+    final = inline_consumers(sch, anchor)
+    if final is None:
+        final = sch.cache_write(anchor, 0, "local")
+    else:
+        if knobs.flat:
+            flatten_final(sch, final, knobs.ow)
+        sch.set_scope(anchor, 0, "local")
+
+    loops = sch.get_loops(anchor)
+    if knobs.kind == "conv":
+        n, oc, *spatial, oi, rco, ry, rx, rci = loops
+        reductions = [rco, ry, rx, rci]
+    else:
+        n, oc, *spatial, oi, ry, rx = loops
+        reductions = [ry, rx]
+        rci = None
+    inner = []
+    if knobs.sample_tiles:
+        tag_space(sch, anchor, knobs)
+    if knobs.kind == "conv" and (knobs.r > 1 or knobs.sample_tiles):
+        oc, ocr = split_tile(sch, oc, knobs.r, 4, knobs.sample_tiles)
+        inner.append(ocr)
+    if knobs.flat:
+        (p,) = spatial
+        po, pi = split_tile(sch, p, knobs.tw, 16, knobs.sample_tiles)
+        outer, tile = [po], [pi]
+    else:
+        y, x = spatial
+        yo, yi = split_tile(sch, y, knobs.th, 4, knobs.sample_tiles)
+        xo, xi = split_tile(sch, x, knobs.tw, 16, knobs.sample_tiles)
+        outer, tile = [yo, xo], [yi, xi]
+    inner += tile
+    if knobs.oc_inner:  # input-stationary: a pixel tile meets every weight tile
+        sch.reorder(n, *outer, oc, *reductions, *inner, oi)
+        par_loops, attach = [n, *outer], oc
+    else:  # weight-stationary: a weight tile meets every pixel tile
+        sch.reorder(n, oc, *outer, *reductions, *inner, oi)
+        par_loops, attach = [n, oc, *outer[:-1]], outer[-1]
+    par_iters = 1
+    for loop in par_loops:
+        par_iters *= const_extent(sch, loop) or 1
+    if par_iters < 4 * max(1, info.num_cores):
+        attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
+        par = attach
+    else:
+        par = fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
+    if knobs.pad_per_tile:
+        attach_prologue(sch, prologue, par, info)
+    else:
+        for block in prologue:
+            parallel_spatial(sch, block, info)
+
+    sch.reverse_compute_at(final, attach, preserve_unit_loops=knobs.sample_tiles)
+    final_loops = sch.get_loops(final)
+    if vectorizable(sch, final):
+        vectorize_inner(sch, final_loops[-1], info.f32_lanes)
+
+    for loop in inner:
+        sch.unroll(loop)
+    if knobs.sample_unroll:
+        sample_unroll_budget(sch, reductions[0])
+    elif knobs.unroll_channel:
+        if rci is not None:
+            sch.unroll(rci)
+        else:
+            for loop in reductions:
+                sch.unroll(loop)
+    sch.vectorize(oi)
+    sch.decompose_reduction(anchor, reductions[0])
+    return sch
+
+
+#: weights up to this size stay in a core's L2 (512 KiB on znver3) next to the tiles
+L2_WEIGHT_BYTES = 256 * 1024
+
+
+def weight_bytes(sch: s_tir.Schedule, anchor) -> int:
+    """Size of the packed weight a dense conv block reads (its only 6-D input)."""
+    sizes = [0]
+    for region in sch.get(anchor).reads:
+        shape = [int(d) for d in region.source.shape]
+        if len(shape) == 6:
+            total = 4
+            for d in shape:
+                total *= d
+            sizes.append(total)
+    return max(sizes)
+
+
+def choose_knobs(sch: s_tir.Schedule, anchor) -> ConvKnobs:
+    """The default knobs: the tile from the annotation, loop order from the sizes."""
+    knobs = ConvKnobs.from_annotation(sch.get(anchor).annotations[ANNOTATION])
+    if knobs.kind == "conv" and weight_bytes(sch, anchor) <= L2_WEIGHT_BYTES:
+        knobs = _replace(knobs, oc_inner=True)
+    return knobs
+
+
+class Conv2dNCHWc(CpuRule):
+    """Schedules PrimFuncs holding one ``cocopie.conv2d_nchwc``-annotated block."""
+
+    name = "conv2d_nchwc"
+
+    def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        anchors = annotated_blocks(sch, ANNOTATION)
+        if len(anchors) != 1:
+            return None
+        anchor = anchors[0]
+        name = sch.get(anchor).name_hint
+        knobs = choose_knobs(sch, anchor)
+        if not tunable:
+            return schedule_conv(sch, anchor, knobs, info)
+        # design spaces: padding placement x loop order, each with sampled register
+        # tiles and unroll budget
+        spaces = []
+        for pad_per_tile in (False, True):
+            for oc_inner in (False, True) if knobs.kind == "conv" else (False,):
+                trial = sch.copy()
+                variant = _replace(knobs, sample_unroll=True, sample_tiles=True,
+                                   pad_per_tile=pad_per_tile,
+                                   oc_inner=oc_inner)
+                spaces.append(schedule_conv(trial, trial.get_sblock(name), variant, info))
+        return spaces
+
+
+def _replace(knobs: ConvKnobs, **changes) -> ConvKnobs:
+    from dataclasses import replace
+
+    return replace(knobs, **changes)

@@ -1,0 +1,1 @@
+"""Hexagon schedule rules: a thin rule over the HVX kernels of :mod:`tvm_cocopie.hexagon.kernels`."""

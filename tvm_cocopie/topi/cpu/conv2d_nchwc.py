@@ -1,0 +1,296 @@
+"""Blocked-layout (NCHW[x]c) direct convolution with a flattened, padded spatial axis.
+
+The data layout is ``NCHW{ib}c`` (channel chunks of ``ib`` lanes innermost), the
+output ``NCHW{ob}c``; the weight is packed once, at compile time, into
+``(O // wb, CBg, KH, KW, ib, wb)`` with ``wb = r * ob`` output channels per register
+tile, so that the inner loop of the schedule reads ``wb`` contiguous weights per
+input channel and broadcasts one input value against them (an outer product).
+
+The output's spatial axes are flattened into ``p = oh * OW + ow`` and padded up to a
+multiple of the register tile ``t`` (``P'``), so that every register tile is full:
+rows beyond the image are computed on clamped addresses and dropped by the slice
+that gives the op its ``(N, O // ob, OH, OW, ob)`` result. The schedule
+(:mod:`tvm_cocopie.schedules.cpu.conv2d_nchwc`) reads the tile from the block
+annotation ``cocopie.conv2d_nchwc`` and never has to guess.
+
+Groups are handled by reading, for each register tile of ``wb`` output channels,
+the contiguous range of input chunks its groups use (``CBg`` chunks starting at
+``icb0``); when a tile spans several groups the packed weight is block-diagonal
+with zeros (the GSPC idea of packing groups into full vectors, at a cost of
+``wb / opg`` extra FLOPs, which the planner keeps small). Depthwise convolutions
+use :mod:`.depthwise_nchwc` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te, tirx
+
+from ...errors import CompilationError
+
+#: block annotation naming the conv block and its register tile
+ANNOTATION = "cocopie.conv2d_nchwc"
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Static shape facts of a 2-D convolution, in channels (not chunks)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
+    dilation: tuple[int, int]
+    groups: int
+
+    @property
+    def oh(self) -> int:
+        pt, _, pb, _ = self.padding
+        return (self.h + pt + pb - (self.kh - 1) * self.dilation[0] - 1) // self.stride[0] + 1
+
+    @property
+    def ow(self) -> int:
+        _, pl, _, pr = self.padding
+        return (self.w + pl + pr - (self.kw - 1) * self.dilation[1] - 1) // self.stride[1] + 1
+
+    @property
+    def cpg(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def opg(self) -> int:
+        return self.o // self.groups
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n * self.o * self.oh * self.ow * self.cpg * self.kh * self.kw
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """Blocking of a NCHWc convolution: layout blocks and the register tile."""
+
+    ib: int  # input channel chunk (layout)
+    ob: int  # output channel chunk (layout)
+    r: int  # output chunks per register tile: wb = r * ob lanes of weights
+    th: int  # output rows per register tile (1 when flat)
+    tw: int  # output columns (or flattened pixels when flat) per register tile
+    flat: bool = False  # tile the flattened oh*ow axis instead of rows x columns
+
+    @property
+    def wb(self) -> int:
+        return self.r * self.ob
+
+
+def group_span(geo: ConvGeometry, tile: ConvTile) -> int:
+    """``CBg``: the input chunks one weight tile of ``wb`` output channels reads.
+
+    The tile's outputs belong to one group (``opg % wb == 0``) or to ``wb / opg``
+    whole groups; the input channels those groups read must be whole chunks, or lie
+    inside one chunk (then the others are multiplied by packed zeros: the GSPC
+    trade of ``ib / span`` extra FLOPs for full vectors). Raises
+    :class:`CompilationError` when the groups do not align with the chunks.
+    """
+    wb, ib, cpg, opg = tile.wb, tile.ib, geo.cpg, geo.opg
+    if geo.groups == 1:
+        return geo.c // ib
+    if opg % wb == 0:
+        span = cpg
+    elif wb % opg == 0:
+        span = wb // opg * cpg
+    else:
+        span = 0
+    if span and span % ib == 0:
+        return span // ib
+    if span and ib % span == 0:
+        return 1
+    raise CompilationError(
+        f"grouped conv with {opg} outputs / {cpg} inputs per group does not fit "
+        f"weight tiles of {wb} and input chunks of {ib}"
+    )
+
+
+def tile_input_chunk(geo: ConvGeometry, tile: ConvTile, ocw):
+    """First input chunk read by weight tile ``ocw`` (an expression in ``ocw``)."""
+    group_span(geo, tile)  # validates the alignment
+    if geo.groups == 1:
+        return 0
+    return (ocw * tile.wb // geo.opg) * geo.cpg // tile.ib
+
+
+def pack_weight(weight: te.Tensor, geo: ConvGeometry, tile: ConvTile) -> te.Tensor:
+    """OIHW weight -> ``(O // wb, CBg, KH, KW, ib, wb)``, zero off the group diagonal."""
+    cbg = group_span(geo, tile)
+    wb, ib = tile.wb, tile.ib
+    if geo.o % wb:
+        raise CompilationError(f"{geo.o} output channels are not a multiple of the tile {wb}")
+    shape = (geo.o // wb, cbg, geo.kh, geo.kw, ib, wb)
+
+    def fcompute(ocw, j, y, x, ci, oi):
+        o = ocw * wb + oi
+        c = (tile_input_chunk(geo, tile, ocw) + j) * ib + ci  # absolute input channel
+        if geo.groups == 1:
+            return weight[o, c, y, x]
+        g = o // geo.opg
+        local = c - g * geo.cpg
+        inside = tirx.all(local >= 0, local < geo.cpg)
+        safe = tirx.max(tirx.min(local, geo.cpg - 1), 0)
+        return tirx.if_then_else(inside, weight[o, safe, y, x], tirx.const(0, weight.dtype))
+
+    return te.compute(shape, fcompute, name="weight_pack")
+
+
+def pack_weight_numpy(weight: np.ndarray, geo: ConvGeometry, tile: ConvTile) -> np.ndarray:
+    """:func:`pack_weight` on a constant, at compile time (no kernel to build)."""
+    cbg = group_span(geo, tile)
+    wb, ib = tile.wb, tile.ib
+    tiles = geo.o // wb
+    ocw = np.arange(tiles).reshape(tiles, 1, 1, 1)
+    j = np.arange(cbg).reshape(1, cbg, 1, 1)
+    ci = np.arange(ib).reshape(1, 1, ib, 1)
+    oi = np.arange(wb).reshape(1, 1, 1, wb)
+    start = np.array([tile_input_chunk(geo, tile, int(t)) for t in range(tiles)])
+    o = ocw * wb + oi
+    c = (start.reshape(tiles, 1, 1, 1) + j) * ib + ci
+    local = c - (o // geo.opg) * geo.cpg if geo.groups > 1 else c
+    inside = (local >= 0) & (local < weight.shape[1])
+    picked = weight[o, np.clip(local, 0, weight.shape[1] - 1)]  # (T, CBg, ib, wb, KH, KW)
+    picked = np.where(inside[..., None, None], picked, 0).astype(weight.dtype)
+    return np.ascontiguousarray(picked.transpose(0, 1, 4, 5, 2, 3))
+
+
+def pad_nchwc(data: te.Tensor, geo: ConvGeometry, rows: int, cols: int) -> te.Tensor:
+    """Zero-pad a NCHWc tensor to ``rows x cols`` (top/left padding from ``geo``)."""
+    pt, pl = geo.padding[0], geo.padding[1]
+    _, _, h, w, _ = (int(s) for s in data.shape)
+    if pt == 0 and pl == 0 and rows <= h and cols <= w:
+        return data
+    shape = (data.shape[0], data.shape[1], rows, cols, data.shape[4])
+
+    def fcompute(n, c, y, x, i):
+        inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return tirx.if_then_else(inside, data[n, c, y - pt, x - pl, i],
+                                 tirx.const(0, data.dtype))
+
+    return te.compute(shape, fcompute, name="data_pad")
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def subsample_nchwc(data: te.Tensor, geo: ConvGeometry) -> te.Tensor:
+    """The pixels a strided 1x1 conv reads, made contiguous: ``(N, CB, OH, OW, ib)``.
+
+    A stride-2 1x1 conv (a ResNet downsample) reads one pixel in four, half of each
+    cache line, with a stride the prefetchers cannot follow, once per output-channel
+    tile. Gathering them once into a compact tensor (a quarter of the input) was
+    2-6x faster in ResNet-50 (layer 3 and 4 downsamples; their input no longer fits
+    L2 otherwise).
+    """
+    sh, sw = geo.stride
+    n, cb, _, _, ib = data.shape
+    return te.compute((n, cb, geo.oh, geo.ow, ib),
+                      lambda i, c, y, x, ci: data[i, c, y * sh, x * sw, ci], name="data_stride")
+
+
+def padded_extent(geo: ConvGeometry, tile: ConvTile) -> tuple[int, ...]:
+    """Spatial extent the conv block computes: ``(P',)`` when flat, else ``(OH', OW')``."""
+    if tile.flat:
+        return (_round_up(geo.oh * geo.ow, tile.tw),)
+    return (_round_up(geo.oh, tile.th), _round_up(geo.ow, tile.tw))
+
+
+def waste(geo: ConvGeometry, tile: ConvTile) -> float:
+    """Computed / useful output pixels of ``tile`` (1.0: no padding)."""
+    ext = padded_extent(geo, tile)
+    total = ext[0] if tile.flat else ext[0] * ext[1]
+    return total / (geo.oh * geo.ow)
+
+
+def input_extent(geo: ConvGeometry) -> tuple[int, int]:
+    """Rows and columns of the padded input that the output pixels touch."""
+    rows = (geo.oh - 1) * geo.stride[0] + (geo.kh - 1) * geo.dilation[0] + 1
+    cols = (geo.ow - 1) * geo.stride[1] + (geo.kw - 1) * geo.dilation[1] + 1
+    return rows, cols
+
+
+def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, body,
+                 name: str, attrs: dict, out_dtype: str) -> te.Tensor:
+    """A ``(N, chunks, OH, OW, lanes)`` result computed over the padded extent.
+
+    ``body(n, c, y, x, ci)`` gives the value of output pixel ``(y, x)``; it is called
+    on clamped coordinates for the padding pixels. The block doing the work carries
+    the annotation ``{ANNOTATION: attrs}`` plus the tile, for the schedule.
+    """
+    oh, ow = geo.oh, geo.ow
+    ext = padded_extent(geo, tile)
+    attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat), oh=oh, ow=ow)
+
+    def clamp(v, extent, bound):
+        return tirx.min(v, bound - 1) if extent != bound else v
+
+    if tile.flat:
+        def fflat(n, c, p, ci):
+            pe = clamp(p, ext[0], oh * ow)
+            return body(n, c, pe // ow, pe % ow, ci)
+
+        work = te.compute((geo.n, chunks, ext[0], lanes), fflat, name=name,
+                          attrs={ANNOTATION: attrs})
+        return te.compute((geo.n, chunks, oh, ow, lanes),
+                          lambda n, c, y, x, ci: work[n, c, y * ow + x, ci],
+                          name=name + "_out")
+
+    def f2d(n, c, y, x, ci):
+        return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), ci)
+
+    work = te.compute((geo.n, chunks, ext[0], ext[1], lanes), f2d, name=name,
+                      attrs={ANNOTATION: attrs})
+    if ext == (oh, ow):
+        return work
+    return te.compute((geo.n, chunks, oh, ow, lanes),
+                      lambda n, c, y, x, ci: work[n, c, y, x, ci], name=name + "_out")
+
+
+def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: ConvTile,
+                 out_dtype: str = "float32") -> te.Tensor:
+    """``(N, C/ib, H, W, ib) x packed -> (N, O/ob, OH, OW, ob)``.
+
+    ``packed`` is :func:`pack_weight`'s output (or the same layout from a constant).
+    The conv block computes the padded extent (:func:`padded_extent`) on clamped
+    input addresses; a slice block gives the op its exact output.
+    """
+    ib, ob, r, wb = tile.ib, tile.ob, tile.r, tile.wb
+    if wb % ob or geo.o % wb:
+        raise CompilationError(f"weight tile {wb} must be a multiple of {ob} dividing {geo.o}")
+    sh, sw = geo.stride
+    dh, dw = geo.dilation
+    if geo.kh == geo.kw == 1 and (sh, sw) != (1, 1) and not any(geo.padding):
+        dpad, sh, sw = subsample_nchwc(data, geo), 1, 1
+    else:
+        dpad = pad_nchwc(data, geo, *input_extent(geo))
+    cbg = group_span(geo, tile)
+    rco = te.reduce_axis((0, cbg), "rco")
+    ry = te.reduce_axis((0, geo.kh), "ry")
+    rx = te.reduce_axis((0, geo.kw), "rx")
+    rci = te.reduce_axis((0, ib), "rci")
+
+    def body(n, oc, y, x, oi):
+        ocw = oc // r
+        icb = tile_input_chunk(geo, tile, ocw) + rco
+        lane = (oc % r) * ob + oi if r > 1 else oi
+        return te.sum(
+            dpad[n, icb, y * sh + ry * dh, x * sw + rx * dw, rci].astype(out_dtype)
+            * packed[ocw, rco, ry, rx, rci, lane].astype(out_dtype),
+            axis=[rco, ry, rx, rci],
+        )
+
+    return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
+                        {"kind": "conv", "r": r}, out_dtype)

@@ -1,0 +1,255 @@
+"""Legalization of Relax ``conv2d`` / ``matmul`` calls into tvm-cocopie's computes.
+
+For each call we first build a *plan* from its static shapes and layouts
+(:func:`conv2d_plan`, :func:`matmul_plan`); the layout pass
+(:mod:`tvm_cocopie.relay_passes.layout`) asks the same planner which convolutions it
+may convert to a blocked layout, so both always agree. Calls we cannot plan
+(symbolic shapes, other dtypes, unaligned groups) go to TVM's own legalization,
+with a debug log saying why.
+
+Weights are packed here: a constant weight is packed with numpy at compile time
+and becomes a new constant; any other weight gets a packing kernel of its own,
+which ``FoldConstant`` folds away when its input turns out constant.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax, te
+
+from ...exprs import const_np, is_constant, static_shape
+from ...target import CpuInfo
+from . import conv2d_nchwc as cn
+from . import dense_packed as dp
+from . import depthwise_nchwc as dw
+from .tiling import channel_block, conv_tile, depthwise_tile, matmul_tile
+
+log = logging.getLogger(__name__)
+
+_BLOCKED = re.compile(r"^NCHW(\d+)c$")
+SUPPORTED_DTYPES = ("float32",)
+
+
+def layout_block(layout: str) -> int | None:
+    """``"NCHW"`` -> 0, ``"NCHW8c"`` -> 8, anything else -> None."""
+    if layout == "NCHW":
+        return 0
+    m = _BLOCKED.match(layout)
+    return int(m.group(1)) if m else None
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+@dataclass(frozen=True)
+class Conv2dPlan:
+    """How one ``relax.nn.conv2d`` call is computed."""
+
+    geo: cn.ConvGeometry
+    tile: cn.ConvTile
+    data_block: int  # 0: the data arrives NCHW and is packed in the kernel
+    out_block: int  # 0: the result leaves NCHW
+    depthwise: bool
+
+
+def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
+                out_block: int | None = None) -> Conv2dPlan | None:
+    """Plan ``call``; ``data_block``/``out_block`` override the call's own layouts
+    (the layout pass asks "what if this conv were blocked?")."""
+    attrs = call.attrs
+    why = _conv_unsupported(call)
+    if why:
+        log.debug("conv2d left to TVM: %s", why)
+        return None
+    db = layout_block(str(attrs.data_layout)) if data_block is None else data_block
+    obk = layout_block(str(attrs.out_layout)) if out_block is None else out_block
+    if db is None or obk is None:
+        return None
+    dshape = static_shape(call.args[0])
+    wshape = static_shape(call.args[1])
+    if data_block is not None and db and len(dshape) == 4:  # hypothetical blocking
+        dshape = [dshape[0], dshape[1] // db, dshape[2], dshape[3], db]
+    if db:
+        n, cb, h, w, ib = dshape
+        c = cb * ib
+    else:
+        n, c, h, w = dshape
+    o, _, kh, kw = wshape
+    geo = cn.ConvGeometry(
+        n, c, h, w, o, kh, kw,
+        tuple(int(s) for s in attrs.strides), tuple(int(p) for p in attrs.padding),
+        tuple(int(d) for d in attrs.dilation), int(attrs.groups),
+    )
+    ib = db or channel_block(c, info)
+    ob = obk or channel_block(o, info)
+    if c % ib or o % ob:
+        return None
+    if dw.is_depthwise(geo):
+        if ib != ob:
+            return None
+        th, tw = depthwise_tile(geo.oh, geo.ow, info)
+        tile = cn.ConvTile(ib, ob, 1, th, tw, geo.ow % tw != 0)
+        return Conv2dPlan(geo, tile, db, obk, True)
+    try:
+        tile = conv_tile(geo, ib, ob, info)
+        cbg = cn.group_span(geo, tile)
+    except Exception as err:  # noqa: BLE001 - groups that do not align with the chunks
+        log.debug("conv2d left to TVM: %s", err)
+        return None
+    if geo.groups > 1 and cbg * ib > 4 * geo.cpg:
+        log.debug("conv2d left to TVM: block-diagonal packing would waste %dx",
+                  cbg * ib // geo.cpg)
+        return None
+    return Conv2dPlan(geo, tile, db, obk, False)
+
+
+def _conv_unsupported(call) -> str | None:
+    attrs = call.attrs
+    if str(attrs.kernel_layout) != "OIHW":
+        return f"kernel layout {attrs.kernel_layout}"
+    if _dtype(call.args[0]) not in SUPPORTED_DTYPES or _dtype(call.args[1]) not in SUPPORTED_DTYPES:
+        return f"dtype {_dtype(call.args[0])}"
+    out_dtype = str(attrs.out_dtype or "")
+    if out_dtype not in ("", "float32"):
+        return f"out_dtype {out_dtype}"
+    if static_shape(call.args[0]) is None or static_shape(call.args[1]) is None:
+        return "symbolic shape"
+    return None
+
+
+def to_blocked(data: te.Tensor, block: int) -> te.Tensor:
+    """NCHW -> NCHW{block}c."""
+    n, c, h, w = data.shape
+    return te.compute((n, c // block, h, w, block),
+                      lambda i, cb, y, x, ci: data[i, cb * block + ci, y, x], name="to_nchwc")
+
+
+def from_blocked(data: te.Tensor, channels: int) -> te.Tensor:
+    """NCHW{block}c -> NCHW."""
+    n, _, h, w, block = data.shape
+    return te.compute((n, channels, h, w),
+                      lambda i, c, y, x: data[i, c // block, y, x, c % block], name="from_nchwc")
+
+
+def _packed_weight(bb, weight, pack_numpy, pack_te, name: str):
+    if is_constant(weight):
+        return relax.const(pack_numpy(const_np(weight)))  # read in place, not copied
+    return bb.emit(bb.call_te(pack_te, weight, primfunc_name_hint=name))
+
+
+def legalize_conv2d(info: CpuInfo, fallback):
+    """The ``relax.nn.conv2d`` legalization for a CPU described by ``info``."""
+
+    def _legalize(bb: relax.BlockBuilder, call) -> relax.Expr:
+        plan = conv2d_plan(call, info)
+        if plan is None:
+            return fallback(bb, call)
+        geo, tile = plan.geo, plan.tile
+        if plan.depthwise:
+            kernel = _packed_weight(
+                bb, call.args[1], lambda w: dw.pack_weight_numpy(w, tile.ob),
+                lambda w: dw.pack_weight(w, tile.ob), "dw_weight_pack")
+            compute = dw.depthwise_nchwc
+            name = "depthwise_nchwc"
+        else:
+            kernel = _packed_weight(
+                bb, call.args[1], lambda w: cn.pack_weight_numpy(w, geo, tile),
+                lambda w: cn.pack_weight(w, geo, tile), "conv_weight_pack")
+            compute = cn.conv2d_nchwc
+            name = "conv2d_nchwc"
+
+        def fte(data, packed):
+            if not plan.data_block:
+                data = to_blocked(data, tile.ib)
+            out = compute(data, packed, geo, tile)
+            if not plan.out_block:
+                out = from_blocked(out, geo.o)
+            return out
+
+        return bb.call_te(fte, call.args[0], kernel, primfunc_name_hint=name)
+
+    return _legalize
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    m: int
+    n: int
+    k: int
+    batch: tuple[int, ...]
+    shared_rhs: bool
+    tile: object
+
+
+def matmul_plan(call, info: CpuInfo) -> MatmulPlan | None:
+    """Plan a ``relax.matmul``: A ``(*batch, M, K)`` times B ``(K, N)`` or ``(*batch, K, N)``."""
+    a, b = call.args
+    if _dtype(a) not in SUPPORTED_DTYPES or _dtype(b) not in SUPPORTED_DTYPES:
+        return None
+    out_dtype = str(call.attrs.out_dtype or "")
+    if out_dtype not in ("", "float32"):
+        return None
+    ashape, bshape = static_shape(a), static_shape(b)
+    if ashape is None or bshape is None or len(ashape) < 2 or len(bshape) < 2:
+        return None
+    *batch, m, k = ashape
+    if bshape[-2] != k:
+        return None
+    n = bshape[-1]
+    shared = len(bshape) == 2
+    if not shared and bshape[:-2] != batch:
+        return None
+    if n < info.f32_lanes // 2 or m * n * k < 4096:
+        return None
+    return MatmulPlan(m, n, k, tuple(batch), shared, matmul_tile(m, n, info))
+
+
+def legalize_matmul(info: CpuInfo, fallback):
+    """The ``relax.matmul`` legalization for a CPU described by ``info``."""
+
+    def _legalize(bb: relax.BlockBuilder, call) -> relax.Expr:
+        plan = matmul_plan(call, info)
+        if plan is None:
+            return fallback(bb, call)
+        nb = plan.tile.nb
+        packed = _packed_weight(bb, call.args[1], lambda b: dp.pack_rhs_numpy(b, nb),
+                                lambda b: dp.pack_rhs(b, nb), "rhs_pack")
+        return bb.call_te(lambda a, p: dp.matmul_packed(a, p, plan.n, plan.tile),
+                          call.args[0], packed, primfunc_name_hint="matmul_packed")
+
+    return _legalize
+
+
+def default_legalize(op_name: str):
+    """TVM's registered legalization of ``op_name``."""
+    return tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+
+def overrides(info: CpuInfo) -> dict:
+    """Relax op name -> legalization, for :func:`tvm_cocopie.topi.legalize_overrides`."""
+    from .fast_math import LEGALIZE
+
+    table = {
+        "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d")),
+        "relax.matmul": legalize_matmul(info, default_legalize("relax.matmul")),
+    }
+    for name, legalize in LEGALIZE.items():
+        fallback = default_legalize(name)
+        table[name] = lambda bb, call, f=legalize, d=fallback: f(bb, call, d)
+    return table
+
+
+__all__ = [
+    "Conv2dPlan",
+    "MatmulPlan",
+    "conv2d_plan",
+    "legalize_conv2d",
+    "legalize_matmul",
+    "matmul_plan",
+    "overrides",
+]

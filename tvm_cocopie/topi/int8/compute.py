@@ -1,0 +1,280 @@
+"""Quantized int8 operators as TE computes: what every target's kernel must equal.
+
+GCD² (seed 004, §4.3) works on 8-bit DNNs: "the product between two 8-bit values
+should be stored in 16-bits ..., accumulating several such products requires 32-bits
+... a requantization phase is required to generate the 8-bit final output". This
+module fixes that arithmetic once, for every target:
+
+- activations ``uint8``, weights ``int8``, accumulation ``int32`` plus an ``int32``
+  bias per output channel (activation zero points fold into the bias);
+- requantization :class:`Requant`: ``clip(((acc * m + 2**(s-1)) >> s) + zp, 0, 255)``
+  with a 15-bit multiplier ``m`` and a shift ``s`` in [17, 40].
+
+The computes here are written with plain TE so any TVM target can lower them; the
+Hexagon kernels in :mod:`tvm_cocopie.hexagon.kernels.matmul` and :mod:`~tvm_cocopie.hexagon.kernels.conv2d`
+are checked against them, and stock TVM's lowering of them is the baseline of
+``scripts/bench_hexagon.py``. :mod:`.int8_hvx` holds the same operators on GCD²'s
+HVX layouts (what the Hexagon schedule rules replace by HVX kernels).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Bounds of the requantization parameters (see :class:`Requant`).
+MULTIPLIER_BITS = 15
+SHIFT_RANGE = (17, 40)
+
+
+@dataclass(frozen=True)
+class Requant:
+    """Per-tensor requantization ``int32 -> uint8``: ``clip(round(acc * m / 2**s) + zp)``.
+
+    Rounding is half up (``+ 2**(s-1)`` then an arithmetic shift), as TFLite's
+    ``MultiplyByQuantizedMultiplier`` up to its 31-bit multiplier. The 15-bit
+    multiplier keeps every intermediate of :meth:`tir_int32` inside int32, so HVX
+    evaluates it exactly without 64-bit lanes; its precision (2**-15 relative) is far
+    below half an output step.
+    """
+
+    multiplier: int
+    shift: int
+    zero_point: int = 0
+
+    def __post_init__(self):
+        if not 1 <= self.multiplier < 2**MULTIPLIER_BITS:
+            raise ValueError(f"multiplier {self.multiplier} is outside [1, 2**15)")
+        if not SHIFT_RANGE[0] <= self.shift <= SHIFT_RANGE[1]:
+            raise ValueError(f"shift {self.shift} is outside {list(SHIFT_RANGE)}")
+        if not 0 <= self.zero_point <= 255:
+            raise ValueError(f"zero point {self.zero_point} is outside [0, 255]")
+
+    @classmethod
+    def from_scale(cls, scale: float, zero_point: int = 0) -> Requant:
+        """The closest ``m / 2**s`` to ``scale`` with ``m`` in [2**14, 2**15)."""
+        if not scale > 0:
+            raise ValueError(f"requantization scale must be positive, got {scale}")
+        exponent = math.floor(math.log2(scale))
+        shift = MULTIPLIER_BITS - 1 - exponent
+        multiplier = round(scale * 2.0**shift)
+        if multiplier >= 2**MULTIPLIER_BITS:
+            multiplier //= 2
+            shift -= 1
+        shift = min(max(shift, SHIFT_RANGE[0]), SHIFT_RANGE[1])
+        multiplier = min(max(round(scale * 2.0**shift), 1), 2**MULTIPLIER_BITS - 1)
+        return cls(multiplier, shift, zero_point)
+
+    @property
+    def scale(self) -> float:
+        return self.multiplier / 2.0**self.shift
+
+    def numpy(self, acc) -> np.ndarray:
+        """Reference requantization of an int32 array, in int64 arithmetic."""
+        acc = np.asarray(acc, dtype=np.int64)
+        y = ((acc * self.multiplier + (1 << (self.shift - 1))) >> self.shift) + self.zero_point
+        return np.clip(y, 0, 255).astype(np.uint8)
+
+    def te(self, acc):
+        """The TE/TIR expression of :meth:`numpy` for one int32 value (int64 arithmetic)."""
+        from tvm import tirx
+
+        wide = acc.astype("int64") * tirx.const(self.multiplier, "int64")
+        y = (wide + tirx.const(1 << (self.shift - 1), "int64")) >> tirx.const(self.shift, "int64")
+        y = y + tirx.const(self.zero_point, "int64")
+        y = tirx.max(tirx.min(y, tirx.const(255, "int64")), tirx.const(0, "int64"))
+        return y.astype("uint8")
+
+    def tir_int32(self, acc, lanes: int = 1, mul_shr16=None):
+        """``round(acc * m / 2**s) + zp`` in int32 only, before the clip; exact.
+
+        Since ``s >= 17``, ``floor((acc*m + 2**(s-1)) / 2**s)
+        = floor((floor(acc*m / 2**16) + 2**(s-17)) / 2**(s-16))``. The inner
+        ``floor(acc*m / 2**16)`` is ``mul_shr16(acc, m)``; by default it is computed as
+        ``hi*m + ((lo*m) >> 16)`` with ``acc = hi*2**16 + lo``, all inside int32
+        (``|hi*m| < 2**30``, ``lo*m < 2**31``). A target may pass one instruction
+        instead (HVX: ``vmpye``). ``acc`` is an int32 value of ``lanes`` lanes.
+        """
+        from tvm import tirx
+
+        def c(v):
+            k = tirx.const(v, "int32")
+            return k if lanes == 1 else tirx.Broadcast(k, lanes)
+
+        if mul_shr16 is None:
+
+            def mul_shr16(v, m):
+                hi, lo = v >> c(16), v & c(0xFFFF)
+                return hi * c(m) + ((lo * c(m)) >> c(16))
+
+        t = mul_shr16(acc, self.multiplier) + c(1 << (self.shift - 17))
+        return (t >> c(self.shift - 16)) + c(self.zero_point)
+
+    def numpy_int32(self, acc) -> np.ndarray:
+        """:meth:`tir_int32` in numpy int32 arithmetic (to prove the identity)."""
+        acc = np.asarray(acc, dtype=np.int32)
+        hi, lo = acc >> 16, acc & 0xFFFF
+        m = np.int32(self.multiplier)
+        t = hi * m + np.int32(1 << (self.shift - 17)) + ((lo * m) >> 16)
+        return (t >> np.int32(self.shift - 16)) + np.int32(self.zero_point)
+
+
+@dataclass(frozen=True)
+class AddRequant:
+    """Requantized sum of two uint8 tensors of different scales (a residual add):
+    ``clip((a * ma + b * mb + 2**(s-1)) >> s, 0, 255)``, zero points 0.
+
+    ``ma / 2**s`` and ``mb / 2**s`` are the input-to-output scale ratios; with 15-bit
+    multipliers every intermediate fits int32 (``2 * 255 * 2**15 < 2**31``), so any
+    target evaluates it exactly in 32-bit lanes.
+    """
+
+    ma: int
+    mb: int
+    shift: int
+
+    def __post_init__(self):
+        for m in (self.ma, self.mb):
+            if not 0 <= m < 2**MULTIPLIER_BITS:
+                raise ValueError(f"add multiplier {m} is outside [0, 2**15)")
+        if not 1 <= self.shift <= 30:
+            raise ValueError(f"add shift {self.shift} is outside [1, 30]")
+
+    @classmethod
+    def from_scales(cls, ratio_a: float, ratio_b: float) -> AddRequant:
+        """The largest shift keeping both ``round(ratio * 2**s)`` under 2**15."""
+        top = max(ratio_a, ratio_b)
+        if not top > 0:
+            raise ValueError(f"add scale ratios must be positive, got {ratio_a}, {ratio_b}")
+        shift = min(30, MULTIPLIER_BITS - 1 - math.floor(math.log2(top)))
+        while round(top * 2.0**shift) >= 2**MULTIPLIER_BITS:
+            shift -= 1
+        return cls(round(ratio_a * 2.0**shift), round(ratio_b * 2.0**shift), shift)
+
+    def numpy(self, a, b) -> np.ndarray:
+        y = a.astype(np.int64) * self.ma + b.astype(np.int64) * self.mb
+        return np.clip((y + (1 << (self.shift - 1))) >> self.shift, 0, 255).astype(np.uint8)
+
+    def te(self, a, b):
+        """The TIR expression of :meth:`numpy` for two uint8 values (int32 arithmetic)."""
+        from tvm import tirx
+
+        def c(v):
+            return tirx.const(v, "int32")
+
+        y = a.astype("int32") * c(self.ma) + b.astype("int32") * c(self.mb)
+        y = (y + c(1 << (self.shift - 1))) >> c(self.shift)
+        return tirx.max(tirx.min(y, c(255)), c(0)).astype("uint8")
+
+
+# ------------------------------------------------------------------------- TE computes
+
+
+def qmatmul(x, w, bias, rq: Requant, name: str = "qmatmul"):
+    """``y[m, n] = rq(sum_k x[m, k] * w[k, n] + bias[n])``; x uint8 [M, K], w int8 [K, N]."""
+    from tvm import te
+
+    _, k_dim = x.shape
+    k = te.reduce_axis((0, k_dim), name="k")
+    acc = te.compute(
+        (x.shape[0], w.shape[1]),
+        lambda i, j: te.sum(x[i, k].astype("int32") * w[k, j].astype("int32"), axis=k),
+        name=f"{name}_acc",
+    )
+    return te.compute(acc.shape, lambda i, j: rq.te(acc[i, j] + bias[j]), name=name)
+
+
+def conv2d_output_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def _zero_pad_nhwc(x, pad: int, name: str):
+    """uint8 NHWC ``x`` with ``pad`` zeros on each side of H and W (shared by the convs)."""
+    from tvm import te, tirx
+
+    _, h, wd, c = (int(d) for d in x.shape)
+    return te.compute(
+        (1, h + 2 * pad, wd + 2 * pad, c),
+        lambda n, i, j, ci: tirx.if_then_else(
+            tirx.all(i >= pad, i < h + pad, j >= pad, j < wd + pad),
+            x[n, i - pad, j - pad, ci],
+            tirx.const(0, "uint8"),
+        ),
+        name=f"{name}_pad",
+    )
+
+
+def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: str = "qconv2d"):
+    """NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C, O] (HWIO), zero padding."""
+    from tvm import te
+
+    _, h, wd, c = (int(d) for d in x.shape)
+    kh, kw, _, o = (int(d) for d in w.shape)
+    oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
+    padded = _zero_pad_nhwc(x, pad, name)
+    ry, rx, rc = (
+        te.reduce_axis((0, kh), "ry"),
+        te.reduce_axis((0, kw), "rx"),
+        te.reduce_axis((0, c), "rc"),
+    )
+    acc = te.compute(
+        (1, oh, ow, o),
+        lambda n, i, j, co: te.sum(
+            padded[n, i * stride + ry, j * stride + rx, rc].astype("int32")
+            * w[ry, rx, rc, co].astype("int32"),
+            axis=[ry, rx, rc],
+        ),
+        name=f"{name}_acc",
+    )
+    return te.compute(acc.shape, lambda *i: rq.te(acc[i] + bias[i[3]]), name=name)
+
+
+def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride=1, pad=0, name="qdwconv2d"):
+    """Depthwise NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C]."""
+    from tvm import te
+
+    _, h, wd, c = (int(d) for d in x.shape)
+    kh, kw, _ = (int(d) for d in w.shape)
+    oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
+    padded = _zero_pad_nhwc(x, pad, name)
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    acc = te.compute(
+        (1, oh, ow, c),
+        lambda n, i, j, ci: te.sum(
+            padded[n, i * stride + ry, j * stride + rx, ci].astype("int32")
+            * w[ry, rx, ci].astype("int32"),
+            axis=[ry, rx],
+        ),
+        name=f"{name}_acc",
+    )
+    return te.compute(acc.shape, lambda *i: rq.te(acc[i] + bias[i[3]]), name=name)
+
+
+# --------------------------------------------------------------- whole PrimFuncs
+
+
+def qmatmul_func(m: int, k: int, n: int, rq: Requant):
+    """A PrimFunc ``(x, w, bias, y)`` of :func:`qmatmul`, unscheduled (stock TVM's view)."""
+    from tvm import te
+
+    x = te.placeholder((m, k), "uint8", name="x")
+    w = te.placeholder((k, n), "int8", name="w")
+    b = te.placeholder((n,), "int32", name="bias")
+    return te.create_prim_func([x, w, b, qmatmul(x, w, b, rq)])
+
+
+def qconv2d_func(h, w_, c, o, kernel, stride, pad, rq: Requant, depthwise=False):
+    """A PrimFunc ``(x, w, bias, y)`` of the NHWC (depthwise) convolution, unscheduled."""
+    from tvm import te
+
+    x = te.placeholder((1, h, w_, c), "uint8", name="x")
+    b = te.placeholder((o,), "int32", name="bias")
+    if depthwise:
+        wt = te.placeholder((kernel, kernel, c), "int8", name="w")
+        y = qdepthwise_conv2d_nhwc(x, wt, b, rq, stride, pad)
+    else:
+        wt = te.placeholder((kernel, kernel, c, o), "int8", name="w")
+        y = qconv2d_nhwc(x, wt, b, rq, stride, pad)
+    return te.create_prim_func([x, wt, b, y])

@@ -1,0 +1,264 @@
+"""The int8 operators on GCD²'s HVX data layouts, as TE computes (seed 004, §4.3, §4.4).
+
+GCD² picks, per operator, an instruction (``vmpy`` / ``vmpa`` / ``vrmpy``) and with it
+a data layout (1-, 2- or 4-column, :mod:`tvm_cocopie.hexagon.kernels.transforms`), and inserts
+layout transforms between operators whose layouts differ. This module states what
+each of those PrimFuncs computes, in plain TE, on the layouts' buffers:
+
+- :func:`qadd_grid` (residual add) and :func:`maxpool_grid` on the same grids;
+- :func:`qconv2d_grid` / :func:`qdepthwise_grid`: the int8 convolution of
+  :mod:`.int8_compute` on a padded, phase-split input grid
+  (:class:`tvm_cocopie.topi.int8.layouts.GridGeometry`) with weights packed as the
+  variant's 32-bit ``Rt`` words, writing the variant's output grid;
+- :func:`regrid`: an output grid (or NHWC) into the next convolution's input grid in
+  the next layout (layout change, re-padding and stride phases in one gather);
+  :func:`shift_copy`: its common special case, a masked shifted copy;
+  :func:`unpack`: an output grid back to NHWC.
+
+Each PrimFunc carries a descriptor (attribute :data:`HVX_ATTR`, JSON) naming the
+operator, the variant and the sizes; the Hexagon schedule rule
+(:mod:`tvm_cocopie.schedules.hexagon.int8`) reads it and replaces the compute by the
+HVX kernel of that variant (same signature, bit-identical results: tested under
+``qemu-hexagon``). On any other target the computes lower as they are.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .compute import Requant
+
+#: PrimFunc attribute holding the JSON descriptor of an HVX-layout operator.
+HVX_ATTR = "cocopie.hvx"
+
+
+def describe(func, **desc):
+    """``func`` with the descriptor ``desc`` attached (see :func:`descriptor`)."""
+    return func.with_attr(HVX_ATTR, json.dumps(desc, sort_keys=True))
+
+
+def descriptor(func) -> dict | None:
+    """The descriptor of an HVX-layout PrimFunc, or ``None`` for any other function."""
+    attrs = getattr(func, "attrs", None)
+    if attrs is None or HVX_ATTR not in attrs:
+        return None
+    return json.loads(str(attrs[HVX_ATTR]))
+
+
+def geometry_of(desc: dict):
+    """The :class:`~tvm_cocopie.topi.int8.layouts.GridGeometry` stored in a descriptor."""
+    from .layouts import GridGeometry
+
+    return GridGeometry(*desc["geo"])
+
+
+def _geo_list(geo) -> list:
+    return [geo.h, geo.w, geo.kernel, geo.stride, geo.pad, geo.min_grid_w]
+
+
+def _signed_byte(word, byte):
+    """Byte ``byte`` of an int32 word as a signed int32 (no shifts past the sign bit)."""
+    from tvm import tirx
+
+    v = (word >> (byte * 8)) & tirx.const(255, "int32")
+    return tirx.if_then_else(v >= 128, v - 256, v)
+
+
+#: Byte of ``Rt`` holding reduction column ``4g + q`` (see ``layouts.pack_weights``).
+_VMPA_BYTE = (0, 2, 1, 3)
+
+
+def _weight(variant: str, w, tap, ci, co):
+    """The int8 weight of input channel ``ci`` and output column ``co`` at ``tap``."""
+    if variant == "vmpy":
+        return _signed_byte(w[tap, ci, co], 0)
+    q = ci % 4
+    byte = q if variant == "vrmpy" else (q % 2) * 2 + q // 2
+    return _signed_byte(w[tap, ci // 4, co], byte)
+
+
+def _input(x, geo, v, tap, row, ch):
+    phase, shift = geo.tap(tap // geo.kernel, tap % geo.kernel)
+    return x[phase, ch // v, row + shift, ch % v]
+
+
+def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requant):
+    """PrimFunc ``(x, w, bias, y)`` of a dense int8 conv in ``variant``'s layout.
+
+    Shapes are those of :func:`tvm_cocopie.hexagon.kernels.conv2d.conv2d`: ``x`` the phase grids
+    ``(S*S, G, rows, v)``, ``w`` the packed words ``(K*K, words, O')``, ``bias``
+    ``(O',)``, ``y`` the output grid ``(G', rows', v)``. Every grid row is computed
+    (columns past the image are junk, as in the kernel).
+    """
+    from tvm import te
+
+    from .layouts import LAYOUT_OF, round_up
+
+    layout = LAYOUT_OF[variant]
+    v = layout.cols
+    kp = round_up(channels, layout.col_multiple)
+    np_ = round_up(out_channels, layout.col_multiple)
+    taps = geo.kernel * geo.kernel
+    y_shape = geo.out_shape(variant, out_channels)
+    x = te.placeholder(geo.in_shape(variant, channels), "uint8", name="x")
+    w = te.placeholder((taps, kp if variant == "vmpy" else kp // 4, np_), "int32", name="w")
+    bias = te.placeholder((np_,), "int32", name="bias")
+    t = te.reduce_axis((0, taps), "tap")
+    c = te.reduce_axis((0, kp), "rc")
+    acc = te.compute(
+        y_shape,
+        lambda g, r, j: te.sum(
+            _input(x, geo, v, t, r, c).astype("int32") * _weight(variant, w, t, c, g * v + j),
+            axis=[t, c],
+        ),
+        name="acc",
+    )
+    y = te.compute(y_shape, lambda g, r, j: rq.te(acc[g, r, j] + bias[g * v + j]), name="y")
+    return describe(
+        te.create_prim_func([x, w, bias, y]),
+        op="conv", variant=variant, geo=_geo_list(geo), c=channels, o=out_channels,
+        rq=[rq.multiplier, rq.shift, rq.zero_point],
+    )
+
+
+def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
+    """PrimFunc ``(x, w, bias, y)`` of a depthwise int8 conv in ``variant``'s layout.
+
+    ``w``: ``(K*K, G)`` words whose byte ``j`` is the weight of channel ``g*v + j % v``
+    (:func:`tvm_cocopie.hexagon.kernels.depthwise.pack_dw_weights`).
+    """
+    from tvm import te
+
+    from .layouts import LAYOUT_OF
+
+    v = LAYOUT_OF[variant].cols
+    x_shape = geo.in_shape(variant, channels)
+    groups = x_shape[1]
+    taps = geo.kernel * geo.kernel
+    y_shape = geo.out_shape(variant, channels)
+    x = te.placeholder(x_shape, "uint8", name="x")
+    w = te.placeholder((taps, groups), "int32", name="w")
+    bias = te.placeholder((groups * v,), "int32", name="bias")
+    t = te.reduce_axis((0, taps), "tap")
+    acc = te.compute(
+        y_shape,
+        lambda g, r, j: te.sum(
+            _input(x, geo, v, t, r, g * v + j).astype("int32") * _signed_byte(w[t, g], j),
+            axis=[t],
+        ),
+        name="acc",
+    )
+    y = te.compute(y_shape, lambda g, r, j: rq.te(acc[g, r, j] + bias[g * v + j]), name="y")
+    return describe(
+        te.create_prim_func([x, w, bias, y]),
+        op="dwconv", variant=variant, geo=_geo_list(geo), c=channels,
+        rq=[rq.multiplier, rq.shift, rq.zero_point],
+    )
+
+
+def qadd_grid(variant: str, shape: tuple, arq):
+    """PrimFunc ``(a, b, y)``: :class:`~.int8_compute.AddRequant` of two output grids of
+    one ``shape`` ``(G, rows, v)`` in ``variant``'s layout (a residual add)."""
+    from tvm import te
+
+    a = te.placeholder(shape, "uint8", name="a")
+    b = te.placeholder(shape, "uint8", name="b")
+    y = te.compute(shape, lambda *i: arq.te(a[i], b[i]), name="y")
+    return describe(
+        te.create_prim_func([a, b, y]), op="add", variant=variant, rq=[arq.ma, arq.mb, arq.shift]
+    )
+
+
+def maxpool_grid(variant: str, geo, channels: int):
+    """PrimFunc ``(x, y)``: ``K x K`` max pool on ``geo``'s phase grids (zero padding,
+    exact for the non-negative activations after ReLU), output grid as a conv's."""
+    from tvm import te, tirx
+
+    from .layouts import LAYOUT_OF
+
+    v = LAYOUT_OF[variant].cols
+    x = te.placeholder(geo.in_shape(variant, channels), "uint8", name="x")
+
+    def body(g, r, j):
+        taps = [_input(x, geo, v, t, r, g * v + j) for t in range(geo.kernel * geo.kernel)]
+        out = taps[0]
+        for t in taps[1:]:
+            out = tirx.max(out, t)
+        return out
+
+    y = te.compute(geo.out_shape(variant, channels), body, name="y")
+    return describe(
+        te.create_prim_func([x, y]), op="maxpool", variant=variant, geo=_geo_list(geo), c=channels
+    )
+
+
+# ---------------------------------------------------------------- layout transforms
+
+
+def regrid(src, geo, variant: str):
+    """PrimFunc ``(x, y)``: tensor ``src`` into the padded, phase-split input grid of a
+    ``geo`` convolution in ``variant``'s layout, zero padding written explicitly.
+
+    ``src`` describes the source (``shape``, valid ``h``/``w``/``c``, and
+    ``read(x, i, j, ch)``; :class:`tvm_cocopie.hexagon.executor.program.Tensor`).
+    """
+    from tvm import te, tirx
+
+    from .layouts import LAYOUT_OF
+
+    lay = LAYOUT_OF[variant]
+    shape = geo.in_shape(variant, src.c)
+    x = te.placeholder(src.shape, "uint8", name="x")
+    s, p, gw = geo.stride, geo.pad, geo.grid_w
+
+    def body(ph, g, r, j):
+        gi, gj = r // gw, r % gw
+        i = gi * s + ph // s - p
+        jj = gj * s + ph % s - p
+        ch = g * lay.cols + j
+        ok = tirx.all(i >= 0, i < src.h, jj >= 0, jj < src.w, ch < src.c, gi < geo.grid_h)
+        value = src.read(
+            x,
+            tirx.max(tirx.min(i, src.h - 1), 0),
+            tirx.max(tirx.min(jj, src.w - 1), 0),
+            tirx.min(ch, src.c - 1),
+        )
+        return tirx.if_then_else(ok, value, tirx.const(0, "uint8"))
+
+    y = te.compute(shape, body, name="y")
+    return describe(
+        te.create_prim_func([x, y]), op="regrid", variant=variant, geo=_geo_list(geo),
+        src=[src.variant, list(src.shape), src.h, src.w, src.c, src.wq],
+    )
+
+
+def shift_copy(v: int, groups: int, src_bytes: int, dst_bytes: int, shift: int):
+    """PrimFunc ``(x, mask, y)`` on flat grids: ``y[g, d] = x[g, d - shift] & mask[d]``
+    (zero where ``d - shift`` falls outside the source); ``src_bytes``/``dst_bytes``
+    are the bytes of one channel group of the source and destination grids."""
+    from tvm import te, tirx
+
+    x = te.placeholder((groups * src_bytes,), "uint8", name="x")
+    m = te.placeholder((dst_bytes,), "uint8", name="m")
+
+    def body(i):
+        g, d = i // dst_bytes, i % dst_bytes
+        idx = d - shift
+        ok = tirx.all(idx >= 0, idx < src_bytes)
+        safe = tirx.max(tirx.min(idx, src_bytes - 1), 0)
+        return tirx.if_then_else(ok, x[g * src_bytes + safe] & m[d], tirx.const(0, "uint8"))
+
+    y = te.compute((groups * dst_bytes,), body, name="y")
+    return describe(
+        te.create_prim_func([x, m, y]),
+        op="shift_copy", v=v, groups=groups, src=src_bytes, dst=dst_bytes, shift=shift,
+    )
+
+
+def unpack(src):
+    """PrimFunc ``(x, y)``: an output grid (``src`` as in :func:`regrid`) to NHWC."""
+    from tvm import te
+
+    x = te.placeholder(src.shape, "uint8", name="x")
+    y = te.compute((1, src.h, src.w, src.c), lambda n, i, j, ch: src.read(x, i, j, ch), name="y")
+    return describe(te.create_prim_func([x, y]), op="unpack")

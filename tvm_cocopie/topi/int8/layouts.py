@@ -1,0 +1,161 @@
+"""GCD²'s data layouts for HVX int8 matrices, and the padded grids a convolution runs on.
+
+Seed 004, §4.3, Fig. 4.2: each multiply instruction wants its operand vectors in a
+layout of its own. A matrix ``X[M, K]`` (rows = spatial positions or matrix rows,
+columns = channels) is cut into panels of ``R = 128 / v`` rows; within a panel, groups
+of ``v`` adjacent columns are stored row by row, so one 128-byte vector holds ``R``
+rows times ``v`` columns:
+
+- ``1-column`` (``vmpy``,  ``v = 1``, 128-row panels): a vector is one column;
+- ``2-column`` (``vmpa``,  ``v = 2``, 64-row panels): two columns interleaved;
+- ``4-column`` (``vrmpy``, ``v = 4``, 32-row panels): four columns interleaved.
+
+Packed shape ``(P, G, R, v)`` with ``P = ceil(M / R)`` panels and ``G`` column groups;
+element ``X[p*R + r, g*v + j]`` sits at ``[p, g, r, j]``. Rows and columns past the
+matrix are padding (the "Total Data Size w/ Pad" of Table 4.2). Columns are padded to
+``col_multiple`` (what the instruction consumes per step).
+
+:class:`GridGeometry`: a ``k x k`` convolution of an ``h x w`` image runs as a sum of
+shifted matrix multiplications over padded, phase-split grids (the kernels of
+:mod:`tvm_cocopie.hexagon.kernels.conv2d`); it gives those grids' sizes.
+
+These are data descriptions only (no TVM): the computes of :mod:`.hvx`, the HVX
+kernels and the cost model all read them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Bytes in one HVX vector (128-byte mode, Hexagon V66).
+VBYTES = 128
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A GCD² layout: ``cols`` adjacent columns per vector, ``rows = 128 / cols``."""
+
+    name: str
+    cols: int
+    col_multiple: int
+
+    @property
+    def rows(self) -> int:
+        return VBYTES // self.cols
+
+    def padded(self, m: int, k: int) -> tuple:
+        """``(rows, columns)`` after padding."""
+        return round_up(m, self.rows), round_up(k, self.col_multiple)
+
+    def shape(self, m: int, k: int) -> tuple:
+        """The packed shape ``(P, G, R, v)`` of an ``m x k`` matrix."""
+        mp, kp = self.padded(m, k)
+        return (mp // self.rows, kp // self.cols, self.rows, self.cols)
+
+    def nbytes(self, m: int, k: int) -> int:
+        return int(np.prod(self.shape(m, k)))
+
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        """Row-major ``[M, K]`` to packed ``(P, G, R, v)``, zero padded."""
+        m, k = x.shape
+        mp, kp = self.padded(m, k)
+        full = np.zeros((mp, kp), dtype=x.dtype)
+        full[:m, :k] = x
+        p, g, r, v = self.shape(m, k)
+        return np.ascontiguousarray(full.reshape(p, r, g, v).transpose(0, 2, 1, 3))
+
+    def unpack(self, packed: np.ndarray, m: int, k: int) -> np.ndarray:
+        """Packed ``(P, G, R, v)`` back to row-major ``[M, K]``."""
+        p, g, r, v = packed.shape
+        return np.ascontiguousarray(packed.transpose(0, 2, 1, 3).reshape(p * r, g * v)[:m, :k])
+
+
+ONE_COLUMN = Layout("1-column", cols=1, col_multiple=2)
+
+
+TWO_COLUMN = Layout("2-column", cols=2, col_multiple=4)
+
+
+FOUR_COLUMN = Layout("4-column", cols=4, col_multiple=4)
+
+
+#: The layout each GCD² instruction wants (inputs and outputs alike).
+LAYOUT_OF = {"vmpy": ONE_COLUMN, "vmpa": TWO_COLUMN, "vrmpy": FOUR_COLUMN}
+
+
+VARIANTS = tuple(LAYOUT_OF)
+
+
+@dataclass(frozen=True)
+class GridGeometry:
+    """Sizes of a ``kernel x kernel`` convolution of an ``h x w`` image on padded grids."""
+
+    h: int
+    w: int
+    kernel: int
+    stride: int = 1
+    pad: int = 0
+    #: a wider grid than the image needs (extra zero columns on the right), so that
+    #: a whole network can share one grid width (:mod:`.executor`)
+    min_grid_w: int = 0
+
+    @property
+    def out_h(self) -> int:
+        return (self.h + 2 * self.pad - self.kernel) // self.stride + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.w + 2 * self.pad - self.kernel) // self.stride + 1
+
+    @property
+    def phases(self) -> int:
+        return self.stride * self.stride
+
+    @property
+    def grid_h(self) -> int:
+        """Rows of one phase grid."""
+        return math.ceil((self.h + 2 * self.pad) / self.stride)
+
+    @property
+    def grid_w(self) -> int:
+        """Width ``Wq`` of every grid, input phases and output alike."""
+        return max(math.ceil((self.w + 2 * self.pad) / self.stride), self.min_grid_w)
+
+    @property
+    def max_shift(self) -> int:
+        reach = (self.kernel - 1) // self.stride
+        return reach * self.grid_w + reach
+
+    def tap(self, dy, dx):
+        """``(phase, row shift)`` of tap ``(dy, dx)``; works on ints and TIR expressions."""
+        s = self.stride
+        return (dy % s) * s + dx % s, (dy // s) * self.grid_w + dx // s
+
+    def out_rows(self, variant: str) -> int:
+        return round_up(self.out_h * self.grid_w, LAYOUT_OF[variant].rows)
+
+    def in_rows(self, variant: str) -> int:
+        need = max(self.grid_h * self.grid_w, self.out_rows(variant) + self.max_shift)
+        return round_up(need, LAYOUT_OF[variant].rows)
+
+    def in_shape(self, variant: str, channels: int) -> tuple:
+        layout = LAYOUT_OF[variant]
+        groups = round_up(channels, layout.col_multiple) // layout.cols
+        return (self.phases, groups, self.in_rows(variant), layout.cols)
+
+    def out_shape(self, variant: str, channels: int) -> tuple:
+        layout = LAYOUT_OF[variant]
+        groups = round_up(channels, layout.col_multiple) // layout.cols
+        return (groups, self.out_rows(variant), layout.cols)
+
