@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_cocopie
+from tvm_cocopie.emulation import toolchain
 
 #: Max error relative to the reference output's largest magnitude. FP32 dot products
 #: of length K carry rounding of about sqrt(K)*eps (eps = 1.2e-7), ~1e-5 for the
@@ -59,6 +60,24 @@ def assert_close(actual, reference, rel_tol=REL_TOL):
         scale = float(np.max(np.abs(r))) or 1.0
         err = float(np.max(np.abs(a.astype(np.float64) - r)))
         assert err <= rel_tol * scale, f"max abs err {err:.3e} > {rel_tol:g} x {scale:.3e}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "needs_toolchain: runs Hexagon code under qemu-hexagon (skips, naming the "
+        "missing tools, where `make apt` has not installed them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = toolchain.missing_tools()
+    if not missing:
+        return
+    skip = pytest.mark.skip(
+        reason=f"Hexagon emulation toolchain not installed ({', '.join(missing)}); "
+        "`make apt` installs qemu-user-static, clang-14 and lld-14")
+    for item in items:
+        if "needs_toolchain" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)

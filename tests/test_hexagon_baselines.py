@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tvm_cocopie.emulation import toolchain
-
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
-)
-
 
 def test_weight_packing_matches_the_intrinsic_operand_order():
     import numpy as np
@@ -24,7 +18,7 @@ def test_weight_packing_matches_the_intrinsic_operand_order():
     assert packed[0, 1, 2, 1, 7, 1] == 0  # channel 5 is padding
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_tvm_vrmpy_conv_is_bit_exact():
     from tvm_cocopie.hexagon.tools import measure
 

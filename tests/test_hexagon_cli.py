@@ -8,13 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.hexagon import cli
 from tvm_cocopie.hexagon.executor import onnx_chain
-
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +41,7 @@ def _parser():
     return p
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_hexagon_run_command(mobilenet_path, tmp_path, capsys):
     out = tmp_path / "r.json"
     args = _parser().parse_args(

@@ -5,16 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.hexagon.kernels import conv2d, depthwise, transforms
 from tvm_cocopie.topi.int8 import layouts, reference
 from tvm_cocopie.topi.int8.compute import Requant
-
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(),
-    reason=f"Hexagon emulation toolchain not installed ({', '.join(toolchain.missing_tools())}); "
-    "`make apt` installs qemu-user-static, clang-14 and lld-14",
-)
 
 
 def _data(h, w, c, o, k, seed, wmax, depthwise_=False):
@@ -63,7 +56,7 @@ def test_pack_and_unpack_are_inverse_on_the_grid():
     assert rows[(2 + 1) * geo.grid_w + (4 + 1), :3].tolist() == x[0, 2, 4].tolist()
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize("variant", layouts.VARIANTS)
 @pytest.mark.parametrize("shape", CONVS, ids=lambda s: "h{}w{}c{}o{}k{}s{}p{}".format(*s))
 def test_conv2d_bit_exact(variant, shape):
@@ -82,7 +75,7 @@ def test_conv2d_bit_exact(variant, shape):
     assert res.packets[0] > 0
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize("variant", layouts.VARIANTS)
 @pytest.mark.parametrize("shape", [(10, 9, 6, 3, 1, 1), (11, 12, 16, 3, 2, 1), (6, 5, 4, 5, 1, 2)])
 def test_depthwise_bit_exact(variant, shape):

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.hexagon.selection import costmodel
 from tvm_cocopie.hexagon.tools import calibrate
 from tvm_cocopie.topi.int8.layouts import GridGeometry
-
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
-)
 
 
 def test_shipped_model_covers_every_family_and_variant():
@@ -45,7 +40,7 @@ def test_unknown_variant_is_a_cocopie_error():
         costmodel.CostModel({}).matmul("vrmpy", 32, 32, 32)
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize(
     "job", calibrate.HELD_OUT, ids=lambda j: f"{j[0]}-{j[1]}-{'x'.join(map(str, j[2]))}"
 )

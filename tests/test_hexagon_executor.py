@@ -5,13 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.hexagon import executor
 from tvm_cocopie.hexagon.executor import memplan, program
-
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
-)
 
 
 def test_quantized_chain_tracks_the_float_model():
@@ -31,7 +26,7 @@ def test_memory_plan_shares_dead_buffers_and_never_overlaps_live_ones():
     assert mp.arena_bytes < mp.naive_bytes
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize(
     "plan",
     [None, {"stem": "vmpy", "b0_0_dw": "vmpa", "b0_0_project": "vrmpy"}],
@@ -48,7 +43,7 @@ def test_mobilenetv2_head_runs_bit_exact_as_one_program(plan):
     assert res.arena_bytes < res.naive_bytes
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_vmpa_is_refused_for_full_range_weights():
     from tvm_cocopie.errors import CocopieError
 
@@ -68,7 +63,7 @@ def test_residual_add_and_max_pool_reference_tracks_the_float_model():
     assert np.abs(ref * net.output_scale - flt).max() <= 0.1 * flt.max()
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize(
     "layers, plan",
     [
@@ -88,7 +83,7 @@ def test_residual_blocks_run_bit_exact(layers, plan):
         assert ("b1_1_add", "regrid") in res.roles
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize("variant", ["vmpy", "vmpa"])  # vrmpy: in every network test
 def test_same_layout_regrid_copy_equals_the_gather(variant):
     """The row-copy regrid (stride-2 phase split of a grid, and of the NHWC image) writes
@@ -119,7 +114,7 @@ def test_same_layout_regrid_copy_equals_the_gather(variant):
         assert fast.packets[0] < slow.packets[0]
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_shift_copy_equals_the_gather():
     """The stride-1 same-layout regrid as a masked shifted vector copy (large grids)."""
     from tvm_cocopie.emulation import hexagon as runner

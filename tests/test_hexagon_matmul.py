@@ -7,16 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.hexagon.kernels import matmul, transforms
 from tvm_cocopie.topi.int8 import layouts, reference
 from tvm_cocopie.topi.int8.compute import Requant
-
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(),
-    reason=f"Hexagon emulation toolchain not installed ({', '.join(toolchain.missing_tools())}); "
-    "`make apt` installs qemu-user-static, clang-14 and lld-14",
-)
 
 
 def _problem(m, k, n, seed=0, wmax=64):
@@ -115,7 +108,7 @@ def test_vmpa_exactness_predicate():
 SHAPES = [(64, 64, 64), (37, 53, 29), (5, 3, 1), (129, 20, 6)]
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize("variant", layouts.VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matmul_bit_exact(variant, shape):
@@ -123,14 +116,14 @@ def test_matmul_bit_exact(variant, shape):
     np.testing.assert_array_equal(y, ref)
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize("variant", ["vmpy", "vrmpy"])
 def test_full_range_weights_are_exact_for_32_bit_accumulating_variants(variant):
     y, ref, _ = _run_matmul(variant, 33, 40, 9, seed=3, wmax=127)
     np.testing.assert_array_equal(y, ref)
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_packet_counts_are_deterministic_and_kernel_only():
     _, _, first = _run_matmul("vrmpy", 64, 64, 64, seed=1, count_packets=True)
     _, _, second = _run_matmul("vrmpy", 64, 64, 64, seed=2, count_packets=True)
@@ -138,7 +131,7 @@ def test_packet_counts_are_deterministic_and_kernel_only():
     assert first.packets_outside_calls == 0
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_layout_transforms_on_device():
     from tvm_cocopie.emulation import hexagon as runner
 
@@ -155,7 +148,7 @@ def test_layout_transforms_on_device():
         np.testing.assert_array_equal(out, packed(dst))
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 @pytest.mark.parametrize("shape", [(37, 53), (130, 9)], ids=lambda s: "x".join(map(str, s)))
 def test_repack_between_gcd2_layouts_moves_whole_vectors(shape):
     from tvm_cocopie.emulation import hexagon as runner
@@ -176,7 +169,7 @@ def test_repack_between_gcd2_layouts_moves_whole_vectors(shape):
         assert res.packets[0] <= 60 + 10 * vectors, (src.name, dst.name, res.packets)
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_two_layer_chain_with_a_layout_change_in_one_program():
     """y = mm_vmpa(repack_4to2(mm_vrmpy(x))): GCD²'s layout edges, one packet count each."""
     from tvm_cocopie.emulation import hexagon as runner

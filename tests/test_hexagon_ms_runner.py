@@ -5,11 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvm_cocopie.emulation import toolchain
-
-pytestmark = pytest.mark.skipif(
-    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
-)
+pytestmark = pytest.mark.needs_toolchain
 
 SHAPE = (4, 4, 8, 32, 1, 1, 0)  # H, W, C, O, kernel, stride, pad
 

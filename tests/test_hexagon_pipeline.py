@@ -12,22 +12,17 @@ from tvm import relax
 
 import tvm_cocopie
 from tvm_cocopie.emulation import hexagon as runner
-from tvm_cocopie.emulation import toolchain
 from tvm_cocopie.errors import TargetError, UnsupportedOperatorError
 from tvm_cocopie.hexagon import executor, relax_graph
-from tvm_cocopie.hexagon.selection.networks import _Net
+from tvm_cocopie.hexagon.selection.networks import NetBuilder
 from tvm_cocopie.pipeline import run_until
 from tvm_cocopie.target import HEXAGON_V66, host_target
 from tvm_cocopie.topi.int8.hvx import descriptor
 
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(), reason="Hexagon emulation toolchain not installed (`make apt`)"
-)
-
 
 def _chain():
     """Strided 3x3 stem, depthwise 3x3, 1x1, then a 3x3 in the same layout."""
-    net = _Net(12, 12, 3)
+    net = NetBuilder(12, 12, 3)
     x = net.add("conv", "input", 16, 3, 2, 1, name="stem")
     x = net.add("dwconv", x, 16, 3, 1, 1, name="dw")
     x = net.add("conv", x, 32, 1, name="expand")
@@ -89,7 +84,7 @@ def test_pipeline_emits_the_executors_kernels(net, scheduled):
     assert ops >= ({"conv", "regrid", "add", "maxpool"} if residual else {"conv", "dwconv"})
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_compiled_kernels_run_bit_exact_with_the_executors_packets(net, scheduled):
     funcs, calls, inputs, output, aliases = relax_graph.program_of(scheduled)
     inputs = {"image": net.image_q, **inputs}

@@ -10,12 +10,6 @@ from tvm import te
 from tvm_cocopie.emulation import harness, packets, toolchain
 from tvm_cocopie.errors import ToolchainError
 
-needs_toolchain = pytest.mark.skipif(
-    not toolchain.available(),
-    reason=f"Hexagon emulation toolchain not installed ({', '.join(toolchain.missing_tools())}); "
-    "`make apt` installs qemu-user-static, clang-14 and lld-14",
-)
-
 
 def _vadd(n=1000, dtype="int32"):
     a = te.placeholder((n,), dtype, name="a")
@@ -60,7 +54,7 @@ def test_missing_tool_says_make_apt(monkeypatch):
         toolchain.toolchain()
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_vector_add_round_trip_and_chain():
     from tvm_cocopie.emulation import hexagon as runner
 
@@ -79,7 +73,7 @@ def test_vector_add_round_trip_and_chain():
     assert again.packets == res.packets
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_run_func_positional():
     from tvm_cocopie.emulation import hexagon as runner
 
@@ -88,7 +82,7 @@ def test_run_func_positional():
     np.testing.assert_array_equal(out, a + a)
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_kernel_error_is_reported():
     from tvm.script import tirx as T
 
@@ -106,7 +100,7 @@ def test_kernel_error_is_reported():
         )
 
 
-@needs_toolchain
+@pytest.mark.needs_toolchain
 def test_long_run_times_out():
     from tvm.script import tirx as T
 
@@ -123,16 +117,35 @@ def test_long_run_times_out():
         )
 
 
-def test_build_cache_key_is_stable():
-    from tvm_cocopie.emulation import hexagon as runner
+def test_program_spec_describes_the_kernel_buffers():
+    from tvm_cocopie.emulation.program import normalize_module, program_spec
 
-    mod = runner.normalize_module({"vadd": _vadd()})
-    spec = runner.program_spec(mod, [("vadd", ["a", "b", "c"])], ["a", "b"], ["c"])
+    mod = normalize_module({"vadd": _vadd()})
+    spec = program_spec(mod, [("vadd", ["a", "b", "c"])], ["a", "b"], ["c"])
     assert spec.buffer("c").shape == (1000,) and spec.buffer("c").dtype == "int32"
     assert isinstance(mod, tvm.IRModule)
 
 
-@needs_toolchain
+def test_build_cache_key_is_stable():
+    """The same build gets the same key (in a new module object too); a change to the
+    kernels, the harness source or the tools gets another."""
+    from tvm_cocopie.emulation import hexagon as runner
+    from tvm_cocopie.emulation.program import normalize_module
+
+    tc = toolchain.Toolchain(qemu="q", clang="clang-14", lld="ld.lld-14")
+    target = runner.hexagon_target()
+    key = runner.build_key(normalize_module({"vadd": _vadd()}), target, "int main;", tc)
+    assert key == runner.build_key(normalize_module({"vadd": _vadd()}), target, "int main;", tc)
+    others = {
+        runner.build_key(normalize_module({"vadd": _vadd(999)}), target, "int main;", tc),
+        runner.build_key(normalize_module({"vadd": _vadd()}), target, "int main2;", tc),
+        runner.build_key(normalize_module({"vadd": _vadd()}), target, "int main;",
+                         toolchain.Toolchain(qemu="q", clang="clang-15", lld="ld.lld-14")),
+    }
+    assert key not in others and len(others) == 3
+
+
+@pytest.mark.needs_toolchain
 def test_packets_are_attributed_per_call_and_exclude_the_harness():
     from tvm_cocopie.emulation import hexagon as runner
 

@@ -7,7 +7,7 @@ from tvm import relax
 
 import tvm_cocopie
 from tvm_cocopie.frontend.importer import from_onnx
-from tvm_cocopie.pipeline import STAGES, PipelineOptions, run_until
+from tvm_cocopie.pipeline import STAGES, PipelineOptions, cocopie_pipeline, run_until
 from tvm_cocopie.target import host_target
 
 
@@ -20,7 +20,7 @@ def test_register_is_idempotent_and_readable():
     for stage in STAGES:
         assert stage in text
     assert [s for s, _ in first.stages] == list(STAGES)
-    assert relax.pipeline.PIPELINE_MAP["cocopie"] is relax.pipeline.PIPELINE_MAP["cocopie"]
+    assert relax.pipeline.PIPELINE_MAP["cocopie"] is cocopie_pipeline
 
 
 def test_stock_tvm_compile_uses_the_registered_pipeline(tiny_model, tiny_input):
@@ -49,7 +49,6 @@ def test_pipeline_needs_a_target(tiny_model):
     import pytest
 
     from tvm_cocopie.errors import TargetError
-    from tvm_cocopie.pipeline import cocopie_pipeline
 
     mod = from_onnx(tiny_model, shapes={"x": [1, 3, 16, 16]})
     with pytest.raises(TargetError, match="needs a target"):

@@ -82,10 +82,23 @@ def test_constant_pad_imports_as_relax_pad_and_folds_into_conv(opset):
 
 
 def test_pad_into_conv_through_the_cocopie_pipeline():
+    """The pipeline's rewrite stage folds the pad; the compiled model stays exact."""
+    from tvm_cocopie.pipeline import run_until
+    from tvm_cocopie.target import host_target
+
     model = pad_conv_model()
+    rewritten = run_until(tvm_cocopie.from_onnx(model), host_target(), "rewrite")
+    assert "nn.pad" not in _ops(rewritten)
     compiled = tvm_cocopie.compile(model)
-    assert rw.MathPropertyRewrite.last_stats.applied["fold/pad-into-conv"] == 1
     assert_close(compiled(FEEDS["x"]), ort_run(model, FEEDS))
+
+
+def test_each_rewrite_pass_keeps_its_own_stats():
+    mod = tvm_cocopie.from_onnx(pad_conv_model())
+    first, second = rw.MathPropertyRewrite(), rw.MathPropertyRewrite(max_rounds=0)
+    assert first.stats is None
+    first(mod)
+    assert first.stats.applied["fold/pad-into-conv"] == 1 and second.stats is None
 
 
 @pytest.mark.parametrize("mode,value,pads", [

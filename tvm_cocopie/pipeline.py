@@ -33,6 +33,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from . import relay_passes, schedules, topi
 from .errors import TargetError
+from .hexagon.relax_graph import HexagonSelect, check_target
 from .target import is_hexagon, parse_target
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class PipelineOptions:
 
 
 def _legalize_stage(target, options: PipelineOptions) -> list:
-    overrides = topi.legalize_overrides(target, options) if options.custom_legalize else {}
+    overrides = topi.legalize_overrides(target) if options.custom_legalize else {}
     return [
         relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
         relax.transform.AnnotateTIROpPattern(),
@@ -86,13 +87,13 @@ def _lower_stage(target, options: PipelineOptions) -> list:
 _STAGE_BUILDERS = {
     "dispatch": lambda target, options: cpu_generic.library_dispatch_passes(target),
     "rewrite": lambda target, options: (
-        relay_passes.rewrite_passes(target, options) if options.rewrite else []
+        relay_passes.rewrite_passes(target) if options.rewrite else []
     ),
     "layout": lambda target, options: (
-        relay_passes.layout_passes(target, options) if options.layout else []
+        relay_passes.layout_passes(target) if options.layout else []
     ),
     "legalize": _legalize_stage,
-    "fusion": relay_passes.fusion_passes,
+    "fusion": lambda target, options: relay_passes.fusion_passes(target) if options.fuse else [],
     "schedule": _schedule_stage,
     "lower": _lower_stage,
 }
@@ -102,7 +103,6 @@ def _hexagon_builders(target) -> dict:
     """Hexagon (seed 004, GCD²): the ``layout`` stage is the global layout/instruction
     selection over the int8 graph (:mod:`.hexagon.relax_graph`), which emits the
     computes the ``schedule`` stage turns into HVX kernels; no rewriting or fusion."""
-    from .hexagon.relax_graph import HexagonSelect, check_target
 
     check_target(target)
     return {

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CompilationError, ToolchainError
+from ..paths import cache_dir
+from ..target import HEXAGON_V66
 from . import harness
 from .packets import PacketCounter
 from .program import ffi_include, input_bytes, normalize_module, program_spec, read_outputs
@@ -65,17 +67,14 @@ def hexagon_target():
     """``tvm.target.Target`` for Hexagon V66 with 128-byte HVX."""
     import tvm
 
-    from ..target import HEXAGON_V66
 
     return tvm.target.Target(HEXAGON_V66)
 
 
 def cache_root() -> Path:
-    """Where built programs are kept: ``$TVM_COCOPIE_CACHE_DIR/hexagon`` or ``~/.cache``."""
-    base = os.environ.get("TVM_COCOPIE_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tvm_cocopie"
-    )
-    return Path(base) / "hexagon"
+    """Where built programs are kept: ``hexagon/`` in the package cache folder
+    (:func:`tvm_cocopie.paths.cache_dir`)."""
+    return cache_dir("hexagon")
 
 
 @dataclass
@@ -120,7 +119,9 @@ class HexagonProgram:
 # ----------------------------------------------------------------------------- build
 
 
-def _cache_key(mod, target, c_source: str, tc) -> str:
+def build_key(mod, target, c_source: str, tc) -> str:
+    """The cache key of a build: everything that changes the program (runner version, TVM,
+    target, kernels, harness source, compiler flags and tools), hashed."""
     import tvm
 
     h = hashlib.sha256()
@@ -203,7 +204,7 @@ def build(
     mod = normalize_module(funcs)
     spec = program_spec(mod, calls, inputs, outputs, workspace_bytes, offsets)
     c_source = harness.generate(spec)
-    key = _cache_key(mod, target, c_source, tc)
+    key = build_key(mod, target, c_source, tc)
     root = Path(cache_dir) if cache_dir else cache_root()
     final = root / key
     meta_path = final / "meta.json"

@@ -25,7 +25,6 @@ dynamic-rank tensors). Every other input stays a runtime argument.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,10 +33,14 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from ..errors import InputShapeError, ModelError
+from ..pipeline import register_pipeline
+from ..target import host_target, parse_target
+from .importer import from_onnx
+from .model import load_model
 
 log = logging.getLogger(__name__)
 
-#: The Relax pipeline the backend builds with; ``TVM_COCOPIE_ONNX_PIPELINE`` overrides.
+#: The Relax pipeline the backend builds with unless ``prepare(pipeline=...)`` names one.
 DEFAULT_PIPELINE = "default"
 
 #: Operands (input positions) Relax needs at compile time: they decide an output's
@@ -118,8 +121,7 @@ def bind_inputs(proto: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onn
 
 
 def default_target(threads: int | None = None):
-    from ..target import host_target
-
+    """This host as a target, ``threads`` cores (default 1: the suite runs cases serially)."""
     return host_target(threads or 1)
 
 
@@ -249,7 +251,7 @@ class TvmCocopieBackend(Backend):
     """ONNX backend: import with tvm-cocopie's extended importer, build with TVM.
 
     ``prepare(model, device="CPU", pipeline=..., target=..., shapes=...)``: the
-    pipeline defaults to ``TVM_COCOPIE_ONNX_PIPELINE`` or ``"default"``; pass
+    pipeline defaults to the class attribute ``pipeline``, else ``"default"``; pass
     ``"cocopie"`` for the cocopie pipeline. A model whose shape-determining operands
     are graph inputs gets a :class:`SpecializingRep` (see the module docstring).
     """
@@ -263,8 +265,6 @@ class TvmCocopieBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto | str | bytes, device: str = "CPU",
                 **kwargs: Any) -> TvmCocopieRep | SpecializingRep:
-        from .model import load_model
-
         if not cls.supports_device(device):
             raise ModelError(f"tvm-cocopie's ONNX backend runs on CPU, not {device}")
         proto = load_model(model)
@@ -281,15 +281,10 @@ class TvmCocopieBackend(Backend):
     def _build(cls, proto: onnx.ModelProto, **kwargs: Any) -> TvmCocopieRep:
         import tvm
 
-        from .. import register
-        from ..target import parse_target
-        from .importer import from_onnx
-
-        pipeline = (kwargs.get("pipeline") or cls.pipeline
-                    or os.environ.get("TVM_COCOPIE_ONNX_PIPELINE") or DEFAULT_PIPELINE)
+        pipeline = kwargs.get("pipeline") or cls.pipeline or DEFAULT_PIPELINE
         target = kwargs.get("target") or default_target()
         if pipeline == "cocopie":
-            register()
+            register_pipeline()
         # prepare() has checked the model (a specialized copy only binds inputs of it)
         mod = from_onnx(proto, shapes=kwargs.get("shapes"), check=False)
         if not isinstance(target, tvm.target.Target):

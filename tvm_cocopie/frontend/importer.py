@@ -21,6 +21,7 @@ import onnx
 import tvm
 
 from ..errors import ModelError, UnsupportedOperatorError, last_line
+from .control_flow import fold_keeping_captures, simplify
 from .folding import fold_constants
 from .model import ModelLike, check_shapes, load_model, model_opset
 from .ops.registry import converter_map
@@ -50,8 +51,6 @@ def unsupported_operators(proto: onnx.ModelProto, convert_map: Mapping | None = 
     ``convert_map`` defaults to the extended map of :mod:`tvm_cocopie.frontend.ops`.
     """
     if convert_map is None:
-        from .ops import converter_map
-
         convert_map = converter_map()
     opsets = {e.domain or "ai.onnx": int(e.version) for e in proto.opset_import}
     missing: dict[tuple, list[str]] = {}
@@ -83,8 +82,6 @@ def from_onnx(
     """
     proto = load_model(model, check=check)
     shapes = check_shapes(proto, shapes)
-    from .control_flow import fold_keeping_captures, simplify
-    from .importer import import_model
 
     proto = fold_keeping_captures(proto, lambda m: fold_constants(m, shapes)[0])
     proto = simplify(proto, lambda m: fold_constants(m)[0])  # constant If / Loop

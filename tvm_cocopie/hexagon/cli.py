@@ -11,6 +11,11 @@ from __future__ import annotations
 import json
 import logging
 
+from ..emulation import toolchain
+from ..errors import ModelError, ToolchainError
+from . import executor
+from .executor import onnx_chain
+
 log = logging.getLogger(__name__)
 
 
@@ -32,10 +37,6 @@ def add_parser(subparsers):
 def cmd_run(args) -> int:
     import onnx
 
-    from ..emulation import toolchain
-    from ..errors import ModelError, ToolchainError
-    from . import executor
-    from .executor import onnx_chain
 
     if not toolchain.available():
         raise ToolchainError(

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import TargetError, UnsupportedOperatorError
 from ..topi.int8.compute import AddRequant, Requant
 from .executor.program import choose_plans, compile_network
-from .executor.quantization import QLayer, QNetwork
+from .executor.quantization import QLayer, QNetwork, layer_sources
 from .selection.networks import Layer
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,6 @@ def relax_module(net: QNetwork):
     """The quantized network ``net`` as a Relax module ``main(image: uint8 NHWC)``."""
     from tvm import relax
 
-    from .executor.quantization import layer_sources
 
     first = net.layers[0].layer
     x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError, ModelFetchError
+from ..paths import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +83,9 @@ PIP_TIMEOUT = 600.0
 
 
 def default_cache_dir() -> Path:
-    """``$TVM_COCOPIE_CACHE``, else ``~/.cache/tvm_cocopie``."""
-    env = os.environ.get("TVM_COCOPIE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "tvm_cocopie"
+    """The package cache folder (:func:`tvm_cocopie.paths.cache_dir`): ``$TVM_COCOPIE_CACHE``,
+    else ``~/.cache/tvm_cocopie``."""
+    return cache_dir()
 
 
 def _sha256(path: Path) -> str:

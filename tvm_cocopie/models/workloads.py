@@ -11,7 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from .. import models
 from ..errors import ModelError
+from . import list_models
+from .real import fetch_rapidocr, real_model_inputs
 
 REAL_PREFIX = "ppocr_"
 REAL_WORKLOADS = ("ppocr_det", "ppocr_rec", "ppocr_cls")
@@ -29,8 +32,6 @@ class Workload:
 
 
 def list_workloads() -> list[str]:
-    from . import list_models
-
     return list(list_models()) + list(REAL_WORKLOADS)
 
 
@@ -41,15 +42,12 @@ def get_workload(name: str, image_size: int | None = None, seed: int = 0, **kwar
     ignored by the encoder and the real models, whose shapes are their own.
     """
     if name.startswith(REAL_PREFIX):
-        from .real import fetch_rapidocr, real_model_inputs
-
         key = name[len(REAL_PREFIX):]
         paths = fetch_rapidocr()
         if key not in paths:
             raise ModelError(f"unknown real model {name!r}; known: {list(REAL_WORKLOADS)}")
         model = onnx.load(str(paths[key]))
         return Workload(name, model, real_model_inputs(key, seed=seed))
-    from .. import models
 
     if image_size is not None and _takes_image_size(name):
         kwargs["image_size"] = image_size

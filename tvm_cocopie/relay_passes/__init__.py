@@ -17,23 +17,21 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .layout import layout_passes_for
+from .rewriting import MathPropertyRewrite
 
-def rewrite_passes(target: tvm.target.Target, options) -> list:
-    """Math-property rewriting passes, run on the imported Relax graph."""
-    from .rewriting import MathPropertyRewrite
 
+def rewrite_passes(target: tvm.target.Target) -> list:
+    """Math-property rewriting passes for ``target``, run on the imported Relax graph."""
     return [MathPropertyRewrite()]
 
 
-def layout_passes(target: tvm.target.Target, options) -> list:
-    """Layout-choice passes, run after rewriting and before legalization."""
-    from .layout import layout_passes_for
-
+def layout_passes(target: tvm.target.Target) -> list:
+    """Layout-choice passes for ``target``, run after rewriting and before legalization
+    (empty for targets other than CPUs)."""
     return layout_passes_for(target)
 
 
-def fusion_passes(target: tvm.target.Target, options) -> list:
-    """Fusion passes, run on legalized, pattern-annotated PrimFuncs."""
-    if not options.fuse:
-        return []
+def fusion_passes(target: tvm.target.Target) -> list:
+    """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs."""
     return [relax.transform.FuseOps(), relax.transform.FuseTIR()]

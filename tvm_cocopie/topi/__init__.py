@@ -21,12 +21,12 @@ from __future__ import annotations
 import tvm
 
 from ..target import cpu_info, is_hexagon
+from .cpu.legalize import overrides
 
 
-def legalize_overrides(target: tvm.target.Target, options) -> dict:
-    """Relax op name -> legalize function for ``target``."""
+def legalize_overrides(target: tvm.target.Target) -> dict:
+    """Relax op name -> legalize function for ``target`` (empty: TVM's own legalization)."""
     if target.kind.name != "llvm" or is_hexagon(target):
         return {}
-    from .cpu.legalize import overrides
 
     return overrides(cpu_info(target))

@@ -13,6 +13,7 @@ itself (graph walk, initializers, ``If`` subgraphs) is stock TVM's.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 
@@ -29,7 +30,6 @@ FAMILIES = (
     "quantized",
     "transformer",
     "loss",
-    "detection",
     "pad",
     "control",
     "ml",
@@ -38,8 +38,9 @@ FAMILIES = (
     "conv_transpose",
 )
 
+#: ``{op_type: converter class}`` filled by :func:`register` as the family modules load;
+#: read through :func:`our_converters` only.
 _OURS: dict[str, type] = {}
-_loaded = False
 
 
 def register(*op_types: str):
@@ -55,17 +56,16 @@ def register(*op_types: str):
     return wrap
 
 
+@functools.cache
+def _load_families() -> None:
+    """Import every family module once (their ``@register`` decorators fill the table)."""
+    for name in FAMILIES:
+        importlib.import_module(f"{__package__}.{name}")
+
+
 def our_converters() -> dict[str, type]:
-    """``{op_type: converter class}`` of this package only."""
-    global _loaded
-    if not _loaded:
-        for name in FAMILIES:
-            try:
-                importlib.import_module(f"{__package__}.{name}")
-            except ModuleNotFoundError as err:
-                if err.name != f"{__package__}.{name}":
-                    raise
-        _loaded = True
+    """``{op_type: converter class}`` of this package only (a copy)."""
+    _load_families()
     return dict(_OURS)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...emulation.harness import ALIGN
+from ...emulation.program import normalize_module, program_spec
 
 
 def _align(n: int) -> int:
@@ -80,7 +81,6 @@ def check(mp: MemoryPlan, nbytes: dict) -> None:
 def plan_memory(funcs, calls, inputs, output: str, aliases: dict) -> MemoryPlan:
     """The static memory plan of a program; ``aliases`` maps a buffer to the one whose
     memory it views (same bytes, another shape), so both get one offset."""
-    from ...emulation.program import normalize_module, program_spec
 
     spec = program_spec(normalize_module(funcs), calls, list(inputs), [output])
     sizes = {b.name: b.nbytes for b in spec.buffers}

@@ -8,12 +8,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import CocopieError
+from ...topi.int8 import hvx as int8_hvx
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
 from ..kernels.conv2d import pack_conv_weights
 from ..kernels.depthwise import pack_dw_weights
+from ..kernels.dispatch import hvx_kernel
 from ..kernels.matmul import vmpa_exact
 from ..kernels.transforms import pad_bias
-from ..selection.networks import Layer
+from ..selection.networks import Layer, selection_graph
+from ..selection.search import global_select, local_select
 from . import memplan
 from .memplan import plan_memory
 from .quantization import QLayer, QNetwork, layer_sources
@@ -69,7 +72,6 @@ def shift_copy_pays(src: Tensor, geo: GridGeometry, variant: str) -> bool:
 def shift_copy_compute(src: Tensor, geo: GridGeometry, variant: str):
     """:func:`tvm_cocopie.topi.int8.hvx.shift_copy` from ``src``'s grid into a ``geo``
     convolution's input grid in ``variant``'s layout (see :func:`shift_copy_kernel`)."""
-    from ...topi.int8 import hvx as int8_hvx
 
     v = LAYOUT_OF[variant].cols
     dst_shape = geo.in_shape(variant, src.c)
@@ -132,8 +134,6 @@ class Program:
 def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
     """GCD²'s global selection over the network (cost model, nothing run); ``local``:
     each layer's cheapest plan alone, transforms ignored."""
-    from ..selection.networks import selection_graph
-    from ..selection.search import global_select, local_select
 
     first = net.layers[0].layer
     layers = [Layer("input", "input", (), first.h, first.w, first.c, first.c)]
@@ -174,7 +174,6 @@ class _Emit:
 
 def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, width: int):
     """``(geometry, buffer name, direct)``: ``cur`` made the input grid of ``lay``."""
-    from ...topi.int8 import hvx as int8_hvx
 
     x_name = f"in{idx}"
     if lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant:
@@ -201,7 +200,6 @@ def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, widt
 def _add(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Tensor:
     """A residual add: both inputs brought to one grid (``variant``, width of an input
     already in it), regridded only where they are not."""
-    from ...topi.int8 import hvx as int8_hvx
 
     lay = q.layer
     a = ins[0]
@@ -233,8 +231,6 @@ def compile_network(
     rule makes of it (:func:`tvm_cocopie.hexagon.kernels.dispatch.hvx_kernel`), exactly
     as ``tvm.compile(..., relax_pipeline="cocopie")`` does for a Hexagon target.
     """
-    from ...topi.int8 import hvx as int8_hvx
-    from ..kernels.dispatch import hvx_kernel
 
     plan = dict(plan or choose_plans(net, model))
     first = net.layers[0].layer

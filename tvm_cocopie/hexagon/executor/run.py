@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...emulation.hexagon import run
 from .program import compile_network
 from .quantization import QNetwork, reference_forward
 
@@ -37,7 +38,6 @@ class NetworkResult:
 
 def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=None):
     """Compile, run once under the emulator counting packets, compare with numpy."""
-    from ...emulation.hexagon import run
 
     prog = compile_network(net, plan, model)
     res = run(

@@ -18,7 +18,7 @@ from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, round_up
 from . import hvx
 from .gemm import block_size, requant4
 from .tirgen import T, bind, kernel, ramp, vec_buffer, vload, vstore
-from .transforms import _words
+from .transforms import pack_words
 
 
 def pack_dw_weights(w: np.ndarray, variant: str) -> np.ndarray:
@@ -29,7 +29,7 @@ def pack_dw_weights(w: np.ndarray, variant: str) -> np.ndarray:
     full = np.zeros((kh * kw, cp), dtype=np.int8)
     full[:, :c] = w.reshape(kh * kw, c)
     groups = full.reshape(kh * kw, cp // layout.cols, layout.cols)
-    return _words(*(groups[..., q % layout.cols] for q in range(4)))
+    return pack_words(*(groups[..., q % layout.cols] for q in range(4)))
 
 
 def depthwise_conv2d(

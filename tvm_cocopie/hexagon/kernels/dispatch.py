@@ -6,6 +6,11 @@ from tvm import s_tir
 
 from ...topi.int8.compute import Requant
 from ...topi.int8.hvx import descriptor, geometry_of
+from ...topi.int8.layouts import LAYOUT_OF
+from .conv2d import conv2d
+from .depthwise import depthwise_conv2d
+from .regrid import regrid_copy_kernel
+from .shift_copy import shift_copy_kernel
 
 
 def vectorize_inner(func, lanes: int = 128):
@@ -29,7 +34,6 @@ def _in_root_block(kernel):
 
 def _same_layout_copy(desc: dict) -> bool:
     """A regrid between grids of one layout with no padded channel: row copies."""
-    from ...topi.int8.layouts import LAYOUT_OF
 
     variant, _, _, _, c, _ = desc["src"]
     if variant is None:  # the NHWC image: byte copies
@@ -45,9 +49,6 @@ def hvx_kernel(func):
         return None
     op = desc["op"]
     if op in ("conv", "dwconv"):
-        from .conv2d import conv2d
-        from .depthwise import depthwise_conv2d
-
         rq = Requant(*desc["rq"])
         geo = geometry_of(desc)
         if op == "conv":
@@ -55,13 +56,9 @@ def hvx_kernel(func):
         else:
             kernel = depthwise_conv2d(desc["variant"], geo, desc["c"], rq)
     elif op == "shift_copy":
-        from .shift_copy import shift_copy_kernel
-
         kernel = shift_copy_kernel(desc["v"], desc["groups"], desc["src"], desc["dst"],
                                    desc["shift"])
     elif op == "regrid" and _same_layout_copy(desc):
-        from .regrid import regrid_copy_kernel
-
         _, shape, h, w, c, wq = desc["src"]
         kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c)
     elif op in ("regrid", "add", "maxpool"):

@@ -20,6 +20,7 @@ the NHWC image into the first layer's grid (``c`` byte copies per pixel).
 from __future__ import annotations
 
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
+from .tirgen import T, kernel, ramp
 
 
 def _valid(n_src: int, n_grid: int, phase: int, stride: int, pad: int) -> tuple:
@@ -40,7 +41,6 @@ def regrid_copy_kernel(variant: str, src_shape: tuple, h: int, w: int, wq: int,
     valid position, any ``channels``; padded channels stay zero."""
     from tvm import tirx
 
-    from .tirgen import T, kernel, ramp
 
     lay = LAYOUT_OF[variant]
     v = lay.cols

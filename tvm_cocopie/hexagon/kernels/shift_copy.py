@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from .tirgen import T, kernel, ramp
+
 log = logging.getLogger(__name__)
 
 
@@ -21,7 +23,6 @@ def shift_copy_kernel(v: int, groups: int, s_src: int, s_dst: int, sh: int):
     """
     from tvm import tirx
 
-    from .tirgen import T, kernel, ramp
 
     n_vec = s_dst // 128
     t_lo = -(-sh // 128)

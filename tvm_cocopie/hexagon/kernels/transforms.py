@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...topi.int8.layouts import LAYOUT_OF, VBYTES, Layout, round_up
+from .tirgen import T, kernel, ramp
 
 
-def _words(b0, b1, b2, b3) -> np.ndarray:
+def pack_words(b0, b1, b2, b3) -> np.ndarray:
     """Four int8 arrays to int32 words holding them little-endian (``Rt.b[0..3]``)."""
     stacked = np.stack([b0, b1, b2, b3], axis=-1).astype(np.int8)
     return np.ascontiguousarray(stacked).view("<i4")[..., 0].astype(np.int32)
@@ -50,11 +51,11 @@ def pack_weights(w: np.ndarray, variant: str) -> np.ndarray:
     full = np.zeros((kp, np_), dtype=np.int8)
     full[:k, :n] = w
     if variant == "vmpy":
-        return _words(full, full, full, full)
+        return pack_words(full, full, full, full)
     q = full.reshape(kp // 4, 4, np_)
     if variant == "vmpa":
-        return _words(q[:, 0], q[:, 2], q[:, 1], q[:, 3])
-    return _words(q[:, 0], q[:, 1], q[:, 2], q[:, 3])
+        return pack_words(q[:, 0], q[:, 2], q[:, 1], q[:, 3])
+    return pack_words(q[:, 0], q[:, 1], q[:, 2], q[:, 3])
 
 
 def pad_bias(bias: np.ndarray, variant: str) -> np.ndarray:
@@ -154,7 +155,6 @@ def repack_func(src: Layout, dst: Layout, m: int, k: int):
     """
     from tvm import tirx
 
-    from .tirgen import T, kernel, ramp
 
     if src == dst:
         raise ValueError("source and destination layouts are the same")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from ...errors import CocopieError
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, Layout, round_up
 from ..kernels.gemm import block_size
+from .coefficients import COEFFICIENTS
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,6 @@ class CostModel:
     @classmethod
     def default(cls) -> CostModel:
         """The model fitted on emulator packets, shipped in :mod:`.coefficients`."""
-        from .coefficients import COEFFICIENTS
 
         return cls(COEFFICIENTS)
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...models.mobilenet import INVERTED_RESIDUAL_SETTING
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
+from .costmodel import CostModel
 from .search import Graph, Node
 
 #: Estimated packets per 128-byte output vector of an elementwise add or a pool tap.
@@ -74,24 +76,30 @@ class Layer:
         return 0
 
 
-class _Net:
+class NetBuilder:
+    """A layer graph built layer by layer: ``add`` appends a layer reading ``src``
+    (and ``extra`` inputs) with its output size derived from it; ``layers`` is the graph,
+    an ``input`` layer of ``h x w x c`` first."""
+
     def __init__(self, h, w, c):
         self.layers = [Layer("input", "input", (), h, w, c, c)]
 
-    def add(self, op, src, o, k=1, s=1, p=0, extra=(), name=None):
+    def add(self, op, src, o, k=1, s=1, p=0, extra=(), name=None) -> str:
+        """Append a layer; its name."""
         prev = self.by(src)
         oh, ow = prev.out_hw
         name = name or f"{op}{len(self.layers)}"
         self.layers.append(Layer(name, op, (src, *extra), oh, ow, prev.o, o, k, s, p))
         return name
 
-    def by(self, name):
+    def by(self, name) -> Layer:
+        """The layer called ``name``."""
         return next(lay for lay in self.layers if lay.name == name)
 
 
 def resnet50_layers(image: int = 224, blocks=(3, 4, 6, 3), classes: int = 1000) -> list:
     """ResNet-50 v1.5 (stride in the 3x3) as layers; batch norm folded into the convs."""
-    net = _Net(image, image, 3)
+    net = NetBuilder(image, image, 3)
     x = net.add("conv", "input", 64, 7, 2, 3, name="stem")
     x = net.add("pool", x, 64, 3, 2, 1, name="maxpool")
     cin = 64
@@ -114,10 +122,9 @@ def resnet50_layers(image: int = 224, blocks=(3, 4, 6, 3), classes: int = 1000) 
 
 def mobilenetv2_layers(image: int = 224, classes: int = 1000, stages=None) -> list:
     """MobileNetV2 (width 1.0) as layers: inverted residuals ``(t, c, n, s)``."""
-    from ...models.mobilenet import INVERTED_RESIDUAL_SETTING
 
     cfg = stages or INVERTED_RESIDUAL_SETTING
-    net = _Net(image, image, 3)
+    net = NetBuilder(image, image, 3)
     x = net.add("conv", "input", 32, 3, 2, 1, name="stem")
     cin = 32
     for i, (t, c, n, s) in enumerate(cfg):
@@ -165,7 +172,6 @@ def selection_graph(layers, model=None, vmpa_ok=None) -> Graph:
     ``vmpa_ok(layer) -> bool`` says whether ``vmpa`` is exact for the layer's weights
     (default: never, as for 8-bit per-tensor weights).
     """
-    from .costmodel import CostModel
 
     model = model or CostModel.default()
     vmpa_ok = vmpa_ok or (lambda layer: False)

@@ -20,6 +20,7 @@ from ..selection.costmodel import (
     matmul_work,
     transform_work,
 )
+from . import measure
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,6 @@ def held_out_error(family, variant, shape, timeout=None) -> tuple:
 
 def measure_work(family: str, variant: str, shape, timeout=None):
     """Run one kernel under the emulator: ``(Work, packets)``; raises on a wrong result."""
-    from . import measure
 
     if family == "matmul":
         rec = measure.gcd2_matmul(variant, *shape, timeout=timeout)

@@ -19,6 +19,7 @@ from ...topi.int8 import reference
 from ...topi.int8.compute import Requant
 from ..kernels import conv2d, depthwise, matmul
 from ..kernels import transforms as layouts
+from . import ms_runner, tvm_vrmpy
 
 
 def _data(shape_x, shape_w, n_bias, seed, wmax=64):
@@ -182,7 +183,6 @@ def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None) -> d
 def tvm_vrmpy_conv(h, w_, c, o, kernel, stride, pad, seed=0, timeout=None) -> dict:
     """Packets of stock TVM's ``vrmpy`` tensor intrinsic tensorized into the same conv
     (:mod:`.tvm_vrmpy`, hand schedule)."""
-    from . import tvm_vrmpy
 
     x, w, b = _data((1, h, w_, c), (kernel, kernel, c, o), o, seed)
     rq = _requant(kernel * kernel * c)
@@ -207,7 +207,6 @@ def tvm_vrmpy_ms_conv(h, w_, c, o, kernel, stride, pad, trials, seed=0, timeout=
     """Packets of the same conv with stock TVM's ``vrmpy`` intrinsic and a MetaSchedule
     search of ``trials`` candidates measured under QEMU (:mod:`.ms_runner`); the best
     schedule is rebuilt and run again here and checked against numpy."""
-    from . import ms_runner, tvm_vrmpy
 
     x, w, b = _data((1, h, w_, c), (kernel, kernel, c, o), o, seed)
     rq = _requant(kernel * kernel * c)

@@ -24,6 +24,7 @@ trial budget; this is the strongest stock-TVM baseline for GCD² (seed 004, §4.
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import time
@@ -32,6 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...emulation import hexagon as runner
+from ...metaschedule import tune_context
+from ...target import HEXAGON_V66
+from . import tvm_vrmpy
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,10 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[-2000:]}" if text else type(err).__name__
 
 
-def _make_classes():
+@functools.cache
+def _builder_runner_classes():
+    """The ``(QemuBuilder, QemuRunner)`` classes, defined on first use (they subclass
+    MetaSchedule's, whose import is slow)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
@@ -139,15 +146,9 @@ def _make_classes():
     return QemuBuilder, QemuRunner
 
 
-_CLASSES = None
-
-
 def qemu_builder_runner(io: KernelIO, timeout: float = 300.0, cache_dir=None):
     """A ``(QemuBuilder, QemuRunner)`` pair measuring candidates called as ``io`` says."""
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = _make_classes()
-    builder_cls, runner_cls = _CLASSES
+    builder_cls, runner_cls = _builder_runner_classes()
     builder = builder_cls(io, cache_dir)
     return builder, runner_cls(builder, timeout)
 
@@ -208,8 +209,6 @@ def tune(
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from ...metaschedule import tune_context
-    from ...target import HEXAGON_V66
 
     # MetaSchedule's rules read num-cores; the builder compiles for HEXAGON_V66 itself
     target = tvm.target.Target({**HEXAGON_V66, "num-cores": 1})
@@ -257,7 +256,6 @@ def tune_vrmpy_conv(h, w, c, o, kernel, stride, pad, rq, data, trials: int, **kw
 
     ``data`` is ``(x_padded, w_packed, bias, y_reference)``; returns a :class:`SearchResult`.
     """
-    from . import tvm_vrmpy
 
     x, wt, bias, ref = data
     io = KernelIO(("x", "w", "bias", "y"), {"x": x, "w": wt, "bias": bias}, {"y": ref})

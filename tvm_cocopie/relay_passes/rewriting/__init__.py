@@ -22,6 +22,7 @@ import logging
 
 import tvm
 
+from ...errors import CocopieError
 from . import associative, commutative, distributive, folding, identity
 from . import data_movement as layout
 from .engine import RewriteStats, rewrite_module
@@ -59,7 +60,6 @@ def rules_by_category() -> dict[str, list[str]]:
 
 def get_rules(names=None, categories=None) -> tuple[Rule, ...]:
     """The rules with these names and/or in these categories (all by default)."""
-    from ...errors import CocopieError
 
     rules = RULES
     if categories is not None:
@@ -77,23 +77,28 @@ def get_rules(names=None, categories=None) -> tuple[Rule, ...]:
     return rules
 
 
-def MathPropertyRewrite(rules=None, max_rounds: int = 200) -> tvm.transform.Pass:
-    """The rewrite-stage pass: apply ``rules`` (all by default) greedily to every
-    Relax function. The last run's statistics are in ``MathPropertyRewrite.last_stats``."""
-    chosen = tuple(rules) if rules is not None else RULES
+@tvm.transform.module_pass(opt_level=0, name="MathPropertyRewrite")
+class MathPropertyRewrite:
+    """The rewrite-stage pass: apply ``rules`` (all by default) greedily to every Relax
+    function, at most ``max_rounds`` rounds.
 
-    @tvm.transform.module_pass(opt_level=0, name="MathPropertyRewrite")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        new_mod, stats = rewrite_module(mod, chosen, max_rounds)
-        MathPropertyRewrite.last_stats = stats
+    ``MathPropertyRewrite(rules=None, max_rounds=200)`` is a ``tvm.transform.Pass``; after
+    it ran, its ``stats`` attribute holds that run's :class:`RewriteStats` (``None``
+    before). Each pass object keeps its own.
+    """
+
+    def __init__(self, rules=None, max_rounds: int = 200):
+        self.rules = tuple(rules) if rules is not None else RULES
+        self.max_rounds = max_rounds
+        self.stats: RewriteStats | None = None
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        new_mod, stats = rewrite_module(mod, self.rules, self.max_rounds)
+        self.stats = stats
         log.info("rewriting: %d rounds, %d rewrites, FLOPs %d -> %d", stats.rounds,
                  sum(stats.applied.values()), stats.before.flops, stats.after.flops)
+        log.debug("rewrites applied: %s", dict(stats.applied))
         return new_mod
-
-    return _pass
-
-
-MathPropertyRewrite.last_stats = None
 
 __all__ = ["EXCLUDED", "RULES", "MathPropertyRewrite", "RewriteStats", "Rule", "get_rules",
            "rewrite_module", "rules_by_category"]

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 from tvm import relax
 
-from .terms import Match, Matcher, Term, build
+from ...exprs import const_np, is_constant
+from .consts import nonnegative
+from .terms import Match, Matcher, Term, build, op_name
 
 #: the three DNNFusion categories (thesis §3.3, Table 3.4); rules in them only match
 #: inside partitions of operators that have these properties
@@ -105,7 +107,6 @@ def is_int(*names: str) -> Callable[[Match], bool]:
 
 def nonneg(*names: str) -> Callable[[Match], bool]:
     """Value-domain guard: every named leaf is provably >= 0."""
-    from .consts import nonnegative
 
     def pred(m: Match) -> bool:
         return all(nonnegative(m[n], m.graph) for n in names)
@@ -115,7 +116,6 @@ def nonneg(*names: str) -> Callable[[Match], bool]:
 
 def scalar(*names: str) -> Callable[[Match], bool]:
     """The named leaves are constants with one element."""
-    from ...exprs import const_np, is_constant
 
     def pred(m: Match) -> bool:
         return all(is_constant(m[n]) and const_np(m[n]).size == 1 for n in names)
@@ -135,7 +135,6 @@ def not_in_epilogue(name: str, depth: int = 4) -> Callable[[Match], bool]:
     fused epilogue (DNNFusion counts FLOPs, §3.3, but rewriting runs before fusion,
     §3.4); moving it behind the pooling saves no time and costs a kernel (VGG-16: 20
     -> 23 kernels)."""
-    from .terms import op_name
 
     def from_anchor(expr, graph, left: int) -> bool:
         value = graph.defs.get(expr) if isinstance(expr, relax.Var) else None

@@ -26,6 +26,7 @@ from ...target import CpuInfo
 from . import conv2d_nchwc as cn
 from . import dense_packed as dp
 from . import depthwise_nchwc as dw
+from .fast_math import LEGALIZE
 from .tiling import channel_block, conv_tile, depthwise_tile, matmul_tile
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,6 @@ def default_legalize(op_name: str):
 
 def overrides(info: CpuInfo) -> dict:
     """Relax op name -> legalization, for :func:`tvm_cocopie.topi.legalize_overrides`."""
-    from .fast_math import LEGALIZE
 
     table = {
         "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d")),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 
 from .compute import Requant
+from .layouts import LAYOUT_OF, GridGeometry, round_up
 
 #: PrimFunc attribute holding the JSON descriptor of an HVX-layout operator.
 HVX_ATTR = "cocopie.hvx"
@@ -47,7 +48,6 @@ def descriptor(func) -> dict | None:
 
 def geometry_of(desc: dict):
     """The :class:`~tvm_cocopie.topi.int8.layouts.GridGeometry` stored in a descriptor."""
-    from .layouts import GridGeometry
 
     return GridGeometry(*desc["geo"])
 
@@ -92,7 +92,6 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
     """
     from tvm import te
 
-    from .layouts import LAYOUT_OF, round_up
 
     layout = LAYOUT_OF[variant]
     v = layout.cols
@@ -129,7 +128,6 @@ def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
     """
     from tvm import te
 
-    from .layouts import LAYOUT_OF
 
     v = LAYOUT_OF[variant].cols
     x_shape = geo.in_shape(variant, channels)
@@ -174,7 +172,6 @@ def maxpool_grid(variant: str, geo, channels: int):
     exact for the non-negative activations after ReLU), output grid as a conv's."""
     from tvm import te, tirx
 
-    from .layouts import LAYOUT_OF
 
     v = LAYOUT_OF[variant].cols
     x = te.placeholder(geo.in_shape(variant, channels), "uint8", name="x")
@@ -204,7 +201,6 @@ def regrid(src, geo, variant: str):
     """
     from tvm import te, tirx
 
-    from .layouts import LAYOUT_OF
 
     lay = LAYOUT_OF[variant]
     shape = geo.in_shape(variant, src.c)
