@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import CompilationError, InputShapeError, TargetError
+from .errors import CompilationError, InputShapeError, TargetError, last_line
 from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
@@ -181,10 +181,8 @@ def compile_model(
     except TargetError:
         raise
     except Exception as err:
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
         raise CompilationError(
-            f"TVM failed to build the model with pipeline {pipeline!r}: "
-            f"{lines[-1] if lines else type(err).__name__}"
+            f"TVM failed to build the model with pipeline {pipeline!r}: {last_line(err)}"
         ) from err
     seconds = time.perf_counter() - start
     log.info("compiled with %s for %s in %.1fs", pipeline, tgt.export().get("mcpu"), seconds)

@@ -1,6 +1,8 @@
-"""Small helpers on Relax expressions, shared by the frontend, the graph passes and the computes.
+"""Small helpers on Relax and TIR expressions, shared by the frontend, the graph passes,
+the computes and the schedule rules.
 
-One home for each: reading a constant's value, a static shape, a list of ints.
+One home for each: reading a constant's value, a static shape, a list of ints, a
+buffer load.
 """
 
 from __future__ import annotations
@@ -47,3 +49,9 @@ def static_shape(expr) -> list[int] | None:
             return None
         out.append(int(v))
     return out
+
+
+def is_load(expr) -> bool:
+    """Whether the TIR expression ``expr`` reads one element of a buffer (``TensorLoad``
+    in TVM 0.27, ``BufferLoad`` before)."""
+    return type(expr).__name__ in ("TensorLoad", "BufferLoad")

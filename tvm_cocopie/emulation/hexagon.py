@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CompilationError, ToolchainError
+from ..errors import CompilationError, ToolchainError, last_line
 from ..paths import cache_dir
 from ..target import HEXAGON_V66
 from . import harness
@@ -176,8 +176,7 @@ def _compile_object(mod, target, path: Path) -> None:
     try:
         lib = tvm.compile(mod, target=target)
     except Exception as err:  # TVM raises its own FFI error types
-        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise CompilationError(f"TVM could not build the Hexagon kernels: {first}") from err
+        raise CompilationError(f"TVM could not build the Hexagon kernels: {last_line(err)}") from err
     lib.mod.write_to_file(str(path))
 
 

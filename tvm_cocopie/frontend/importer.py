@@ -110,10 +110,8 @@ def from_onnx(
         except UnsupportedOperatorError:
             raise
         except Exception as err:
-            text = str(err).strip().splitlines()
-            first = next((ln for ln in reversed(text) if ln.strip()), type(err).__name__)
             raise ModelError(
-                f"TVM's ONNX importer failed: {first.strip()}. If an input has symbolic "
+                f"TVM's ONNX importer failed: {last_line(err)}. If an input has symbolic "
                 "dims, fixing them with shapes={...} often helps."
             ) from err
     log.debug("imported ONNX model with %d nodes", len(proto.graph.node))

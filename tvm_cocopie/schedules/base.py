@@ -18,6 +18,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 
+from ..errors import last_line
 from ..target import CpuInfo, cpu_info
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class CpuRule(dlight.ScheduleRule):
             result = self.schedule(sch, cpu_info(target), tunable)
         except Exception as err:  # noqa: BLE001 - a rule must not break the build: fall back
             log.warning("%s could not schedule %s: %s", self.name, _func_name(func),
-                        str(err).strip().splitlines()[-1] if str(err).strip() else repr(err))
+                        last_line(err))
             return None
         return result
 
@@ -91,12 +92,6 @@ def is_spatial(sch: s_tir.Schedule, block) -> bool:
     return all(t == DATA_PAR for t in iter_types(sch, block))
 
 
-def is_load(expr) -> bool:
-    """Whether ``expr`` reads one element of a buffer (``TensorLoad`` in TVM 0.27,
-    ``BufferLoad`` before)."""
-    return type(expr).__name__ in ("TensorLoad", "BufferLoad")
-
-
 def const_extent(sch: s_tir.Schedule, loop) -> int | None:
     ext = sch.get(loop).extent
     return int(ext.value) if isinstance(ext, tirx.IntImm) else None
@@ -119,7 +114,7 @@ def try_apply(sch: s_tir.Schedule, fn: Callable[[s_tir.Schedule], object]):
     try:
         fn(trial)
     except Exception as err:  # noqa: BLE001 - any primitive may refuse
-        log.debug("schedule step skipped: %s", str(err).strip().splitlines()[-1:])
+        log.debug("schedule step skipped: %s", last_line(err))
         return None
     return trial
 

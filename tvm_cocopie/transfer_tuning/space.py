@@ -35,7 +35,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import last_line
 from ..metaschedule import initialized_postprocs
-from ..schedules.cpu.conv2d_nchwc import SPACE_ANNOTATION
+from ..schedules.tunable import SPACE_ANNOTATION
 from .kernel_class import _main_func
 from .tiles import adapt_tile
 

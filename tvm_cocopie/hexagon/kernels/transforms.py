@@ -1,19 +1,9 @@
-"""GCD²'s data layouts for HVX int8 matrices, and the transforms between them.
+"""Weight packing and on-device transforms between GCD²'s HVX layouts (seed 004, §4.3).
 
-Seed 004, §4.3, Fig. 4.2: each multiply instruction wants its operand vectors in a
-layout of its own. A matrix ``X[M, K]`` (rows = spatial positions or matrix rows,
-columns = channels) is cut into panels of ``R = 128 / v`` rows; within a panel, groups
-of ``v`` adjacent columns are stored row by row, so one 128-byte vector holds ``R``
-rows times ``v`` columns:
-
-- ``1-column`` (``vmpy``,  ``v = 1``, 128-row panels): a vector is one column;
-- ``2-column`` (``vmpa``,  ``v = 2``, 64-row panels): two columns interleaved;
-- ``4-column`` (``vrmpy``, ``v = 4``, 32-row panels): four columns interleaved.
-
-Packed shape ``(P, G, R, v)`` with ``P = ceil(M / R)`` panels and ``G`` column groups;
-element ``X[p*R + r, g*v + j]`` sits at ``[p, g, r, j]``. Rows and columns past the
-matrix are padding (the "Total Data Size w/ Pad" of Table 4.2). Columns are padded to
-``col_multiple`` (what the instruction consumes per step).
+The layouts themselves (1-, 2- and 4-column, packed shape ``(P, G, R, v)``) are described
+in :mod:`tvm_cocopie.topi.int8.layouts`; this module packs data into them and emits the
+TIR kernels that convert between them on the device (:func:`convert_func`,
+:func:`repack_func`).
 
 The weights are compile-time constants; each instruction reads them as 32-bit
 scalars ``Rt`` holding 4 bytes, packed here by :func:`pack_weights`.

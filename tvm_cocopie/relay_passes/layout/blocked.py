@@ -20,6 +20,7 @@ import logging
 import tvm
 from tvm import relax
 
+from ...errors import last_line
 from ...exprs import static_shape
 from ...target import cpu_info
 from ...topi.cpu.legalize import conv2d_plan
@@ -91,9 +92,7 @@ def blocked_layout(target: tvm.target.Target) -> tvm.transform.Pass:
         try:
             return convert(mod)
         except Exception as err:  # noqa: BLE001 - TVM's layout inference refused the graph
-            lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-            log.warning("blocked layout skipped, TVM's ConvertLayout failed: %s",
-                        lines[-1] if lines else type(err).__name__)
+            log.warning("blocked layout skipped, TVM's ConvertLayout failed: %s", last_line(err))
             return mod
 
     return _pass

@@ -18,7 +18,7 @@ import logging
 import tvm
 from tvm import relax, s_tir, tirx
 
-from ...schedules.base import is_load
+from ...exprs import is_load
 from .call_rewrite import rewrite_calls
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from ..base import (
     vectorizable,
     vectorize_inner,
 )
+from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 
 
 @dataclass(frozen=True)
@@ -111,33 +112,6 @@ def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> N
             parallel_spatial(sch, block, info)
             continue
         vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
-
-
-#: unroll budgets MetaSchedule chooses from (0: leave the reduction loops rolled)
-UNROLL_CANDIDATES = (0, 16, 64, 512)
-
-
-def sample_unroll_budget(sch: s_tir.Schedule, loop) -> None:
-    """Annotate ``loop`` with a sampled auto-unroll budget (a tunable decision)."""
-    budget = sch.sample_categorical(list(UNROLL_CANDIDATES),
-                                    [1.0 / len(UNROLL_CANDIDATES)] * len(UNROLL_CANDIDATES))
-    sch.annotate(loop, "pragma_auto_unroll_max_step", budget)
-    sch.annotate(loop, "pragma_unroll_explicit", 1)
-
-
-def split_tile(sch: s_tir.Schedule, loop, inner: int, max_inner: int, sample: bool):
-    """Split ``loop`` by ``inner``, or by a sampled perfect tiling whose decision is it."""
-    if not sample:
-        return sch.split(loop, [None, inner])
-    extent = const_extent(sch, loop)
-    factors = sch.sample_perfect_tile(loop, 2, max(inner, max_inner), [extent // inner, inner])
-    return sch.split(loop, factors)
-
-
-#: annotation of a tunable anchor block: which design space of which rule it is in
-#: (transfer-tuning replays another kernel's decisions in the same space) and what the
-#: register budget check needs (:mod:`tvm_cocopie.transfer_tuning.space`)
-SPACE_ANNOTATION = "cocopie.space"
 
 
 def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:

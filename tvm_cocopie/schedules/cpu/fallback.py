@@ -22,13 +22,14 @@ import logging
 
 from tvm import ir, s_tir, tirx
 
+from ...errors import last_line
+from ...exprs import is_load
 from ...target import CpuInfo
 from ..base import (
     DATA_PAR,
     CpuRule,
     block_work,
     fuse_parallel,
-    is_load,
     is_spatial,
     iter_types,
     parallel_spatial,
@@ -78,7 +79,7 @@ def inline_spatial_chains(sch: s_tir.Schedule) -> None:
         try:
             sch.compute_inline(block)
         except Exception as err:  # noqa: BLE001 - kept materialized, scheduled on its own
-            log.debug("not inlined: %s", str(err).strip().splitlines()[-1:])
+            log.debug("not inlined: %s", last_line(err))
 
 
 def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:

@@ -35,7 +35,7 @@ from ..base import (
     vectorizable,
     vectorize_inner,
 )
-from .conv2d_nchwc import SPACE_ANNOTATION, sample_unroll_budget, split_tile
+from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 
 
 @dataclass(frozen=True)
