@@ -215,42 +215,8 @@ def build(
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
-        started = time.perf_counter()
-        _compile_object(mod, target, work / _KERNEL_OBJECT)
-        tvm_seconds = time.perf_counter() - started
-        (work / "harness.c").write_text(c_source)
-        run_tool(
-            [tc.clang, *CLANG_FLAGS, "-I", ffi_include(), "-c", "harness.c", "-o", "harness.o"],
-            "clang-14 (compiling the harness)",
-            work,
-        )
-        run_tool(
-            [
-                tc.lld,
-                "-e",
-                "_start",
-                "-static",
-                "-Map",
-                "program.map",
-                "harness.o",
-                _KERNEL_OBJECT,
-                "-o",
-                "program.elf",
-            ],
-            "ld.lld-14 (linking the harness with the kernels)",
-            work,
-        )
-        kernel_ranges, symbols = parse_map((work / "program.map").read_text())
-        if harness.MARK_SYMBOL not in symbols:
-            raise ToolchainError("the link map lacks the harness marker; cannot count packets")
-        meta = {
-            "key": key,
-            "kernel_ranges": [list(r) for r in kernel_ranges],
-            "mark_addr": symbols[harness.MARK_SYMBOL],
-            "kernels": sorted(str(g.name_hint) for g in mod.functions),
-            "tvm_seconds": round(tvm_seconds, 3),
-            "build_seconds": round(time.perf_counter() - started, 3),
-        }
+        meta = _link_program(mod, target, c_source, tc, work)
+        meta["key"] = key
         (work / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             os.replace(work, final)
@@ -260,7 +226,32 @@ def build(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return HexagonProgram(final, spec, tuple(kernel_ranges), meta["mark_addr"], False, meta)
+    ranges = tuple(tuple(r) for r in meta["kernel_ranges"])
+    return HexagonProgram(final, spec, ranges, meta["mark_addr"], False, meta)
+
+
+def _link_program(mod, target, c_source: str, tc, work: Path) -> dict:
+    """Compile the kernels and the harness in ``work`` and link ``program.elf``; the
+    build's metadata (kernel code ranges, the marker's address, timings)."""
+    started = time.perf_counter()
+    _compile_object(mod, target, work / _KERNEL_OBJECT)
+    tvm_seconds = time.perf_counter() - started
+    (work / "harness.c").write_text(c_source)
+    run_tool([tc.clang, *CLANG_FLAGS, "-I", ffi_include(), "-c", "harness.c", "-o", "harness.o"],
+             "clang-14 (compiling the harness)", work)
+    run_tool([tc.lld, "-e", "_start", "-static", "-Map", "program.map", "harness.o",
+              _KERNEL_OBJECT, "-o", "program.elf"],
+             "ld.lld-14 (linking the harness with the kernels)", work)
+    kernel_ranges, symbols = parse_map((work / "program.map").read_text())
+    if harness.MARK_SYMBOL not in symbols:
+        raise ToolchainError("the link map lacks the harness marker; cannot count packets")
+    return {
+        "kernel_ranges": [list(r) for r in kernel_ranges],
+        "mark_addr": symbols[harness.MARK_SYMBOL],
+        "kernels": sorted(str(g.name_hint) for g in mod.functions),
+        "tvm_seconds": round(tvm_seconds, 3),
+        "build_seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 # ------------------------------------------------------------------------------- run

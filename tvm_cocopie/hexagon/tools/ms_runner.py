@@ -24,15 +24,18 @@ trial budget; this is the strongest stock-TVM baseline for GCD² (seed 004, §4.
 
 from __future__ import annotations
 
-import functools
 import logging
 import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
 
 from ...emulation import hexagon as runner
+from ...emulation.program import normalize_module
 from ...metaschedule import tune_context
 from ...target import HEXAGON_V66
 from . import tvm_vrmpy
@@ -62,95 +65,84 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[-2000:]}" if text else type(err).__name__
 
 
-@functools.cache
-def _builder_runner_classes():
-    """The ``(QemuBuilder, QemuRunner)`` classes, defined on first use (they subclass
-    MetaSchedule's, whose import is slow)."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
+@derived_object
+class QemuBuilder(PyBuilder):
+    """Build each candidate into a linked Hexagon program (artifact = its directory)."""
 
-    @derived_object
-    class QemuBuilder(PyBuilder):
-        """Build each candidate into a linked Hexagon program (artifact = its directory)."""
+    def __init__(self, io: KernelIO, cache_dir=None):
+        super().__init__()
+        self.io = io
+        self.cache_dir = cache_dir
+        self.programs: dict = {}
 
-        def __init__(self, io: KernelIO, cache_dir=None):
-            super().__init__()
-            self.io = io
-            self.cache_dir = cache_dir
-            self.programs: dict = {}
-
-        def build(self, build_inputs):
-            results = []
-            for item in build_inputs:
-                try:
-                    mod = runner.normalize_module(item.mod)
-                    (name,) = [g.name_hint for g in mod.functions]
-                    program = runner.build(
-                        mod,
-                        [(name, list(self.io.params))],
-                        list(self.io.inputs),
-                        list(self.io.expected),
-                        cache_dir=self.cache_dir,
-                    )
-                except Exception as err:  # noqa: BLE001 - a failed build is a result
-                    log.info("candidate did not build: %s", _first_line(err))
-                    results.append(BuilderResult(None, _first_line(err)))
-                    continue
-                # the ELF itself: a RemoveBuildArtifact callback removes its dirname,
-                # which is this one program's cache directory, nothing more
-                self.programs[str(program.elf)] = program
-                results.append(BuilderResult(str(program.elf), None))
-            return results
-
-    @derived_object
-    class QemuRunner(PyRunner):
-        """Run each built candidate under QEMU; cost = packets, wrong output = error."""
-
-        def __init__(self, builder, timeout: float = 300.0):
-            super().__init__()
-            self.builder = builder
-            self.timeout = timeout
-            self.history: list = []  # (artifact, packets or None, error or None)
-
-        def measure(self, artifact: str):
-            """``(packets, None)`` or ``(None, error message)`` for one artifact."""
-            program = self.builder.programs.get(artifact)
-            if program is None:
-                return None, f"no program built at {artifact}"
-            io = self.builder.io
+    def build(self, build_inputs):
+        results = []
+        for item in build_inputs:
             try:
-                res = program.run(io.inputs, count_packets=True, timeout=self.timeout)
-            except Exception as err:  # noqa: BLE001 - crash, trap, timeout: an error result
-                return None, _first_line(err)
-            for name, want in io.expected.items():
-                got = res.outputs[name]
-                if not np.array_equal(got, want):
-                    bad = int(np.count_nonzero(got != want))
-                    return None, f"wrong output {name!r}: {bad} of {want.size} values differ"
-            return int(res.packets[0]), None
+                mod = normalize_module(item.mod)
+                (name,) = [g.name_hint for g in mod.functions]
+                program = runner.build(
+                    mod,
+                    [(name, list(self.io.params))],
+                    list(self.io.inputs),
+                    list(self.io.expected),
+                    cache_dir=self.cache_dir,
+                )
+            except Exception as err:  # noqa: BLE001 - a failed build is a result
+                log.info("candidate did not build: %s", _first_line(err))
+                results.append(BuilderResult(None, _first_line(err)))
+                continue
+            # the ELF itself: a RemoveBuildArtifact callback removes its dirname,
+            # which is this one program's cache directory, nothing more
+            self.programs[str(program.elf)] = program
+            results.append(BuilderResult(str(program.elf), None))
+        return results
 
-        def run(self, runner_inputs):
-            futures = []
-            for item in runner_inputs:
-                packets, error = self.measure(str(item.artifact_path))
-                self.history.append((str(item.artifact_path), packets, error))
-                if error is None:
-                    result = RunnerResult([packets * PACKET_SECONDS], None)
-                else:
-                    log.info("candidate rejected: %s", error.splitlines()[0])
-                    result = RunnerResult(None, error)
-                futures.append(RunnerFuture(lambda: True, lambda r=result: r))
-            return futures
+@derived_object
+class QemuRunner(PyRunner):
+    """Run each built candidate under QEMU; cost = packets, wrong output = error."""
 
-    return QemuBuilder, QemuRunner
+    def __init__(self, builder, timeout: float = 300.0):
+        super().__init__()
+        self.builder = builder
+        self.timeout = timeout
+        self.history: list = []  # (artifact, packets or None, error or None)
+
+    def measure(self, artifact: str):
+        """``(packets, None)`` or ``(None, error message)`` for one artifact."""
+        program = self.builder.programs.get(artifact)
+        if program is None:
+            return None, f"no program built at {artifact}"
+        io = self.builder.io
+        try:
+            res = program.run(io.inputs, count_packets=True, timeout=self.timeout)
+        except Exception as err:  # noqa: BLE001 - crash, trap, timeout: an error result
+            return None, _first_line(err)
+        for name, want in io.expected.items():
+            got = res.outputs[name]
+            if not np.array_equal(got, want):
+                bad = int(np.count_nonzero(got != want))
+                return None, f"wrong output {name!r}: {bad} of {want.size} values differ"
+        return int(res.packets[0]), None
+
+    def run(self, runner_inputs):
+        futures = []
+        for item in runner_inputs:
+            packets, error = self.measure(str(item.artifact_path))
+            self.history.append((str(item.artifact_path), packets, error))
+            if error is None:
+                result = RunnerResult([packets * PACKET_SECONDS], None)
+            else:
+                log.info("candidate rejected: %s", error.splitlines()[0])
+                result = RunnerResult(None, error)
+            futures.append(RunnerFuture(lambda: True, lambda r=result: r))
+        return futures
 
 
 def qemu_builder_runner(io: KernelIO, timeout: float = 300.0, cache_dir=None):
     """A ``(QemuBuilder, QemuRunner)`` pair measuring candidates called as ``io`` says."""
-    builder_cls, runner_cls = _builder_runner_classes()
-    builder = builder_cls(io, cache_dir)
-    return builder, runner_cls(builder, timeout)
+    builder = QemuBuilder(io, cache_dir)
+    return builder, QemuRunner(builder, timeout)
 
 
 def vrmpy_space(intrin: str):
