@@ -12,6 +12,7 @@ import logging
 
 from ...errors import CocopieError
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
+from ..selection.coefficients import SAMPLES
 from ..selection.costmodel import (
     CostModel,
     Work,
@@ -183,8 +184,6 @@ def main(argv=None) -> None:  # pragma: no cover - calibration is run by hand
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.refit:
-        from ..selection.coefficients import SAMPLES
-
         samples = list(SAMPLES)
         model = fit_samples(samples)
     else:
