@@ -21,6 +21,8 @@ import logging
 import os
 import sys
 
+from tvm_cocopie.threads import configure_thread_pool
+
 QUICK_MODELS = ["resnet18", "mobilenetv2", "bert_encoder"]
 FULL_MODELS = [
     "resnet18", "resnet50", "mobilenetv2", "resnext50_32x4d", "vgg16", "bert_encoder",
@@ -40,15 +42,15 @@ def parse_args(argv=None):
     p.add_argument("--no-stock", action="store_true", help="skip stock TVM (it is slow)")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically, per model)")
     p.add_argument("--resume", action="store_true",
-                   help="keep the records already in --json PATH and run only the missing models")
+                   help="keep the records already in --json PATH and run only the missing "
+                        "models (refused if they were taken at other settings)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's pool starts
-    os.environ.setdefault("TVM_BIND_THREADS", "0")  # shared machines: let the OS move threads
+    configure_thread_pool(args.threads, override=True)  # before TVM's pool starts
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from tqdm import tqdm
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
     import tvm_cocopie
     from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.bench.e2e import compare_workload, summarize, table
-    from tvm_cocopie.errors import ModelFetchError
+    from tvm_cocopie.errors import CocopieError, ModelFetchError
     from tvm_cocopie.models.workloads import get_workload
     from tvm_cocopie.target import host_target
 
@@ -68,14 +70,21 @@ def main(argv=None) -> int:
     target = {"kind": "llvm", "mcpu": host_target().attrs["mcpu"],
               "num-cores": args.threads}
     tvm_cocopie.register()
-
-    records = _previous_records(args.json) if args.resume else []
+    settings = {"threads": args.threads, "repeat": repeat, "image_size": image_size,
+                "max_seconds": max_seconds, "stock": not args.no_stock,
+                "mcpu": str(target["mcpu"]), "block": 4}
+    try:
+        records = _previous_records(args.json, settings) if args.resume else []
+    except CocopieError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     finished = {r["model"] for r in records}
 
     def save():
         if args.json:
             summary = summarize(records)
-            summary.update(threads=args.threads, repeat=repeat, image_size=image_size)
+            summary.update(threads=args.threads, repeat=repeat, image_size=image_size,
+                           settings=settings)
             bm.write_json_atomic(args.json, bm.bench_result("e2e", records, summary, args.threads))
             return summary
         return None
@@ -98,13 +107,32 @@ def main(argv=None) -> int:
     return 0
 
 
-def _previous_records(path) -> list:
+def _previous_records(path, settings: dict) -> list:
+    """The finished records of an earlier run in ``path`` (none if there is no file).
+
+    Raises :class:`~tvm_cocopie.errors.CocopieError` naming what differs when that run
+    was taken at other ``settings`` (threads, rounds, image size, time limit, stock
+    TVM on or off, CPU, block size): resuming would mix incomparable figures.
+    """
     import json
+
+    from tvm_cocopie.errors import CocopieError
 
     if not path or not os.path.exists(path):
         return []
     with open(path) as fh:
-        return [r for r in json.load(fh).get("records", []) if "skipped" not in r]
+        previous = json.load(fh)
+    taken = previous.get("summary", {}).get("settings")
+    if taken != settings:
+        if taken is None:
+            why = "records no settings (it was written before --resume checked them)"
+        else:
+            why = ", ".join(f"{k}={taken.get(k)!r} there, {v!r} now"
+                            for k, v in settings.items() if taken.get(k) != v)
+        raise CocopieError(
+            f"--resume: {path} was taken at other settings ({why}); rerun with the same "
+            "options, or without --resume (or with another --json path) to start over")
+    return [r for r in previous.get("records", []) if "skipped" not in r]
 
 
 if __name__ == "__main__":

@@ -10,9 +10,15 @@ the stem 7x7 too) and two matmuls, we time, interleaved in one process:
 * the op compiled by the cocopie pipeline as it runs inside a network: the conv in
   the blocked NCHW[x]c layout with its fused bias + ReLU epilogue, the matmul with
   its weights packed at compile time (``cocopie_gflops``);
-* ONNX Runtime on a single-node ONNX model of the same op (Conv with bias, or
-  MatMul with a constant B), same thread count, default optimizations
-  (``ort_gflops``).
+* ONNX Runtime on an ONNX model of the same op doing the same work (Conv with bias
+  and a Relu, which ORT fuses into its conv as we fuse it into ours; or MatMul with a
+  constant B), same thread count, default optimizations (``ort_gflops``).
+
+Both sides take their input and give their output in the layout they run in: ours
+NCHW[x]c, as between two convs of a network (the transforms at a network's edges are
+outside the kernel); ORT's single-node model NCHW, which its optimizer may reorder to
+its own blocked layout inside the measured run, so its figure includes what a
+one-op graph costs it there.
 
 Each record gives GFLOP/s, the fraction of the peak measured alongside it, and the
 ratio to ONNX Runtime. The summary gives, per class, the geometric mean of the
@@ -30,6 +36,8 @@ import logging
 import os
 import sys
 import time
+
+from tvm_cocopie.threads import configure_thread_pool
 
 #: (name, C, H=W, O, kernel, stride) — the distinct convs of ResNet-50 v1.5, batch 1
 RESNET50_CONVS = [
@@ -166,11 +174,11 @@ def conv_contenders(spec, target, threads, info):
         bb.emit_func_output(out)
     tvm_timer, ours = _tvm_timer(bb.get(), target, [xb])
 
-    onnx_model = _single_node_conv(w, b, k, s, pad, hw, groups)
+    onnx_model = _conv_relu_model(w, b, k, s, pad, hw, groups)
     sess = bm.ort_session(onnx_model, threads)
     ref = sess.run(None, {"x": x})[0]
     ours_nchw = ours.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
-    err = float(np.max(np.abs(ours_nchw - np.maximum(ref, 0))))
+    err = float(np.max(np.abs(ours_nchw - ref)))
     return tvm_timer, _ort_timer(sess, {"x": x}), flops, err
 
 
@@ -226,15 +234,16 @@ def _ort_timer(sess, feeds):
     return timer
 
 
-def _single_node_conv(w, b, k, s, pad, hw, groups=1):
+def _conv_relu_model(w, b, k, s, pad, hw, groups=1):
+    """Conv (with bias) + Relu: the work of our conv kernel with its fused epilogue."""
     from onnx import TensorProto, helper, numpy_helper
 
     o = w.shape[0]
     oh = (hw + 2 * pad - k) // s + 1
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k],
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
                             strides=[s, s], pads=[pad] * 4, group=groups)
     graph = helper.make_graph(
-        [node], "conv",
+        [conv, helper.make_node("Relu", ["c"], ["y"])], "conv_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w.shape[1] * groups, hw, hw])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, o, oh, oh])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
@@ -317,8 +326,7 @@ def summarize(records: list, all_peaks: list) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's pool starts
-    os.environ.setdefault("TVM_BIND_THREADS", "0")  # shared machines: let the OS move threads
+    configure_thread_pool(args.threads, override=True)  # before TVM's pool starts
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     import tvm_cocopie

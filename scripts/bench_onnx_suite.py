@@ -274,5 +274,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    from tvm_cocopie.threads import configure_thread_pool
+
+    configure_thread_pool(1)  # one thread each, before TVM's pool starts
     sys.exit(main())

@@ -35,6 +35,8 @@ import os
 import sys
 import time
 
+from tvm_cocopie.threads import configure_thread_pool
+
 log = logging.getLogger("bench_rewrite")
 
 #: graphs generated to hold the thesis' Table 3.4 patterns and the simplifications
@@ -237,7 +239,7 @@ def _previous(path) -> list[dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    configure_thread_pool(args.threads, override=True)  # before TVM's pool starts
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     import tvm_cocopie

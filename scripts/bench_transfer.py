@@ -192,6 +192,7 @@ def ms_time_to_match(log_dir: Path, report: dict, target_seconds: float) -> floa
 
 
 def run_pair(target: str, source: str, args, trials: int, source_trials: int) -> dict:
+    from tvm_cocopie.bench.compare import compare_builds
     from tvm_cocopie.models import sample_inputs
     from tvm_cocopie.pipeline import PipelineOptions
     from tvm_cocopie.transfer_tuning import readers, search
@@ -225,13 +226,14 @@ def run_pair(target: str, source: str, args, trials: int, source_trials: int) ->
                 "transfer": ("cocopie", PipelineOptions(database=str(pair_dir))),
                 "full": ("cocopie", PipelineOptions(database=str(full_sel.database))),
                 "ms_same_time": ("cocopie", PipelineOptions(database=str(same_dir)))}
-    times = search.compare_builds(model, LLVM, variants, inputs, "stock", repeat=args.repeat,
+    times = compare_builds(model, LLVM, variants, inputs, "stock", repeat=args.repeat,
                                   max_seconds=60 if args.quick else 120)
     s = {v: times["default"] / times[v] for v in variants}
     s_stock = {v: times["stock"] / times[v] for v in variants}
-    totals = report.totals()
-    ksum = {"default": totals["default"], "transfer": totals["transfer"],
-            "full": full_sel.totals()["transfer"]}
+    # every kernel sum from one measurement run, side by side (the reports' own sums
+    # come from separate runs minutes apart)
+    ksum = search.kernel_sums(model, LLVM, {"default": None, "transfer": pair_dir,
+                                            "full": full_sel.database})
     match = ms_time_to_match(full_dir, rep | {"_model": model}, ksum["transfer"])
     result = {
         "target": target, "source": source, "image_size": args.image_size,
@@ -280,6 +282,7 @@ def run_ansor(args) -> dict:
     """
     import onnx
 
+    from tvm_cocopie.bench.compare import compare_builds
     from tvm_cocopie.models import sample_inputs
     from tvm_cocopie.pipeline import PipelineOptions
     from tvm_cocopie.transfer_tuning import ansor, search
@@ -307,7 +310,7 @@ def run_ansor(args) -> dict:
                     "cocopie_nchwc": ("cocopie", PipelineOptions())}
         inputs = sample_inputs(onnx.load(str(path)))
         models = {v: mod if v != "cocopie_nchwc" else str(path) for v in variants}
-        times = search.compare_builds(models, LLVM, variants, inputs, "untuned",
+        times = compare_builds(models, LLVM, variants, inputs, "untuned",
                                       repeat=args.repeat, max_seconds=120)
         totals = report.totals()
         out["models"][name] = {

@@ -164,8 +164,8 @@ def test_a_failing_rule_warns_and_falls_through(caplog):
 
 def test_rules_per_target():
     hexagon = tvm.target.Target({"kind": "llvm", "mtriple": "hexagon", "mcpu": "hexagonv66"})
-    assert [type(r).__name__ for r in default_rules(hexagon, None)] == ["HexagonInt8"]
-    assert [type(r).__name__ for r in default_rules(TARGET, None)] == [
+    assert [type(r).__name__ for r in default_rules(hexagon)] == ["HexagonInt8"]
+    assert [type(r).__name__ for r in default_rules(TARGET)] == [
         "Conv2dNCHWc", "MatmulPacked", "Fallback"]
 
 

@@ -76,3 +76,25 @@ def test_model_scores_prefer_models_with_the_costly_class():
     diff = SourceRecord(mod, None, [1e-3], None, "other#1", "other")
     scores = search.model_scores(ks, [same, diff])
     assert scores["same"] > scores["other"] == 0.0
+
+
+def test_kernel_sums_time_every_database_in_one_run(tmp_path):
+    """A database of default-rule traces sums like the default schedules; one storing
+    every kernel untuned (no-op traces) sums far slower: each database's schedules are
+    the ones timed, all in one measurement run."""
+    from transfer_helpers import seed_database, tiny_cnn
+
+    from tvm_cocopie.target import parse_target
+    from tvm_cocopie.transfer_tuning.database import write_database
+
+    model = tiny_cnn(channels=(8, 16), size=24)
+    kernels = kernel_class.extract_kernels(model, LLVM)
+    seeded = seed_database(model, LLVM, tmp_path / "seeded")
+    (tmp_path / "untuned").mkdir()
+    untuned = write_database([(k, search.UNTUNED, None, 1.0) for k in kernels],
+                             parse_target(LLVM), tmp_path / "untuned")
+    sums = search.kernel_sums(model, LLVM, {"default": None, "seeded": seeded,
+                                            "untuned": untuned}, kernels=kernels)
+    assert all(math.isfinite(v) and v > 0 for v in sums.values()), sums
+    assert 0.5 < sums["seeded"] / sums["default"] < 2.0, sums
+    assert sums["untuned"] > 2.0 * sums["default"], sums

@@ -52,10 +52,9 @@ def seed_database(model, target, work_dir: Path) -> Path:
             continue
         sch = Schedule(k.mod)
         # replay through a schedule so that the trace belongs to the workload
-        from tvm_cocopie.pipeline import PipelineOptions
         from tvm_cocopie.schedules import default_rules
 
-        for rule in default_rules(target, PipelineOptions()):
+        for rule in default_rules(target):
             s = rule.apply(k.mod["main"], target, False)
             if s is not None:
                 sch = s

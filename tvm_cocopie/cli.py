@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .errors import CocopieError
+from .threads import configure_thread_pool
 
 log = logging.getLogger("tvm_cocopie.cli")
 
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if getattr(args, "threads", None):
-        os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+        configure_thread_pool(args.threads)
     try:
         return args.func(args)
     except CocopieError as err:

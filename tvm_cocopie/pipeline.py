@@ -72,7 +72,7 @@ def _schedule_stage(target, options: PipelineOptions) -> list:
     if options.database:
         passes.append(relax.transform.MetaScheduleApplyDatabase(options.database))
     if options.schedule:
-        rules = schedules.default_rules(target, options)
+        rules = schedules.default_rules(target)
         if rules:
             from tvm.s_tir.dlight import ApplyDefaultSchedule
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 
 
-def configure_thread_pool(cores: int | None = None) -> None:
-    """Defaults for TVM's thread pool, set before it starts (values already set win).
+def configure_thread_pool(cores: int | None = None, override: bool = False) -> None:
+    """Set TVM's thread pool up before it starts: ``cores`` threads (``None``: TVM's
+    default), unpinned. Values already in the environment win unless ``override``
+    (a benchmark's ``--threads`` sets the count it measures at); returns nothing.
 
     ``TVM_NUM_THREADS``: the target's ``num-cores``. ``TVM_BIND_THREADS=0``: the pool
     otherwise pins each worker to one core, and on a shared machine a pinned worker
@@ -17,5 +19,8 @@ def configure_thread_pool(cores: int | None = None) -> None:
     left alone.
     """
     if cores:
-        os.environ.setdefault("TVM_NUM_THREADS", str(int(cores)))
+        if override:
+            os.environ["TVM_NUM_THREADS"] = str(int(cores))
+        else:
+            os.environ.setdefault("TVM_NUM_THREADS", str(int(cores)))
     os.environ.setdefault("TVM_BIND_THREADS", "0")

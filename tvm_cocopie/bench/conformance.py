@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from ..errors import last_line
+from ..threads import configure_thread_pool
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def run_case(case: Case, contender: str, pipeline: str = "default") -> dict:
 
 
 def _worker_main(conn, quiet: bool) -> None:
-    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    configure_thread_pool(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if quiet:  # TVM and ORT write to fds 1 and 2 directly
         devnull = os.open(os.devnull, os.O_WRONLY)

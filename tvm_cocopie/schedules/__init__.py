@@ -31,7 +31,7 @@ from .hexagon.int8 import HexagonInt8
 __all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "default_rules"]
 
 
-def default_rules(target: tvm.target.Target, options) -> list:
+def default_rules(target: tvm.target.Target) -> list:
     """The ordered schedule rules for ``target`` (empty: stock TVM's untouched loops)."""
     if is_hexagon(target):
         return [HexagonInt8()]

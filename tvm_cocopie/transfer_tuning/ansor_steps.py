@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from tvm import te
 
 from ..schedules.base import const_extent
+from .kernel_class import blocks_of
 
 #: Ansor's ``IteratorAnnotation`` codes that have a CPU meaning
 ANNOTATIONS = {1: "unroll", 2: "vectorize", 3: "parallel"}
@@ -358,8 +359,6 @@ def _split_lengths(steps: list, src: int) -> list[int]:
 
 
 def _blocks(sch) -> list[str]:
-    from .kernel_class import blocks_of
-
     return [b.name for b in blocks_of(sch.mod["main"])]
 
 

@@ -82,11 +82,12 @@ def cmd_transfer_tune(args) -> int:
                                   progress=not args.quiet, max_candidates=args.max_candidates,
                                   second_pass=args.second_pass)
     if not args.no_model_check and not args.rpc_tracker:
+        from ..bench.compare import measure_model
         from ..frontend.model import load_model
         from ..models import sample_inputs
 
         onnx_model = load_model(args.model)
-        report.model = search.measure_model(args.model, target, args.out, sample_inputs(onnx_model),
+        report.model = measure_model(args.model, target, args.out, sample_inputs(onnx_model),
                                             repeat=args.repeat)
         from ..bench.timing import write_json_atomic
 

@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 
 import tvm
 
+from ..frontend.importer import from_onnx
+from ..pipeline import run_until
+from ..target import parse_target
+
 log = logging.getLogger(__name__)
 
 _SUFFIX = re.compile(r"(_\d+|\d+)$")
@@ -99,7 +103,8 @@ def blocks_of(func: tvm.tirx.PrimFunc) -> list[BlockInfo]:
     return found
 
 
-def _main_func(kernel) -> tvm.tirx.PrimFunc:
+def kernel_func(kernel) -> tvm.tirx.PrimFunc:
+    """The PrimFunc of a kernel: ``kernel`` itself, or the (first) PrimFunc of a module."""
     if isinstance(kernel, tvm.IRModule):
         funcs = [f for _, f in kernel.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
         return funcs[0]
@@ -108,18 +113,18 @@ def _main_func(kernel) -> tvm.tirx.PrimFunc:
 
 def class_key(kernel) -> str:
     """Shape-independent structural key of a kernel (PrimFunc or one-function IRModule)."""
-    text = ";".join(b.key() for b in blocks_of(_main_func(kernel)))
+    text = ";".join(b.key() for b in blocks_of(kernel_func(kernel)))
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def class_label(kernel) -> str:
     """A readable name of the kernel's class: its op sequence, e.g. ``pad>conv2d>add>relu``."""
-    return ">".join(_op_name(b.name) for b in blocks_of(_main_func(kernel)))
+    return ">".join(_op_name(b.name) for b in blocks_of(kernel_func(kernel)))
 
 
 def anchor_block(kernel) -> str | None:
     """Name of the block with the most reduction work (first reduction block), if any."""
-    for b in blocks_of(_main_func(kernel)):
+    for b in blocks_of(kernel_func(kernel)):
         if "R" in b.iter_kinds:
             return b.name
     return None
@@ -133,7 +138,7 @@ def shape_distance(a, b) -> float:
     """
     import math
 
-    pa, pb = _main_func(a).params, _main_func(b).params  # buffers on TVM 0.27
+    pa, pb = kernel_func(a).params, kernel_func(b).params  # buffers on TVM 0.27
     shapes_a = [[int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in buf.shape] for buf in pa]
     shapes_b = [[int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in buf.shape] for buf in pb]
     if [len(s) for s in shapes_a] != [len(s) for s in shapes_b]:
@@ -168,9 +173,6 @@ def extract_kernels(model, target, shapes=None, options=None) -> list[Kernel]:
     """
     from tvm.s_tir import meta_schedule as ms
 
-    from ..frontend.importer import from_onnx
-    from ..pipeline import run_until
-    from ..target import parse_target
 
     target = parse_target(target)
     mod = model if isinstance(model, tvm.IRModule) else from_onnx(model, shapes=shapes)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
+from ..target import parse_target
 
 #: the stages after :func:`nhwc_module`: TVM's computes, fused, no layout change
 NHWC_OPTIONS = PipelineOptions(rewrite=False, layout=False, custom_legalize=False)
@@ -23,8 +25,6 @@ NHWC_OPTIONS = PipelineOptions(rewrite=False, layout=False, custom_legalize=Fals
 
 def nhwc_module(model, target, shapes=None) -> tvm.IRModule:
     """``model`` (ONNX or Relax) rewritten by cocopie's graph rules and converted to NHWC/HWIO."""
-    from ..frontend.importer import from_onnx
-    from ..target import parse_target
 
     target = parse_target(target)
     mod = model if isinstance(model, tvm.IRModule) else from_onnx(model, shapes=shapes)

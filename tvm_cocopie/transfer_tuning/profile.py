@@ -19,6 +19,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..api import compile_model
+from ..pipeline import PipelineOptions
+
 log = logging.getLogger(__name__)
 
 
@@ -81,8 +84,6 @@ def second_pass(model, target, winners: list, write_database, out_dir, tolerance
     import tempfile
     from pathlib import Path
 
-    from ..api import compile_model
-    from ..pipeline import PipelineOptions
 
     def profile(selected) -> dict[str, float]:
         with tempfile.TemporaryDirectory(dir=out_dir, prefix=".profile.") as tmp:

@@ -24,12 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
@@ -39,14 +36,13 @@ from tvm.s_tir import meta_schedule as ms
 from ..bench.timing import write_json_atomic
 from ..errors import ScheduleError, TuningLogError, last_line
 from ..metaschedule import FAILED, Measurer
-from .kernel_class import (
-    Kernel,
-    blocks_of,
-    class_key,
-    class_report,
-    extract_kernels,
-    shape_distance,
-)
+from ..schedules import default_rules
+from ..target import parse_target
+from .database import write_database
+from .kernel_class import Kernel, class_key, class_report, extract_kernels, shape_distance
+from .profile import second_pass as profile_second_pass
+from .readers import best_per_workload, read_database_dir
+from .report import KernelResult, Report
 from .transfer import check_numerics, transfer
 
 log = logging.getLogger(__name__)
@@ -102,13 +98,9 @@ class MeasurementCache:
 
 def default_schedule(mod: tvm.IRModule, target) -> tvm.IRModule | None:
     """The kernel scheduled by cocopie's default rules (None if no rule applies)."""
-    from ..pipeline import PipelineOptions
-    from ..schedules import default_rules
-    from ..target import parse_target
-
     target = parse_target(target)
     func = mod["main"]
-    for rule in default_rules(target, PipelineOptions()):
+    for rule in default_rules(target):
         try:
             sch = rule.apply(func, target, False)
         except Exception as err:  # noqa: BLE001 - a failing rule is just no default
@@ -129,90 +121,201 @@ def model_scores(kernels: list[Kernel], records: list) -> dict[str, float]:
             for model, per in counts.items()}
 
 
-@dataclass
-class KernelResult:
-    name: str
-    label: str
-    weight: int
-    untuned_secs: float
-    default_secs: float
-    best: str
-    best_secs: float
-    candidates: int = 0
-    rejected: dict = field(default_factory=dict)
-
-    @property
-    def speedup(self) -> float:
-        return self.untuned_secs / self.best_secs if self.best_secs else float("nan")
-
-
-@dataclass
-class Report:
-    """What a transfer-tuning run found, per kernel and for the model."""
-
-    kernels: list[KernelResult]
-    source_model: str | None
-    scores: dict
-    seconds: float
-    cache_hits: int
-    database: str
-    model: dict = field(default_factory=dict)
-    #: kernels the second pass retried: standalone, in-model, in-model on default, kept
-    second_pass: dict = field(default_factory=dict)
-
-    def totals(self) -> dict:
-        """Weighted kernel sums; kernels that could not be timed standalone (e.g. a
-        gather whose random indices fall out of bounds) are left out of all three."""
-        tot = {"untuned": 0.0, "default": 0.0, "transfer": 0.0}
-        for k in self.kernels:
-            if not all(math.isfinite(t) for t in (k.untuned_secs, k.default_secs, k.best_secs)):
-                continue
-            tot["untuned"] += k.weight * k.untuned_secs
-            tot["default"] += k.weight * k.default_secs
-            tot["transfer"] += k.weight * k.best_secs
-        return tot
-
-    def as_dict(self) -> dict:
-        d = {"source_model": self.source_model, "scores": self.scores, "seconds": self.seconds,
-             "cache_hits": self.cache_hits, "database": self.database,
-             "kernel_totals_secs": self.totals(), "model": self.model,
-             "second_pass": self.second_pass,
-             "kernels": [asdict(k) | {"speedup": k.speedup} for k in self.kernels]}
-        return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
-
-    def table(self) -> str:
-        header = (f"{'kernel':<40}{'calls':>6}{'untuned ms':>12}{'default ms':>12}"
-                  f"{'best ms':>10}{'speedup':>9}  source")
-        lines = [header]
-        for k in self.kernels:
-            lines.append(f"{k.name[:39]:<40}{k.weight:>6}{1e3 * k.untuned_secs:>12.3f}"
-                         f"{1e3 * k.default_secs:>12.3f}{1e3 * k.best_secs:>10.3f}"
-                         f"{k.speedup:>8.2f}x  {k.best}")
-        t = self.totals()
-        lines.append(f"kernel sum: untuned {1e3 * t['untuned']:.3f} ms, default "
-                     f"{1e3 * t['default']:.3f} ms, transfer-tuned {1e3 * t['transfer']:.3f} ms "
-                     f"({t['untuned'] / t['transfer']:.2f}x over untuned, "
-                     f"{t['default'] / t['transfer']:.2f}x over default)")
-        for name, row in self.second_pass.items():
-            lines.append(f"second pass: {name} ran {1e3 * row['in_model']:.3f} ms in the model "
-                         f"(standalone {1e3 * row['standalone']:.3f} ms); on its default schedule "
-                         f"{1e3 * (row['in_model_default'] or float('nan')):.3f} ms: "
-                         f"{'kept' if row['kept'] else 'back to default'}")
-        if self.model:
-            m = self.model
-            lines.append(f"model end to end: untuned {m['untuned_ms']:.3f} ms, default "
-                         f"{m['default_ms']:.3f} ms, transfer-tuned {m['transfer_ms']:.3f} ms "
-                         f"({m['speedup_over_untuned']:.2f}x over untuned, "
-                         f"{m['speedup_over_default']:.2f}x over default)")
-        return "\n".join(lines)
-
-
 def _progress(iterable, total, desc, enabled, unit="kernel"):
     if not enabled:
         return iterable
     from tqdm import tqdm
 
     return tqdm(iterable, total=total, desc=desc, unit=unit)
+
+
+@dataclass
+class _Search:
+    """The state one :func:`transfer_tune` run's steps share: the target, the measurer,
+    the measurement cache, the time budget, and what each kernel's candidates became."""
+
+    target: object
+    measurer: Measurer
+    cache: MeasurementCache
+    kernels: list
+    batch: int
+    progress: bool
+    budget_seconds: float | None
+    start: float = field(default_factory=time.perf_counter)
+    defaults: dict = field(default_factory=dict)  # kernel -> default-scheduled module
+    base: dict = field(default_factory=dict)  # kernel -> [(secs, err) untuned, default]
+    rejected: dict = field(default_factory=dict)  # kernel -> {candidate: reason}
+    candidates: dict = field(default_factory=dict)  # kernel -> [(candidate, schedule)]
+
+    def over_budget(self) -> bool:
+        return (self.budget_seconds is not None
+                and time.perf_counter() - self.start > self.budget_seconds)
+
+    def measure(self, pairs: list, desc: str, budgeted: bool = False) -> list:
+        """``pairs``: ``(kernel workload, candidate id, module to time)``, cached by
+        (kernel, id). ``[(secs, error)]`` per pair; ``None`` for one the budget left out."""
+        todo = [p for p in pairs if self.cache.get(p[0], p[1]) is None]
+        self.cache.hits += len(pairs) - len(todo)
+        chunks = [todo[i:i + self.batch] for i in range(0, len(todo), self.batch)]
+        for chunk in _progress(chunks, len(chunks), desc, self.progress and bool(chunks),
+                               unit="batch"):
+            if budgeted and self.over_budget():
+                break
+            timed = self.measurer.measure([c[2] for c in chunk])
+            for (kmod, cid, _m), (secs, err) in zip(chunk, timed):
+                self.cache.put(kmod, cid, secs, err)
+            self.cache.save()
+        return [self.cache.get(k, c) for k, c, _ in pairs]
+
+    def base_pairs(self, k: Kernel) -> list:
+        """The kernel untuned and on its default schedule: always candidates."""
+        default = self.defaults[k.name]
+        return [(k.mod, UNTUNED, k.mod)] + ([(k.mod, DEFAULT, default)] if default is not None
+                                             else [])
+
+    def baseline(self, k: Kernel) -> tuple[str, float]:
+        """``(UNTUNED or DEFAULT, seconds)``: the faster of the two baselines."""
+        untuned, default = self.untuned_default(k)
+        return (DEFAULT, default) if default <= untuned else (UNTUNED, untuned)
+
+    def untuned_default(self, k: Kernel) -> tuple[float, float]:
+        rows = self.base[k.name]
+        return rows[0][0], (rows[1][0] if len(rows) > 1 else FAILED)
+
+
+def _measure_baselines(run: _Search) -> None:
+    """Step 1: every kernel untuned and with its default schedule (P_c, the baselines)."""
+    run.defaults = {k.name: default_schedule(k.mod, run.target) for k in run.kernels}
+    run.measure([p for k in run.kernels for p in run.base_pairs(k)], "baselines")
+    run.base = {k.name: run.measure(run.base_pairs(k), "") for k in run.kernels}
+    for k in run.kernels:
+        untuned = run.base[k.name][0][0]
+        k.untuned_secs = None if math.isinf(untuned) else untuned
+
+
+def _choose_sources(kernels: list, records: list, mode: str):
+    """Step 2: the source schedules to try, by kernel class: ``(source model or None,
+    scores of every model, {class key: [records]})`` (one model by Eq. 6.1 in select
+    mode, every record in pool mode)."""
+    scores = model_scores(kernels, records)
+    source_model = None
+    if mode == "select" and scores:
+        source_model = max(scores, key=scores.get)
+        records = [r for r in records if r.model == source_model]
+        log.info("source model %s (score %.3f; all: %s)", source_model, scores[source_model],
+                 scores)
+    by_class: dict[str, list] = defaultdict(list)
+    for rec in records:
+        by_class[class_key(rec.workload)].append(rec)
+    return source_model, scores, by_class
+
+
+def _transfer_all(run: _Search, by_class: dict, same_workload: bool,
+                  max_candidates: int | None) -> None:
+    """Step 3: transfer every same-class schedule to every kernel, nearest in shape
+    first; rejects are cached too, and a transfer giving a module already tried (a
+    baseline or another source's) counts once."""
+    run.rejected = {k.name: {} for k in run.kernels}
+    run.candidates = {k.name: [] for k in run.kernels}
+    for k in _progress(run.kernels, len(run.kernels), "transfer", run.progress):
+        pool = by_class.get(k.key, [])
+        if same_workload:
+            pool = [r for r in pool if tvm_ffi.structural_equal(r.workload, k.mod)]
+        pool = sorted(pool, key=lambda r: shape_distance(r.workload, k.mod))
+        seen_mods = {tvm_ffi.structural_hash(m) for _, _, m in run.base_pairs(k)}
+        for rec in pool:
+            if run.over_budget() or (max_candidates
+                                     and len(run.candidates[k.name]) >= max_candidates):
+                break
+            seen = run.cache.get(k.mod, rec.origin)
+            if seen is not None and seen[1].startswith("rejected"):
+                run.rejected[k.name][rec.origin] = seen[1]
+                continue
+            result = transfer(rec, k.mod, run.target, validate=False)
+            if not result.ok:
+                run.rejected[k.name][rec.origin] = result.reason
+                run.cache.put(k.mod, rec.origin, FAILED, f"rejected: {result.reason}")
+                log.info("kernel %s: schedule %s rejected: %s", k.name, rec.origin, result.reason)
+                continue
+            digest = tvm_ffi.structural_hash(result.schedule.mod)
+            if digest not in seen_mods:
+                seen_mods.add(digest)
+                run.candidates[k.name].append((rec.origin, result.schedule))
+    run.cache.save()
+
+
+def _pick_challengers(run: _Search, check: bool) -> dict:
+    """Steps 4-5: measure every candidate standalone; per kernel the fastest that beats
+    its baseline and computes the right values: ``{kernel: (secs, candidate, schedule)}``."""
+    order = [(k.name, cid) for k in run.kernels for cid, _ in run.candidates[k.name]]
+    pairs = [(k.mod, cid, sch.mod) for k in run.kernels for cid, sch in run.candidates[k.name]]
+    timed = dict(zip(order, run.measure(pairs, "measure", budgeted=True)))
+    challengers = {}
+    for k in run.kernels:
+        ranked = []
+        for cid, sch in run.candidates[k.name]:
+            res = timed[(k.name, cid)]
+            if res is None:
+                run.rejected[k.name][cid] = "not measured: budget spent"
+            elif res[1]:
+                run.rejected[k.name][cid] = res[1]
+                log.info("kernel %s: schedule %s failed to measure: %s", k.name, cid, res[1])
+            else:
+                ranked.append((res[0], cid, sch))
+        for secs, cid, sch in sorted(ranked, key=lambda r: r[0]):
+            if secs >= run.baseline(k)[1]:
+                break
+            reason = _numerics_problem(sch.mod, k.mod, run.target) if check else ""
+            if reason:
+                run.rejected[k.name][cid] = reason
+                run.cache.put(k.mod, cid, FAILED, f"rejected: {reason}")
+                log.info("kernel %s: schedule %s rejected: %s", k.name, cid, reason)
+                continue
+            challengers[k.name] = (secs, cid, sch)
+            break
+    run.cache.save()
+    return challengers
+
+
+def _confirm(run: _Search, challengers: dict, margin: float):
+    """Step 5, confirmation: each challenger against the baseline it beat, timed side by
+    side (baseline, challenger, challenger, baseline: drift between batches cancels); it
+    wins only by more than ``margin``. Standalone times taken minutes apart differ by
+    10-20% on a shared machine, more than most schedule choices are worth.
+
+    Returns ``(winners [(kernel, id, schedule or None, secs)], [KernelResult])``.
+    """
+    confirm = []
+    for k in run.kernels:
+        if k.name in challengers:
+            bid = run.baseline(k)[0]
+            bmod = run.defaults[k.name] if bid == DEFAULT else k.mod
+            cid, cmod = challengers[k.name][1], challengers[k.name][2].mod
+            confirm += [(k.mod, f"confirm1:{bid}", bmod), (k.mod, f"confirm1:{cid}", cmod),
+                        (k.mod, f"confirm2:{cid}", cmod), (k.mod, f"confirm2:{bid}", bmod)]
+    confirmed = iter(run.measure(confirm, "confirm"))
+    winners, results = [], []
+    for k in run.kernels:
+        untuned, default = run.untuned_default(k)
+        best, best_secs = run.baseline(k)
+        best_sch = None
+        if k.name in challengers:
+            b1, c1, c2, b2 = (next(confirmed) for _ in range(4))
+            b_secs, c_secs = min(b1[0], b2[0]), min(c1[0], c2[0])
+            cid, sch = challengers[k.name][1], challengers[k.name][2]
+            if c_secs < (1.0 - margin) * b_secs:
+                best, best_secs, best_sch = cid, c_secs, sch
+            else:
+                run.rejected[k.name][cid] = (f"not confirmed: {1e3 * c_secs:.4f} ms against "
+                                             f"{best}'s {1e3 * b_secs:.4f} ms side by side")
+                best_secs = b_secs
+        if best != DEFAULT:
+            winners.append((k, best, best_sch, best_secs))
+        tried = len(run.candidates[k.name]) + len(run.base[k.name])
+        results.append(KernelResult(k.name, k.label, k.weight, untuned, default, best,
+                                    best_secs, tried, run.rejected[k.name]))
+    run.cache.save()
+    return winners, results
 
 
 def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
@@ -225,7 +328,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
-    Writes the winners' database to ``out_dir`` and returns a :class:`Report`.
+    Writes the winners' database to ``out_dir`` and returns a :class:`~.report.Report`.
     ``budget_seconds``: stop trying new candidates once spent (kernels not reached
     keep the better of untuned and default). Candidates are measured ``batch`` at a
     time (one builder and one runner call each), the cache saved after every batch.
@@ -247,180 +350,42 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     ``second_pass_tolerance`` times their standalone time and than the default
     there (:func:`~.profile.second_pass`).
     """
-    from ..target import parse_target
-
+    if mode not in ("select", "pool"):
+        raise ValueError(f"mode must be 'select' or 'pool', not {mode!r}")
     start = time.perf_counter()
     target = parse_target(target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if mode not in ("select", "pool"):
-        raise ValueError(f"mode must be 'select' or 'pool', not {mode!r}")
-    measurer = measurer or Measurer(target)
-    cache = MeasurementCache(out / CACHE_FILE)
     kernels = (kernels if kernels is not None
                else extract_kernels(model, target, shapes=shapes, options=options))
-
-    def over_budget() -> bool:
-        return budget_seconds is not None and time.perf_counter() - start > budget_seconds
-
-    def measure(pairs: list[tuple[tvm.IRModule, str, tvm.IRModule]], desc: str, budgeted=False):
-        """pairs: (kernel workload, candidate id, module to time); cached by (kernel, id).
-
-        Returns ``[(secs, error)]`` per pair; None for a pair the budget left out.
-        """
-        todo = [p for p in pairs if cache.get(p[0], p[1]) is None]
-        cache.hits += len(pairs) - len(todo)
-        chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
-        for chunk in _progress(chunks, len(chunks), desc, progress and bool(chunks), unit="batch"):
-            if budgeted and over_budget():
-                break
-            for (kmod, cid, _m), (secs, err) in zip(chunk, measurer.measure([c[2] for c in chunk])):
-                cache.put(kmod, cid, secs, err)
-            cache.save()
-        return [cache.get(k, c) for k, c, _ in pairs]
-
-    # 1. untuned and default times of every kernel: P_c and the baselines
-    defaults = {k.name: default_schedule(k.mod, target) for k in kernels}
-
-    def base_pairs(k):
-        return [(k.mod, UNTUNED, k.mod)] + (
-            [(k.mod, DEFAULT, defaults[k.name])] if defaults[k.name] is not None else [])
-
-    measure([p for k in kernels for p in base_pairs(k)], "baselines")
-    base = {k.name: measure(base_pairs(k), "") for k in kernels}
-    for k in kernels:
-        k.untuned_secs = None if math.isinf(base[k.name][0][0]) else base[k.name][0][0]
-
-    # 2. the source schedules to try
-    scores = model_scores(kernels, records)
-    source_model = None
-    if mode == "select" and scores:
-        source_model = max(scores, key=scores.get)
-        records = [r for r in records if r.model == source_model]
-        log.info("source model %s (score %.3f; all: %s)", source_model, scores[source_model], scores)
-    by_class: dict[str, list] = defaultdict(list)
-    for rec in records:
-        by_class[class_key(rec.workload)].append(rec)
-
-    # 3. transfer every same-class schedule to every kernel (rejects are cached too)
-    rejected: dict[str, dict[str, str]] = {k.name: {} for k in kernels}
-    candidates: dict[str, list] = {k.name: [] for k in kernels}
-    for k in _progress(kernels, len(kernels), "transfer", progress):
-        pool = by_class.get(k.key, [])
-        if same_workload:
-            pool = [r for r in pool if tvm_ffi.structural_equal(r.workload, k.mod)]
-        pool = sorted(pool, key=lambda r: shape_distance(r.workload, k.mod))
-        # a transfer that gives the untuned kernel or the default schedule adds nothing
-        seen_mods = {tvm_ffi.structural_hash(m) for _, _, m in base_pairs(k)}
-        for rec in pool:
-            if over_budget() or (max_candidates and len(candidates[k.name]) >= max_candidates):
-                break
-            seen = cache.get(k.mod, rec.origin)
-            if seen is not None and seen[1].startswith("rejected"):
-                rejected[k.name][rec.origin] = seen[1]
-                continue
-            result = transfer(rec, k.mod, target, validate=False)
-            if not result.ok:
-                rejected[k.name][rec.origin] = result.reason
-                cache.put(k.mod, rec.origin, FAILED, f"rejected: {result.reason}")
-                log.info("kernel %s: schedule %s rejected: %s", k.name, rec.origin, result.reason)
-                continue
-            digest = tvm_ffi.structural_hash(result.schedule.mod)
-            if digest in seen_mods:  # another source gave the same schedule
-                continue
-            seen_mods.add(digest)
-            candidates[k.name].append((rec.origin, result.schedule))
-    cache.save()
-
-    # 4. measure them all standalone, in builder/runner subprocesses
-    pairs = [(k.mod, cid, sch.mod) for k in kernels for cid, sch in candidates[k.name]]
-    timed = dict(zip([(k.name, cid) for k in kernels for cid, _ in candidates[k.name]],
-                     measure(pairs, "measure", budgeted=True)))
-
-    # 5. per kernel, the fastest candidate that computes the right values ...
-    challengers: dict[str, tuple[float, str, object]] = {}
-    baselines: dict[str, tuple[str, float]] = {}
-    untuned_default: dict[str, tuple[float, float]] = {}
-    for k in kernels:
-        untuned = base[k.name][0][0]
-        default = base[k.name][1][0] if len(base[k.name]) > 1 else FAILED
-        untuned_default[k.name] = (untuned, default)
-        baselines[k.name] = (DEFAULT, default) if default <= untuned else (UNTUNED, untuned)
-        ranked = []
-        for cid, sch in candidates[k.name]:
-            res = timed[(k.name, cid)]
-            if res is None:
-                rejected[k.name][cid] = "not measured: budget spent"
-            elif res[1]:
-                rejected[k.name][cid] = res[1]
-                log.info("kernel %s: schedule %s failed to measure: %s", k.name, cid, res[1])
-            else:
-                ranked.append((res[0], cid, sch))
-        for secs, cid, sch in sorted(ranked, key=lambda r: r[0]):
-            if secs >= baselines[k.name][1]:
-                break
-            reason = _numerics_problem(sch.mod, k.mod, target) if check else ""
-            if reason:
-                rejected[k.name][cid] = reason
-                cache.put(k.mod, cid, FAILED, f"rejected: {reason}")
-                log.info("kernel %s: schedule %s rejected: %s", k.name, cid, reason)
-                continue
-            challengers[k.name] = (secs, cid, sch)
-            break
-    cache.save()
-
-    # ... confirmed against the baseline it beat, timed side by side (baseline,
-    # challenger, challenger, baseline: drift between batches cancels); it wins only by
-    # more than ``margin``. Standalone times taken minutes apart differ by 10-20% on a
-    # shared machine, more than most schedule choices are worth.
-    confirm = []
-    for k in kernels:
-        if k.name in challengers:
-            bid = baselines[k.name][0]
-            bmod = defaults[k.name] if bid == DEFAULT else k.mod
-            cid, cmod = challengers[k.name][1], challengers[k.name][2].mod
-            confirm += [(k.mod, f"confirm1:{bid}", bmod), (k.mod, f"confirm1:{cid}", cmod),
-                        (k.mod, f"confirm2:{cid}", cmod), (k.mod, f"confirm2:{bid}", bmod)]
-    confirmed = iter(measure(confirm, "confirm"))
-    winners: list[tuple[Kernel, str, object, float]] = []
-    results: list[KernelResult] = []
-    for k in kernels:
-        untuned, default = untuned_default[k.name]
-        best, best_secs = baselines[k.name]
-        best_sch = None
-        if k.name in challengers:
-            b1, c1, c2, b2 = (next(confirmed) for _ in range(4))
-            b_secs, c_secs = min(b1[0], b2[0]), min(c1[0], c2[0])
-            cid, sch = challengers[k.name][1], challengers[k.name][2]
-            if c_secs < (1.0 - margin) * b_secs:
-                best, best_secs, best_sch = cid, c_secs, sch
-            else:
-                rejected[k.name][cid] = (f"not confirmed: {1e3 * c_secs:.4f} ms against "
-                                         f"{best}'s {1e3 * b_secs:.4f} ms side by side")
-                best_secs = b_secs
-        if best != DEFAULT:
-            winners.append((k, best, best_sch, best_secs))
-        results.append(KernelResult(k.name, k.label, k.weight, untuned, default, best, best_secs,
-                                    len(candidates[k.name]) + len(base[k.name]), rejected[k.name]))
-    cache.save()
-
+    run = _Search(target, measurer or Measurer(target), MeasurementCache(out / CACHE_FILE),
+                  kernels, batch, progress, budget_seconds, start)
+    _measure_baselines(run)
+    source_model, scores, by_class = _choose_sources(kernels, records, mode)
+    _transfer_all(run, by_class, same_workload, max_candidates)
+    winners, results = _confirm(run, _pick_challengers(run, check), margin)
     retried: dict = {}
     if second_pass:
-        from .profile import second_pass as profile_pass
-
-        winners, retried = profile_pass(model, target, winners,
-                                        lambda sel, where: write_database(sel, target, where),
-                                        out, second_pass_tolerance, shapes=shapes,
-                                        options=options)
-        for res in results:
-            if res.name in retried and not retried[res.name]["kept"]:
-                res.rejected[res.best] = "second pass: slower than the default inside the model"
-                res.best, res.best_secs = DEFAULT, res.default_secs
+        winners, retried = _second_pass(model, target, winners, results, out,
+                                        second_pass_tolerance, shapes, options)
     db_dir = write_database(winners, target, out)
-    report = Report(results, source_model, scores, cache.seconds, cache.hits, str(db_dir),
-                    second_pass=retried)
+    report = Report(results, source_model, scores, run.cache.seconds, run.cache.hits,
+                    str(db_dir), second_pass=retried)
     write_json_atomic(out / REPORT_FILE, report.as_dict())
     return report
+
+
+def _second_pass(model, target, winners, results, out, tolerance, shapes, options):
+    """The optional second pass (:func:`~.profile.second_pass`); kernels it puts back on
+    their default schedule are marked so in ``results``. ``(winners, retried)``."""
+    winners, retried = profile_second_pass(
+        model, target, winners, lambda sel, where: write_database(sel, target, where), out,
+        tolerance, shapes=shapes, options=options)
+    for res in results:
+        if res.name in retried and not retried[res.name]["kept"]:
+            res.rejected[res.best] = "second pass: slower than the default inside the model"
+            res.best, res.best_secs = DEFAULT, res.default_secs
+    return winners, retried
 
 
 def select_tuned(model, log_dir, target, out_dir, **kwargs) -> Report:
@@ -432,11 +397,42 @@ def select_tuned(model, log_dir, target, out_dir, **kwargs) -> Report:
     is this selection, so that it is never worse than the baseline both are compared
     with. ``kwargs`` go to :func:`transfer_tune`.
     """
-    from .readers import best_per_workload, read_database_dir
-
     records, _summary = read_database_dir(log_dir, target)
     return transfer_tune(model, best_per_workload(records), target, out_dir, mode="pool",
                          same_workload=True, max_candidates=1, **kwargs)
+
+
+def kernel_sums(model, target, databases: dict, kernels: list[Kernel] | None = None,
+                measurer: Measurer | None = None, shapes=None, options=None) -> dict:
+    """Weighted kernel sums (seconds) of ``model`` under each database, measured in one
+    run: every kernel's schedule from every database timed side by side in one batch,
+    so that the sums compare (standalone times minutes apart differ by 10-20%).
+
+    ``databases``: ``{name: MetaSchedule work dir, or None for the default schedules}``;
+    a kernel a database has no record of takes its default schedule (as in the
+    pipeline). Kernels that cannot be timed under every database are left out of all
+    sums. Returns ``{name: seconds}``.
+    """
+    target = parse_target(target)
+    measurer = measurer or Measurer(target)
+    kernels = (kernels if kernels is not None
+               else extract_kernels(model, target, shapes=shapes, options=options))
+    dbs = {name: (ms.database.JSONDatabase(work_dir=str(d), allow_missing=False)
+                  if d is not None else None) for name, d in databases.items()}
+    mods = []
+    for k in kernels:
+        default = default_schedule(k.mod, target) or k.mod
+        for db in dbs.values():
+            sch = db.query_schedule(k.mod, target, "main") if db is not None else None
+            mods.append(sch.mod if sch is not None else default)
+    times = iter(secs for secs, _err in measurer.measure(mods))
+    sums = dict.fromkeys(databases, 0.0)
+    for k in kernels:
+        row = {name: next(times) for name in databases}
+        if all(math.isfinite(t) for t in row.values()):
+            for name, secs in row.items():
+                sums[name] += k.weight * secs
+    return sums
 
 
 def _numerics_problem(scheduled: tvm.IRModule, reference: tvm.IRModule, target) -> str:
@@ -450,88 +446,7 @@ def _numerics_problem(scheduled: tvm.IRModule, reference: tvm.IRModule, target) 
     return ""
 
 
-def write_database(winners, target, out: Path) -> Path:
-    """Commit the winning schedules as a MetaSchedule database in ``out`` (atomically).
-
-    An untuned winner is stored with a trace that changes nothing (one block lookup:
-    MetaSchedule's queries skip records with empty traces) so that the pipeline
-    leaves the kernel as it is instead of applying the default rules.
-    """
-    from tvm.s_tir import Schedule
-
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".db."))
-    try:
-        db = ms.database.JSONDatabase(work_dir=str(tmp))
-        for kernel, _cid, sch, secs in winners:
-            if sch is None:  # untuned: a no-op trace (an empty one is never returned by queries)
-                sch = Schedule(kernel.mod)
-                blocks = blocks_of(kernel.mod["main"])
-                if blocks:
-                    sch.get_sblock(blocks[0].name)
-            func = next(f for _, f in kernel.mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
-            db.commit_tuning_record(ms.database.TuningRecord(
-                sch.trace, db.commit_workload(kernel.mod), [secs], target,
-                ms.arg_info.ArgInfo.from_prim_func(func)))
-        del db
-        for name in ("database_workload.json", "database_tuning_record.json"):
-            src = tmp / name
-            if not src.exists():
-                src.write_text("")
-            os.replace(src, out / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
-                   repeat: int = 10, max_seconds: float = 30.0) -> dict:
-    """Compile ``model`` once per variant and time them interleaved in blocks (median ms).
-
-    ``variants``: ``{name: (pipeline, PipelineOptions or None)}``; ``model`` is one
-    model for all, or ``{name: model}`` (e.g. an NHWC build beside the ONNX file).
-    Every variant's outputs are compared with ``reference``'s; returns ``{name: ms,
-    ..., "max_abs_err": worst difference}``.
-    """
-    import numpy as np
-
-    from ..api import compile_model
-    from ..bench.timing import interleaved_times, median
-
-    models = model if isinstance(model, dict) else {name: model for name in variants}
-    compiled = {name: compile_model(models[name], target=target, pipeline=pipe, options=opt)
-                for name, (pipe, opt) in variants.items()}
-    ref = [np.asarray(o) for o in _outputs(compiled[reference](**inputs))]
-    err = 0.0
-    for comp in compiled.values():
-        for got, want in zip(_outputs(comp(**inputs)), ref):
-            err = max(err, float(np.max(np.abs(np.asarray(got, "float64") - want), initial=0.0)))
-    times = interleaved_times({n: (lambda c=c: c(**inputs)) for n, c in compiled.items()},
-                              repeat=repeat, max_seconds=max_seconds, block=4)
-    return {n: median(t) for n, t in times.items()} | {"max_abs_err": err}
-
-
-def _outputs(result) -> list:
-    return list(result) if isinstance(result, (list, tuple)) else [result]
-
-
-def measure_model(model, target, database: str | Path, inputs: dict, repeat: int = 10,
-                  max_seconds: float = 30.0) -> dict:
-    """End-to-end latency (median ms) untuned, with default schedules, with the database.
-
-    Outputs are checked against the untuned build (``max_abs_err``).
-    """
-    from ..pipeline import PipelineOptions
-
-    res = compare_builds(model, target, {
-        "untuned": ("cocopie", PipelineOptions(schedule=False)),
-        "default": ("cocopie", PipelineOptions()),
-        "transfer": ("cocopie", PipelineOptions(database=str(database)))},
-        inputs, "untuned", repeat, max_seconds)
-    return {"untuned_ms": res["untuned"], "default_ms": res["default"], "transfer_ms": res["transfer"],
-            "speedup_over_untuned": res["untuned"] / res["transfer"],
-            "speedup_over_default": res["default"] / res["transfer"], "max_abs_err": res["max_abs_err"]}
-
-
 def require_records(records: list, where: str) -> None:
+    """Raise :class:`~tvm_cocopie.errors.TuningLogError` when ``records`` is empty."""
     if not records:
         raise TuningLogError(f"no usable tuning record in {where}; nothing to transfer")

@@ -35,8 +35,11 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import last_line
 from ..metaschedule import initialized_postprocs
+from ..schedules import default_rules
 from ..schedules.tunable import SPACE_ANNOTATION
-from .kernel_class import _main_func
+from ..target import cpu_info, parse_target
+from ..topi.cpu.tiling import vector_registers
+from .kernel_class import kernel_func
 from .tiles import adapt_tile
 
 log = logging.getLogger(__name__)
@@ -48,18 +51,15 @@ def _as_main(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with its kernel named ``main`` (what the rules and traces look up)."""
     if "main" in [gv.name_hint for gv in mod.get_global_vars()]:
         return mod
-    return tvm.IRModule({"main": _main_func(mod)})
+    return tvm.IRModule({"main": kernel_func(mod)})
 
 
 def design_spaces(mod: tvm.IRModule, target) -> list[Schedule]:
     """The design spaces of kernel ``mod`` under cocopie's rules (at least one schedule)."""
-    from ..pipeline import PipelineOptions
-    from ..schedules import default_rules
-    from ..target import parse_target
 
     target = parse_target(target)
     mod = _as_main(mod)
-    for rule in default_rules(target, PipelineOptions()):
+    for rule in default_rules(target):
         result = rule.apply(mod["main"], target, True)
         if result is None:
             continue
@@ -113,9 +113,6 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
 
 
 def registers_of(target) -> int:
-    from ..target import cpu_info, parse_target
-    from ..topi.cpu.tiling import vector_registers
-
     return vector_registers(cpu_info(parse_target(target)))
 
 

@@ -29,7 +29,9 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import ScheduleError, last_line
 from ..metaschedule import initialized_postprocs
+from ..target import parse_target
 from .kernel_class import blocks_of
+from .space import replay_decisions, space_tag
 from .tiles import adapt_tile
 
 log = logging.getLogger(__name__)
@@ -104,8 +106,6 @@ def transfer(record, mod: tvm.IRModule, target, validate: bool = True) -> Transf
     With ``validate`` the result is built for ``target``: one that fails to build is
     rejected. Numerical checks are :func:`check_numerics`.
     """
-    from ..target import parse_target
-    from .space import replay_decisions, space_tag
 
     target = parse_target(target)
     if space_tag(record.trace) is not None:  # sampled in cocopie's space: replay decisions
@@ -138,8 +138,6 @@ def random_args(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
 
 
 def run_kernel(mod: tvm.IRModule, target, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    from ..target import parse_target
-
     target = parse_target(target)
     lib = tvm.compile(mod, target=target)
     dev = tvm.cpu(0)

@@ -21,7 +21,11 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from ..bench.timing import write_json_atomic
+from ..metaschedule import Measurer, local_builder, tune_context
+from ..target import parse_target
+from .kernel_class import extract_kernels
 from .readers import RECORD_FILE, WORKLOAD_FILE
+from .space import space_generator
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +68,6 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
     from our default schedules; ``"stock"`` MetaSchedule's own CPU rules
     (``PostOrderApply``), which start from untuned loops.
     """
-    from ..metaschedule import Measurer, local_builder, tune_context
-    from ..target import parse_target
-    from .kernel_class import extract_kernels
-    from .space import space_generator
 
     target = parse_target(target)
     kernels = kernels if kernels is not None else extract_kernels(model, target, shapes=shapes)
