@@ -75,6 +75,7 @@ class CompiledModel:
 
     @property
     def input_names(self) -> list[str]:
+        """The model's input names, in call order."""
         return [spec.name for spec in self.inputs]
 
     def _arrange(self, args: Sequence, kwargs: Mapping) -> list[np.ndarray]:

@@ -36,6 +36,8 @@ def _parse_shape(text: str) -> tuple[str, list[int]]:
 
 
 def cmd_demo(args) -> int:
+    """``tvm-cocopie demo``: compile a zoo model with stock TVM and cocopie, time both and ONNX
+    Runtime, print the table; exit code."""
     from . import register
     from .bench.e2e import compare_workload, summarize, table
     from .bench.timing import bench_result, write_json_atomic
@@ -62,6 +64,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    """``tvm-cocopie compile``: compile an ONNX file and export the library; exit code."""
     from .api import compile_model
 
     shapes = dict(args.shape or [])
@@ -74,6 +77,8 @@ def cmd_compile(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    """``tvm-cocopie bench NAME``: run ``scripts/bench_NAME.py`` with the remaining arguments; its
+    exit code."""
     scripts = Path(__file__).resolve().parent.parent / "scripts"
     script = scripts / f"bench_{args.name}.py"
     if not script.is_file():
@@ -86,6 +91,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_info(args) -> int:
+    """``tvm-cocopie info``: register the pipeline and print its stages for this host; exit code."""
     from . import register
 
     print(register())
@@ -93,6 +99,8 @@ def cmd_info(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``tvm-cocopie`` argument parser with every subcommand (those of transfer-tuning and
+    Hexagon included)."""
     parser = argparse.ArgumentParser(prog="tvm-cocopie", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +154,8 @@ def _add_plugin_parsers(sub) -> None:
 
 
 def main(argv=None) -> int:
+    """Entry point of ``tvm-cocopie``: parse ``argv``, run the subcommand, report a
+    :class:`~.errors.CocopieError` as one line; exit code."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

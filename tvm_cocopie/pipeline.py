@@ -55,6 +55,7 @@ class PipelineOptions:
     database: str | None = None
 
     def replace(self, **changes) -> PipelineOptions:
+        """A copy with ``changes`` applied (the options are frozen)."""
         return dataclasses.replace(self, **changes)
 
 

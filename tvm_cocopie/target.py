@@ -119,6 +119,7 @@ class CpuInfo:
 
     @property
     def f32_lanes(self) -> int:
+        """fp32 lanes of one SIMD register."""
         return max(1, self.vector_bits // 32)
 
 
@@ -142,4 +143,5 @@ def cpu_info(target: Target) -> CpuInfo:
 
 
 def is_hexagon(target: Target) -> bool:
+    """Whether ``target`` generates Hexagon code."""
     return str(target.attrs.get("mtriple") or "").startswith("hexagon")

@@ -51,6 +51,7 @@ class Case:
     atol: float = 1e-7
 
     def proto(self) -> onnx.ModelProto:
+        """The case's model, parsed from its serialized bytes."""
         return onnx.load_from_string(self.model)
 
 
@@ -79,6 +80,7 @@ def primary_op(name: str, ops: Sequence[str]) -> str:
 
 
 def case_opset(proto: onnx.ModelProto) -> int:
+    """The default-domain opset ``proto`` imports (1 when it names none)."""
     return next((int(e.version) for e in proto.opset_import if e.domain in ("", "ai.onnx")), 1)
 
 

@@ -80,6 +80,7 @@ def _geomean_or_none(values):
 
 
 def table(records: list[dict]) -> str:
+    """The records (skipped models left out) as a text table of :data:`COLUMNS`."""
     return bm.format_table([r for r in records if "skipped" not in r], COLUMNS)
 
 

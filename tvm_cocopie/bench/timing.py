@@ -98,10 +98,12 @@ def interleaved_times(
 
 
 def median(values: Iterable[float]) -> float:
+    """The median of ``values``, as a float."""
     return float(statistics.median(list(values)))
 
 
 def geomean(values: Iterable[float]) -> float:
+    """The geometric mean of the positive, finite ``values`` (``nan`` when there is none)."""
     vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not vals:
         return float("nan")
@@ -173,6 +175,7 @@ def ort_session(model, threads: int, spinning: bool = False):
 
 
 def ort_runner(session, inputs: Mapping[str, np.ndarray]) -> Callable[[], list]:
+    """A no-argument callable that runs ``session`` on ``inputs`` once (a timing contender)."""
     return lambda: session.run(None, dict(inputs))
 
 

@@ -64,6 +64,7 @@ class BufferSpec:
 
     @property
     def nbytes(self) -> int:
+        """Size of the buffer in bytes."""
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
@@ -89,6 +90,7 @@ class ProgramSpec:
     offsets: tuple | None = None
 
     def buffer(self, name: str) -> BufferSpec:
+        """The buffer called ``name`` (``KeyError`` if there is none)."""
         for buf in self.buffers:
             if buf.name == name:
                 return buf

@@ -109,6 +109,7 @@ class HexagonProgram:
 
     @property
     def elf(self) -> Path:
+        """Path of the linked program."""
         return self.directory / "program.elf"
 
     def run(self, inputs: dict, *, count_packets: bool = False, timeout: float | None = None):

@@ -104,12 +104,15 @@ def program_spec(
 
 
 def ffi_include() -> str:
+    """The include directory of the ``apache-tvm-ffi`` wheel (its C headers, for the harness)."""
     import tvm_ffi.libinfo
 
     return tvm_ffi.libinfo.find_include_path()
 
 
 def input_bytes(spec: harness.ProgramSpec, inputs: dict) -> bytes:
+    """The bytes of the program's input file: ``spec``'s input buffers from ``inputs`` (name ->
+    array), in order, each in the buffer's dtype and shape."""
     missing = [n for n in spec.inputs if n not in inputs]
     if missing:
         raise ValueError(f"missing inputs {missing}")
@@ -126,6 +129,8 @@ def input_bytes(spec: harness.ProgramSpec, inputs: dict) -> bytes:
 
 
 def read_outputs(spec: harness.ProgramSpec, path: Path) -> dict:
+    """The program's outputs from its output file at ``path``: ``{name: array}`` in the buffers'
+    dtypes and shapes."""
     data = path.read_bytes()
     out, pos = {}, 0
     for name in spec.outputs:

@@ -207,6 +207,8 @@ class TvmCocopieRep(BackendRep):
         return inputs
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Run the compiled model on ``inputs`` (a list in graph order, or a name -> array
+        mapping); the outputs as a tuple of numpy arrays."""
         args = [to_tvm_value(v, self.device) for v in self._arrange(inputs)]
         result = self.vm["main"](*args)
         if len(self.output_types) == 1:
@@ -230,6 +232,8 @@ class SpecializingRep(BackendRep):
         self._reps: dict[tuple, TvmCocopieRep] = {}
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Compile the model for these values of its shape operands (cached per value) and run it;
+        the outputs as a tuple."""
         if isinstance(inputs, Mapping):
             values = dict(inputs)
         else:
@@ -260,11 +264,14 @@ class TvmCocopieBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
+        """Whether ``device`` is one this backend runs on (CPU only)."""
         return str(device).upper().startswith("CPU")
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto | str | bytes, device: str = "CPU",
                 **kwargs: Any) -> TvmCocopieRep | SpecializingRep:
+        """Check and compile ``model`` for ``device``; a rep whose ``run`` takes the inputs (a
+        :class:`SpecializingRep` when shape operands are graph inputs)."""
         if not cls.supports_device(device):
             raise ModelError(f"tvm-cocopie's ONNX backend runs on CPU, not {device}")
         proto = load_model(model)
@@ -295,6 +302,7 @@ class TvmCocopieBackend(Backend):
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
                   **kwargs: Any) -> tuple[Any, ...]:
+        """Prepare ``model`` and run it once on ``inputs``; the outputs."""
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod

@@ -35,6 +35,8 @@ def add_parser(subparsers):
 
 
 def cmd_run(args) -> int:
+    """``tvm-cocopie hexagon run MODEL.onnx``: quantize the model's int8-runnable trunk, run it
+    under qemu-hexagon, check it bit for bit; exit code."""
     import onnx
 
 

@@ -292,6 +292,7 @@ class GraphBuilder:
 
     # -------------------------------------------------------- elementwise
     def relu(self, x: str) -> str:
+        """Append ``Relu(x)``; the output's name."""
         return self.node("Relu", [x], np.maximum(self.values[x], 0))
 
     def clip(self, x: str, lo: float, hi: float) -> str:
@@ -304,9 +305,11 @@ class GraphBuilder:
         return self.clip(x, 0.0, 6.0)
 
     def add(self, a: str, b: str) -> str:
+        """Append ``Add(a, b)``; the output's name."""
         return self.node("Add", [a, b], self.values[a] + self.values[b])
 
     def mul(self, a: str, b: str) -> str:
+        """Append ``Mul(a, b)``; the output's name."""
         return self.node("Mul", [a, b], self.values[a] * self.values[b])
 
     def scale(self, x: str, factor: float) -> str:
@@ -329,12 +332,14 @@ class GraphBuilder:
         return self.scale(t, 0.5)
 
     def softmax(self, x: str, axis: int = -1) -> str:
+        """Append ``Softmax(x)`` over ``axis``; the output's name."""
         v = self.values[x]
         e = np.exp(v - v.max(axis=axis, keepdims=True))
         return self.node("Softmax", [x], e / e.sum(axis=axis, keepdims=True), axis=axis)
 
     # -------------------------------------------------------------- pooling
     def maxpool(self, x: str, k: int, stride: int, pad: int = 0) -> str:
+        """Append a ``k x k`` ``MaxPool`` with ``stride`` and ``pad``; the output's name."""
         y = _windows(self.values[x], k, stride, pad, fill=-np.inf).max(axis=(4, 5))
         return self.node("MaxPool", [x], y, kernel_shape=[k, k], strides=[stride, stride],
                          pads=[pad] * 4)
@@ -346,6 +351,7 @@ class GraphBuilder:
                          strides=[stride, stride], pads=[pad] * 4, count_include_pad=1)
 
     def global_avgpool(self, x: str) -> str:
+        """Append ``GlobalAveragePool(x)``; the output's name."""
         y = self.values[x].mean(axis=(2, 3), keepdims=True)
         return self.node("GlobalAveragePool", [x], y, kind="avgpool")
 
@@ -363,6 +369,7 @@ class GraphBuilder:
         return self.node("Reshape", [x, target], v.reshape(concrete))
 
     def transpose(self, x: str, perm: Sequence[int]) -> str:
+        """Append ``Transpose(x, perm)``; the output's name."""
         y = np.ascontiguousarray(self.values[x].transpose(perm))
         return self.node("Transpose", [x], y, perm=list(perm))
 

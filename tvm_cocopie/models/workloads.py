@@ -22,16 +22,19 @@ REAL_WORKLOADS = ("ppocr_det", "ppocr_rec", "ppocr_cls")
 
 @dataclass
 class Workload:
+    """A model with deterministic inputs: its name, the ONNX model and ``{input name: array}``."""
     name: str
     model: onnx.ModelProto
     inputs: dict[str, np.ndarray]
 
     @property
     def shapes(self) -> dict[str, list[int]]:
+        """``{input name: shape}`` of the inputs."""
         return {k: list(v.shape) for k, v in self.inputs.items()}
 
 
 def list_workloads() -> list[str]:
+    """Every workload name: the zoo's models and the real ones."""
     return list(list_models()) + list(REAL_WORKLOADS)
 
 

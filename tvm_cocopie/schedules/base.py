@@ -38,9 +38,12 @@ class CpuRule(dlight.ScheduleRule):
     name = "cpu-rule"
 
     def is_target_available(self, target: tvm.target.Target) -> bool:
+        """Whether the rule serves ``target`` (LLVM CPU targets here)."""
         return target.kind.name == "llvm"
 
     def apply(self, func, target, tunable):
+        """dlight's entry point: a schedule of ``func`` for ``target`` (a list of them when
+        ``tunable``), or ``None`` when the rule does not apply or fails (logged)."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
         sch = s_tir.Schedule(func)
@@ -85,14 +88,17 @@ def annotated_blocks(sch: s_tir.Schedule, key: str) -> list:
 
 
 def iter_types(sch: s_tir.Schedule, block) -> list[int]:
+    """The iteration kinds of ``block``'s iterators (data-parallel, reduction, ...)."""
     return [int(iv.iter_type) for iv in sch.get(block).iter_vars]
 
 
 def is_spatial(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` has only data-parallel iterators."""
     return all(t == DATA_PAR for t in iter_types(sch, block))
 
 
 def const_extent(sch: s_tir.Schedule, loop) -> int | None:
+    """The loop's extent when it is a constant, else ``None``."""
     ext = sch.get(loop).extent
     return int(ext.value) if isinstance(ext, tirx.IntImm) else None
 

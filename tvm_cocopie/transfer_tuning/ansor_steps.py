@@ -111,6 +111,7 @@ class StageState:
         stage.extents = [_extent(self.sch, lp) for lp in loops]
 
     def stage(self, sid: int) -> Stage:
+        """Stage ``sid`` (:class:`Untranslatable` if there is none)."""
         if not 0 <= sid < len(self.stages):
             raise Untranslatable(f"stage {sid} does not exist ({len(self.stages)} stages)")
         st = self.stages[sid]
@@ -119,12 +120,16 @@ class StageState:
         return st
 
     def iters(self, st: Stage, ids) -> list:
+        """The TIR loops of Ansor iterators ``ids`` of stage ``st`` (:class:`Untranslatable` for
+        one it lacks)."""
         for i in ids:
             if not 0 <= i < len(st.extents):
                 raise Untranslatable(f"{st.name} has no iterator {i} ({len(st.extents)} iterators)")
         return [st.loops[i] for i in ids]
 
     def real(self, st: Stage, what: str) -> None:
+        """Raise :class:`Untranslatable` if ``st``'s loops are still virtual (``what`` names the
+        step)."""
         if st.virtual:
             raise Untranslatable(f"{what} on {st.name}, whose loops follow a split not yet attached")
 
@@ -148,6 +153,8 @@ class StageState:
     # -- steps ---------------------------------------------------------------------
     def split(self, sid: int, it: int, lengths: list[int], inner_to_outer: bool = True,
               perfect: bool = True) -> None:
+        """Ansor's SP/FSP: split iterator ``it`` of stage ``sid`` by ``lengths`` (sampled perfect
+        tiles when ``perfect``)."""
         st = self.stage(sid)
         self.iters(st, [it])
         extent = st.extents[it]
@@ -184,6 +191,7 @@ class StageState:
         self.split(sid, it, lengths)
 
     def reorder(self, sid: int, order: list[int]) -> None:
+        """Ansor's RE: reorder stage ``sid``'s iterators to ``order``."""
         st = self.stage(sid)
         if sorted(order) != list(range(len(st.extents))):
             raise Untranslatable(f"reorder {order} is not a permutation of {st.name}'s "
@@ -194,6 +202,7 @@ class StageState:
             self.sch.reorder(*st.loops)
 
     def fuse(self, sid: int, ids: list[int]) -> None:
+        """Ansor's FU: fuse stage ``sid``'s iterators ``ids`` into one."""
         st = self.stage(sid)
         self.real(st, "fuse")
         if ids != list(range(ids[0], ids[0] + len(ids))):
@@ -207,6 +216,8 @@ class StageState:
         st.extents[ids[0]:ids[-1] + 1] = [math.prod(st.extents[i] for i in ids)]
 
     def annotate(self, sid: int, it: int, code: int) -> None:
+        """Ansor's AN: parallelize, vectorize or unroll iterator ``it`` of stage ``sid``
+        (annotation ``code``)."""
         how = ANNOTATIONS.get(int(code))
         if how is None:
             return  # no annotation, or a GPU binding
@@ -215,6 +226,7 @@ class StageState:
         getattr(self.sch, how)(self.iters(st, [it])[0])
 
     def pragma(self, sid: int, it: int, pragma: str) -> None:
+        """Ansor's PR: the auto-unroll pragma on iterator ``it`` of stage ``sid``."""
         st = self.stage(sid)
         self.real(st, "pragma")
         if pragma.startswith("auto_unroll_max_step$"):
@@ -223,6 +235,8 @@ class StageState:
             self.sch.annotate(loop, "pragma_unroll_explicit", 1)
 
     def compute_at(self, sid: int, target_sid: int, it: int) -> None:
+        """Ansor's CA: stage ``sid`` computed at iterator ``it`` of ``target_sid`` (a reverse
+        compute-at for a tiled conv's consumer)."""
         st, tgt = self.stage(sid), self.stage(target_sid)
         self.iters(tgt, [it])
         if tgt.virtual:
@@ -248,6 +262,7 @@ class StageState:
         self._reload(st, keep=n_iters)
 
     def compute_inline(self, sid: int) -> None:
+        """Ansor's CI: inline stage ``sid`` into its consumers."""
         st = self.stage(sid)
         try:
             self.sch.compute_inline(st.block)

@@ -32,6 +32,7 @@ def _rpc(text: str | None, key: str | None):
 
 
 def cmd_tune(args) -> int:
+    """``tvm-cocopie tune``: MetaSchedule-tune a model's kernels into a work dir; exit code."""
     from ..target import parse_target
 
     target = parse_target(args.target) if args.target else None
@@ -49,6 +50,8 @@ def cmd_tune(args) -> int:
 
 
 def cmd_transfer_tune(args) -> int:
+    """``tvm-cocopie transfer-tune``: read the logs, transfer-tune the model, write the database
+    and report; exit code."""
     from ..errors import TuningLogError
     from ..target import parse_target
     from . import readers, search

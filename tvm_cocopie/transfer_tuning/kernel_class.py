@@ -62,6 +62,8 @@ def _expr_skeleton(expr) -> str:
 
 @dataclass
 class BlockInfo:
+    """One block of a kernel as its class sees it: op name, iterator kinds, loop depth, whether it
+    has an init, its value's shape-free skeleton."""
     name: str
     iter_kinds: str
     depth: int
@@ -69,6 +71,7 @@ class BlockInfo:
     value: str
 
     def key(self) -> str:
+        """The block's part of a class key."""
         return f"{_op_name(self.name)}[{self.iter_kinds}|d{self.depth}|{'i' if self.has_init else ''}]={self.value}"
 
 
@@ -183,6 +186,8 @@ def extract_kernels(model, target, shapes=None, options=None) -> list[Kernel]:
 
 @dataclass
 class ClassRow:
+    """One row of the class report: a class, its label, kernels, calls and share of the untuned
+    time."""
     key: str
     label: str
     kernels: list = field(default_factory=list)
@@ -219,6 +224,7 @@ def format_class_report(rows: list[ClassRow]) -> str:
 
 
 def group_by_class(items, key=lambda x: x.key) -> dict[str, list]:
+    """``items`` grouped by ``key`` (their class key by default), in first-seen order."""
     groups: dict[str, list] = defaultdict(list)
     for item in items:
         groups[key(item)].append(item)

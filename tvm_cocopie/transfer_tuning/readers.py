@@ -46,6 +46,7 @@ class ImportSummary:
     notes: Counter = field(default_factory=Counter)
 
     def skip(self, reason: str, detail: str) -> None:
+        """Count a skipped record under ``reason``, keeping a few ``detail`` examples."""
         self.skipped[reason] += 1
         self.examples.setdefault(reason, [])
         if len(self.examples[reason]) < MAX_EXAMPLES:
@@ -53,6 +54,7 @@ class ImportSummary:
         log.debug("%s: skipped (%s): %s", self.source, reason, detail)
 
     def merge(self, other: ImportSummary) -> ImportSummary:
+        """Add ``other``'s counts to this summary; this summary."""
         self.lines += other.lines
         self.kept += other.kept
         self.skipped.update(other.skipped)
@@ -63,10 +65,12 @@ class ImportSummary:
         return self
 
     def as_dict(self) -> dict:
+        """The summary as JSON-ready data."""
         return {"source": self.source, "lines": self.lines, "kept": self.kept,
                 "skipped": dict(self.skipped), "notes": dict(self.notes), "examples": self.examples}
 
     def explain(self) -> str:
+        """The summary as readable lines: records usable, and why the others were skipped."""
         parts = [f"{self.source}: {self.kept} of {self.lines} record(s) usable"]
         for reason, n in sorted(self.skipped.items()):
             ex = self.examples.get(reason, [])
@@ -89,6 +93,7 @@ class SourceRecord:
 
     @property
     def mean_secs(self) -> float:
+        """Mean of the record's run times (``inf`` when it has none)."""
         vals = [float(v) for v in self.run_secs or []]
         return sum(vals) / len(vals) if vals else float("inf")
 

@@ -80,18 +80,23 @@ class MeasurementCache:
 
     @staticmethod
     def key(mod: tvm.IRModule, candidate: str) -> str:
+        """The cache key of ``candidate`` on kernel ``mod``."""
         return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFF:x}:{candidate}"
 
     def get(self, mod, candidate):
+        """``(seconds, error)`` measured for ``candidate`` on ``mod``, or ``None`` if never
+        measured."""
         value = self.data.get(self.key(mod, candidate))
         if value is not None:
             return (FAILED if value[0] is None else float(value[0]), value[1])
         return None
 
     def put(self, mod, candidate, secs: float, error: str) -> None:
+        """Record ``candidate``'s time (``inf``: failed) and error on ``mod``."""
         self.data[self.key(mod, candidate)] = [None if math.isinf(secs) else secs, error]
 
     def save(self) -> None:
+        """Write the cache (and the search time so far) atomically."""
         self.data[self.SPENT] = self.seconds
         write_json_atomic(self.path, self.data)
 

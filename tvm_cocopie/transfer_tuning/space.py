@@ -87,6 +87,7 @@ def sampled(trace) -> list[tuple[str, object]]:
 
 
 def tile_decisions(trace) -> list[list[int]]:
+    """The decisions of every ``SamplePerfectTile`` in ``trace``."""
     return [[int(x) for x in d] for kind, d in sampled(trace)
             if kind == "SamplePerfectTile" and d is not None]
 
@@ -113,6 +114,7 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
 
 
 def registers_of(target) -> int:
+    """Vector registers of ``target``'s CPU."""
     return vector_registers(cpu_info(parse_target(target)))
 
 
@@ -128,10 +130,13 @@ class RegisterBudget(ms.postproc.PyPostproc):
             self.registers = registers_of(context.target)
 
     def apply(self, sch: Schedule) -> bool:
+        """Whether ``sch``'s register tile fits the budget (schedules outside cocopie's spaces
+        pass)."""
         tag = space_tag(sch.trace)
         return tag is None or fits_registers(tag, tile_decisions(sch.trace), self.registers)
 
     def clone(self):
+        """A copy of this post-processor."""
         return RegisterBudget(self.registers)
 
 

@@ -48,6 +48,7 @@ class Transferred:
 
     @property
     def mod(self) -> tvm.IRModule | None:
+        """The transferred schedule's module (``None`` when the transfer failed)."""
         return self.schedule.mod if self.schedule is not None else None
 
 
@@ -138,6 +139,8 @@ def random_args(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
 
 
 def run_kernel(mod: tvm.IRModule, target, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Build kernel ``mod`` for ``target`` and run it on ``arrays`` (outputs included,
+    overwritten); the arrays after the call."""
     target = parse_target(target)
     lib = tvm.compile(mod, target=target)
     dev = tvm.cpu(0)

@@ -43,6 +43,7 @@ class TimelineCallback(ms.measure_callback.PyMeasureCallback):
         self.start = time.perf_counter()
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+        """After each batch, note the seconds elapsed and the records written so far."""
         lines = self.records.read_text().count("\n") if self.records.exists() else 0
         self.meta["timeline"].append([time.perf_counter() - self.start, lines])
         self.meta["seconds"] = time.perf_counter() - self.start

@@ -20,6 +20,7 @@ def attr_str(attr: dict, name: str, default: str | None = None) -> str | None:
 
 
 def attr_strs(attr: dict, name: str) -> list[str]:
+    """The string-list attribute ``name`` of a node (bytes decoded), empty when absent."""
     return [v.decode() if isinstance(v, bytes) else v for v in attr.get(name, ())]
 
 
@@ -48,6 +49,7 @@ def is_empty(expr) -> bool:
 
 
 def dtype_of(expr) -> str:
+    """The dtype of a Relax tensor expression."""
     return str(expr.ty.dtype)
 
 
@@ -60,18 +62,22 @@ def shape_of(expr) -> list | None:
 
 
 def rank_of(expr) -> int:
+    """The rank of a Relax tensor expression."""
     return int(expr.ty.ndim)
 
 
 def scalar(value, dtype: str) -> relax.Constant:
+    """A Relax scalar constant of ``value`` in ``dtype``."""
     return relax.const(np.array(value).astype(dtype), dtype)
 
 
 def normalize_axes(axes: Sequence[int], rank: int) -> list[int]:
+    """``axes`` with negative entries counted from the end of a ``rank``-dimensional tensor."""
     return [int(a) + rank if int(a) < 0 else int(a) for a in axes]
 
 
 def is_float(dtype: str) -> bool:
+    """Whether ``dtype`` is a floating-point type (``bfloat`` included)."""
     return str(dtype).startswith(("float", "bfloat"))
 
 

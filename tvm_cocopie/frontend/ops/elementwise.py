@@ -36,6 +36,7 @@ def log1p(bb, y, dtype):
 
 
 def softplus(bb, x, dtype):
+    """``log(1 + exp(x))`` computed stably: ``max(x, 0) + log1p(exp(-|x|))``; a Relax expression."""
     op = relax.op
     tail = bb.emit(log1p(bb, op.exp(op.negative(op.abs(x))), dtype))
     return op.add(op.maximum(x, scalar(0.0, dtype)), tail)

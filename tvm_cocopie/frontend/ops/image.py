@@ -164,6 +164,7 @@ def resize(bb, data, out_shape, scales, attr, roi=None):
 
 
 def shape_after(bb, expr) -> list[int]:
+    """The static shape of an emitted expression, as ints."""
     return [int(v) for v in expr.ty.shape.values]
 
 

@@ -70,6 +70,7 @@ def our_converters() -> dict[str, type]:
 
 
 def stock_converters() -> dict[str, type]:
+    """TVM's own ``{op_type: converter class}`` map."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     return _get_convert_map()

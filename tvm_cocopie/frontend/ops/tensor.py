@@ -44,6 +44,7 @@ def _vector_axes(inputs, index: int, params):
 
 @register("Unsqueeze")
 class Unsqueeze(stock.Unsqueeze):
+    """``Unsqueeze`` whose ``axes`` input may be a 0-d or constant-folded vector."""
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
         return stock.Unsqueeze._impl_v13(bb, _vector_axes(inputs, 1, params), attr, params)
@@ -51,6 +52,7 @@ class Unsqueeze(stock.Unsqueeze):
 
 @register("Squeeze")
 class Squeeze(stock.Squeeze):
+    """``Squeeze`` whose ``axes`` input may be a 0-d or constant-folded vector."""
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
         return stock.Squeeze._impl_v13(bb, _vector_axes(inputs, 1, params), attr, params)

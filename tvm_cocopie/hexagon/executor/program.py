@@ -44,6 +44,8 @@ class Tensor:
     shape: tuple = ()
 
     def read(self, x, i, j, ch):
+        """Element ``(i, j, ch)`` of this tensor's buffer ``x`` (NHWC or its grid layout), as a TIR
+        expression."""
         if self.variant is None:
             return x[0, i, j, ch]
         v = LAYOUT_OF[self.variant].cols

@@ -39,6 +39,7 @@ class QNetwork:
 
     @property
     def image_q(self) -> np.ndarray:
+        """The input image quantized to uint8 with the input scale."""
         return np.clip(np.round(self.image / self.input_scale), 0, 255).astype(np.uint8)
 
 
@@ -150,6 +151,7 @@ def reference_forward(net: QNetwork) -> np.ndarray:
 
 
 def float_forward(net: QNetwork) -> np.ndarray:
+    """The float network's output on its image (numpy, the model the int8 one approximates)."""
     return _forward(
         net, net.image,
         lambda q, x, other=None: _float_layer(x, q.layer, q.float_weights, q.float_bias, other),

@@ -14,6 +14,8 @@ from .shift_copy import shift_copy_kernel
 
 
 def vectorize_inner(func, lanes: int = 128):
+    """``func`` (a copy or element-wise compute with block ``y``) with its two inner loops fused
+    and vectorized by ``lanes`` bytes where they divide."""
     sch = s_tir.Schedule(func)
     block = sch.get_sblock("y")
     loops = sch.get_loops(block)

@@ -89,6 +89,8 @@ class _Reduction:
 
 
 def emit_vrmpy(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
+    """Emit the ``vrmpy`` loop nest (4-column layout) of ``ops``, requantized by ``rq``;
+    ``col_block`` output column groups per block."""
     nb = col_block or block_size(ops.out_groups, 2)
     cols = 4 * nb  # output columns per block, one accumulator vector each
     acc = [vec_buffer(f"acc{j}") for j in range(cols)]
@@ -105,6 +107,8 @@ def emit_vrmpy(ops: Operands, rq: Requant, col_block: int | None = None) -> None
 
 
 def emit_vmpa(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
+    """Emit the ``vmpa`` loop nest (2-column layout) of ``ops``, requantized by ``rq``;
+    ``col_block`` output column groups per block."""
     nb = col_block or block_size(ops.out_groups, 4)
     cols = 2 * nb  # output columns per block, one accumulator pair (64 rows) each
     acc = [vec_buffer(f"acc{j}", 64) for j in range(cols)]
@@ -128,6 +132,8 @@ def emit_vmpa(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
 
 
 def emit_vmpy(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
+    """Emit the ``vmpy`` loop nest (1-column layout) of ``ops``, requantized by ``rq``;
+    ``col_block`` output columns per block."""
     cols = col_block or block_size(ops.out_groups, 4)  # output columns = vectors per block
     # Per column two accumulator pairs: "even" from the products' low halves (rows 4t
     # in v[0], 4t+2 in v[1]) and "odd" from the high halves (rows 4t+1, 4t+3).

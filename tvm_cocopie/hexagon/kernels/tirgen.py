@@ -26,6 +26,7 @@ __all__ = ["T", "bind", "kernel", "ramp", "vec_buffer", "vload", "vstore"]
 
 
 def ramp(start, lanes: int):
+    """The ``lanes`` consecutive indices from ``start`` (a TIR ramp)."""
     return T.ramp(start, 1, lanes)
 
 
@@ -58,6 +59,7 @@ def vload(buf, lanes: int = 32, start=0):
 
 
 def vstore(buf, value, lanes: int = 32, start=0):
+    """Store the vector ``value`` into ``buf`` at ``lanes`` consecutive elements from ``start``."""
     T.buffer_store(buf, value, [ramp(start, lanes)])
 
 

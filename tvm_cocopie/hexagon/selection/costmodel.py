@@ -67,6 +67,7 @@ class Work:
     counts: tuple  # (name, value) pairs in FEATURES[family] order
 
     def vector(self) -> list:
+        """The work's counts as the feature vector the coefficients multiply."""
         return [float(v) for _, v in self.counts]
 
 
@@ -168,9 +169,12 @@ class CostModel:
         return cls(COEFFICIENTS)
 
     def key(self, work: Work) -> str:
+        """``family/variant``: which coefficients price ``work``."""
         return f"{work.family}/{work.variant}"
 
     def predict(self, work: Work) -> float:
+        """Predicted packets of ``work``; :class:`~tvm_cocopie.errors.CocopieError` if the model
+        has no coefficients for it."""
         coef = self.coefficients.get(self.key(work))
         if coef is None:
             raise CocopieError(
@@ -181,15 +185,21 @@ class CostModel:
 
     # convenience wrappers used by selection
     def matmul(self, variant, m, k, n) -> float:
+        """Predicted packets of an ``m x k`` by ``k x n`` matmul in ``variant``."""
         return self.predict(matmul_work(variant, m, k, n))
 
     def conv(self, variant, geo, channels, out_channels) -> float:
+        """Predicted packets of a ``geo`` convolution from ``channels`` to ``out_channels`` in
+        ``variant``."""
         return self.predict(conv_work(variant, geo, channels, out_channels))
 
     def dwconv(self, variant, geo, channels) -> float:
+        """Predicted packets of a ``geo`` depthwise convolution of ``channels`` in ``variant``."""
         return self.predict(dwconv_work(variant, geo, channels))
 
     def transform(self, src, dst, m, k) -> float:
+        """Predicted packets of moving an ``m x k`` matrix from layout ``src`` to ``dst`` (0 when
+        they are the same)."""
         if src == dst:
             return 0.0
         return self.predict(transform_work(src, dst, m, k))

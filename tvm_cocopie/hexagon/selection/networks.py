@@ -49,10 +49,12 @@ class Layer:
 
     @property
     def geometry(self) -> GridGeometry:
+        """The layer's grid geometry (image size, kernel, stride, padding)."""
         return GridGeometry(self.h, self.w, self.k, self.s, self.p)
 
     @property
     def out_hw(self) -> tuple:
+        """``(height, width)`` of the layer's output."""
         if self.op in ("conv", "dwconv") or (self.op == "pool" and self.k):
             g = self.geometry
             return g.out_h, g.out_w
@@ -62,11 +64,13 @@ class Layer:
 
     @property
     def rows(self) -> int:
+        """Output positions (height x width): the rows of its matrix."""
         oh, ow = self.out_hw
         return oh * ow
 
     @property
     def macs(self) -> int:
+        """Multiply-accumulates of the layer (0 for data movement and pooling)."""
         if self.op == "conv":
             return self.rows * self.k * self.k * self.c * self.o
         if self.op == "dwconv":

@@ -73,11 +73,14 @@ class Graph:
                 self.succs[p].append(n.name)
 
     def edges(self):
+        """Every edge ``(producer, consumer)`` of the graph, as nodes."""
         for n in self.nodes:
             for p in n.preds:
                 yield self.by_name[p], n
 
     def edge_cost(self, u: Node, v: Node, pu, pv) -> float:
+        """Cost of the transform on edge ``u -> v`` when they run plans ``pu`` and ``pv`` (0 for
+        the same layout)."""
         return 0.0 if pu == pv else float(self.tc(u, v, pu, pv))
 
     def cost(self, plan: dict) -> float:
@@ -88,6 +91,7 @@ class Graph:
         )
 
     def is_chain(self) -> bool:
+        """Whether every node has at most one predecessor and one successor."""
         return all(len(n.preds) <= 1 for n in self.nodes) and all(
             len(s) <= 1 for s in self.succs.values()
         )
@@ -104,9 +108,11 @@ class Selection:
     parts: int = 1
 
     def op_cost(self, graph: Graph) -> float:
+        """Cost of the operators alone under this selection's plans."""
         return sum(n.plans[self.plan[n.name]] for n in graph.nodes)
 
     def transform_cost(self, graph: Graph) -> float:
+        """Cost of the layout transforms this selection needs (its cost less the operators')."""
         return self.cost - self.op_cost(graph)
 
 

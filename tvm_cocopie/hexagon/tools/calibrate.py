@@ -99,6 +99,8 @@ def measure_work(family: str, variant: str, shape, timeout=None):
 
 
 def transform_pairs():
+    """Every ordered pair of distinct layouts (``None``: row-major) a transform is
+    calibrated for."""
     chain = [None, *LAYOUT_OF.values()]
     return [(a, b) for a in chain for b in chain if a is not b]
 
@@ -176,6 +178,8 @@ def write_calibration(model: CostModel, samples, path) -> None:
 
 
 def main(argv=None) -> None:  # pragma: no cover - calibration is run by hand
+    """Measure (or with ``--refit`` refit the stored samples), fit and rewrite
+    :mod:`..selection.coefficients`."""
     import argparse
     import pathlib
 

@@ -76,6 +76,8 @@ class QemuBuilder(PyBuilder):
         self.programs: dict = {}
 
     def build(self, build_inputs):
+        """Build each candidate into a linked Hexagon program; a ``BuilderResult`` per input (the
+        ELF, or the error)."""
         results = []
         for item in build_inputs:
             try:
@@ -126,6 +128,8 @@ class QemuRunner(PyRunner):
         return int(res.packets[0]), None
 
     def run(self, runner_inputs):
+        """Run each built candidate under QEMU; a finished ``RunnerFuture`` per input (packets as
+        seconds, or the error)."""
         futures = []
         for item in runner_inputs:
             packets, error = self.measure(str(item.artifact_path))

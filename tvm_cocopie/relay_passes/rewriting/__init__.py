@@ -52,6 +52,7 @@ _check_unique(RULES)
 
 
 def rules_by_category() -> dict[str, list[str]]:
+    """``{category: [rule names]}`` over every rule."""
     out: dict[str, list[str]] = {c: [] for c in CATEGORIES}
     for r in RULES:
         out[r.category].append(r.name)
@@ -93,6 +94,8 @@ class MathPropertyRewrite:
         self.stats: RewriteStats | None = None
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        """Rewrite every Relax function of ``mod``; the new module (statistics kept in
+        ``stats``)."""
         new_mod, stats = rewrite_module(mod, self.rules, self.max_rounds)
         self.stats = stats
         log.info("rewriting: %d rounds, %d rewrites, FLOPs %d -> %d", stats.rounds,

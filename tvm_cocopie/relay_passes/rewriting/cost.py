@@ -22,6 +22,7 @@ from .terms import op_name
 
 
 class Cost(NamedTuple):
+    """FLOPs and bytes moved by an expression, function or module (additive)."""
     flops: int = 0
     bytes: int = 0
     ops: int = 0
@@ -74,6 +75,7 @@ def numel(ty) -> int:
 
 
 def nbytes(ty) -> int:
+    """Bytes of a value of Relax type ``ty`` (tuples summed; symbolic dims count 1)."""
     if isinstance(ty, relax.TupleType):
         return sum(nbytes(f) for f in ty.fields)
     if not isinstance(ty, relax.TensorType) or ty.dtype is None:
@@ -86,6 +88,7 @@ def nbytes(ty) -> int:
 
 
 def dims(ty) -> list[int]:
+    """The dims of a Relax tensor type as ints (symbolic dims count 1)."""
     vals = getattr(getattr(ty, "shape", None), "values", None) or []
     return [int(d) if hasattr(d, "value") or isinstance(d, int) else 1 for d in vals]
 
@@ -163,6 +166,7 @@ def expr_cost(expr: relax.Expr) -> Cost:
 
 
 def function_cost(func: relax.Function) -> Cost:
+    """The :class:`Cost` of every binding of a Relax function."""
     total = ZERO
     for block in func.body.blocks:
         for b in block.bindings:
@@ -172,6 +176,7 @@ def function_cost(func: relax.Function) -> Cost:
 
 
 def module_cost(mod) -> Cost:
+    """The :class:`Cost` of every Relax function of ``mod``."""
     total = ZERO
     for _gv, func in mod.functions_items():
         if isinstance(func, relax.Function):

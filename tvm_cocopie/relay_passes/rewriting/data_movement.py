@@ -27,6 +27,7 @@ def _axes(call, ndim: int) -> list[int]:
 
 
 def compose_transposes(m: Match) -> relax.Expr:
+    """Two transposes of ``X`` as one, their permutations composed."""
     ndim = m["X"].ty.ndim
     inner = _axes(m.call("t1"), ndim)
     outer = _axes(m.call("t2"), ndim)
@@ -37,6 +38,7 @@ def compose_transposes(m: Match) -> relax.Expr:
 
 
 def identity_transpose(m: Match) -> relax.Expr | None:
+    """``X`` itself when the transpose's permutation is the identity, else ``None``."""
     ndim = m["X"].ty.ndim
     return m["X"] if _axes(m.call("t"), ndim) == list(range(ndim)) else None
 
@@ -83,6 +85,7 @@ def _concat_slices(graph, var):
 
 
 def merge_slices(m: Match) -> relax.Expr:
+    """Two strided slices of ``X`` on the same axis as one (``X`` itself when it spans the axis)."""
     full = m["X"].ty.shape.values[m["axis"]]
     if m["begin"] == 0 and hasattr(full, "value") and m["end"] >= int(full.value):
         return m["X"]

@@ -19,6 +19,7 @@ W1, W2, S = C("W1"), C("W2"), C("S")
 
 
 def same_attrs(a: str, b: str):
+    """A guard: calls ``a`` and ``b`` of the match have equal attributes."""
     def pred(m) -> bool:
         return tvm_ffi.structural_equal(m.call(a).attrs, m.call(b).attrs)
     pred.__name__ = f"same_attrs({a},{b})"
@@ -26,6 +27,7 @@ def same_attrs(a: str, b: str):
 
 
 def same_type(a: str, b: str):
+    """A guard: bindings ``a`` and ``b`` of the match have equal types."""
     def pred(m) -> bool:
         return tvm_ffi.structural_equal(m[a].ty, m[b].ty)
     pred.__name__ = f"same_type({a},{b})"

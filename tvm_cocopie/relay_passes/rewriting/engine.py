@@ -110,6 +110,8 @@ def _vars_in(expr) -> list:
 
 @dataclass
 class Candidate:
+    """A rewrite the engine may apply: the rule, the binding it matched at, the replacement and its
+    cost gain."""
     rule: object
     root: relax.Var
     expr: relax.Expr
@@ -119,6 +121,8 @@ class Candidate:
 
 @dataclass
 class RewriteStats:
+    """What a rewriting run did: rounds, rewrites per rule, partitions, and the cost before and
+    after."""
     rounds: int = 0
     applied: Counter = field(default_factory=Counter)
     partitions: int = 0

@@ -69,6 +69,7 @@ def _matmul(m: Match, weight: np.ndarray) -> relax.Expr:
 
 
 def bn_to_affine(m: Match) -> relax.Expr:
+    """Inference batch norm as ``x * s + t`` with constant per-channel ``s`` and ``t``."""
     s, t, axis = _bn_affine(m)
     ndim = m.root.ty.ndim
     dt = m.dtype()
@@ -77,6 +78,7 @@ def bn_to_affine(m: Match) -> relax.Expr:
 
 
 def bn_into_conv(m: Match) -> relax.Expr:
+    """A batch norm after a conv folded into the conv's weights and a bias."""
     s, t, _ = _bn_affine(m)
     w = m.np("W").astype(np.float64) * s.reshape(-1, 1, 1, 1)
     bias = t.reshape(1, -1, 1, 1)
@@ -86,6 +88,7 @@ def bn_into_conv(m: Match) -> relax.Expr:
 
 
 def bn_into_dense(m: Match) -> relax.Expr:
+    """A batch norm after a matmul folded into its weights and a bias."""
     s, t, _ = _bn_affine(m)
     w = m.np("W").astype(np.float64) * s.reshape(1, -1)
     bias = t
@@ -118,6 +121,8 @@ def _col_scale(m: Match, name: str, cols: int) -> np.ndarray | None:
 
 
 def scale_into_conv(m: Match) -> relax.Expr | None:
+    """A per-channel scale after a conv folded into its weights (``None`` if ``S`` is not per
+    output channel)."""
     w = m.np("W").astype(np.float64)
     s = _channel_scale(m, "S", w.shape[0])
     if s is None:
@@ -131,6 +136,8 @@ def scale_into_conv(m: Match) -> relax.Expr | None:
 
 
 def scale_into_matmul(m: Match) -> relax.Expr | None:
+    """A per-column scale after a matmul folded into its weights (``None`` if ``S`` is not per
+    column)."""
     w = m.np("W").astype(np.float64)
     s = _col_scale(m, "S", w.shape[-1])
     if s is None:
@@ -142,16 +149,20 @@ def scale_into_matmul(m: Match) -> relax.Expr | None:
 
 
 def scaled_input_matmul(m: Match) -> relax.Expr:
+    """``(X * s) @ W`` with a scalar ``s`` as ``X @ (s * W)``."""
     return _matmul(m, m.np("W").astype(np.float64) * float(m.np("S").reshape(())))
 
 
 def matmul_chain(m: Match) -> relax.Expr:
+    """``(X @ W1) @ W2`` with constant weights as ``X @ (W1 @ W2)``."""
     w = m.np("W1").astype(np.float64) @ m.np("W2").astype(np.float64)
     call = m.call("mm")
     return relax.Call(call.op, [m["X"], make_const(w, m.dtype("W1"))], call.attrs)
 
 
 def pad_into_conv(m: Match) -> relax.Expr | None:
+    """A zero constant pad before a conv folded into the conv's padding (``None`` when it cannot
+    be)."""
     pad = m.call("pad")
     if str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0:
         return None
@@ -182,6 +193,7 @@ def _const_call_matches(graph, var):
 
 
 def fold_constant(m: Match) -> relax.Expr:
+    """The match's folded constant value as a Relax constant of the root's dtype."""
     return make_const(m["folded"], str(m.root.ty.dtype))
 
 

@@ -49,6 +49,8 @@ class Example:
 
 @dataclass(frozen=True)
 class Rule:
+    """One rewrite rule as data: its name and category, a left-hand term (or match function), a
+    replacement, guards and examples."""
     name: str
     category: str
     lhs: Term | None
@@ -63,6 +65,7 @@ class Rule:
     roots: tuple = ()
 
     def root_ops(self) -> tuple:
+        """The operator names the rule's match can start at."""
         if self.roots:
             return self.roots
         if self.lhs is None:
@@ -70,6 +73,7 @@ class Rule:
         return (self.lhs.op if self.lhs.kind == "op" else "$tgi",)
 
     def matches(self, graph, var) -> Iterator[Match]:
+        """Every match of the rule rooted at binding ``var`` of ``graph`` that passes its guards."""
         candidates = (self.match_fn(graph, var) if self.match_fn is not None
                       else Matcher(graph).match_root(self.lhs, var))
         for m in candidates:
@@ -77,12 +81,14 @@ class Rule:
                 yield m
 
     def replacement(self, m: Match) -> relax.Expr | None:
+        """The expression that replaces the match ``m`` (``None``: the rule declines)."""
         if callable(self.rhs):
             return self.rhs(m)
         return build(self.rhs, m, m.dtype())
 
     @property
     def is_math(self) -> bool:
+        """Whether the rule applies a math property (not folding or data movement)."""
         return self.category in MATH_CATEGORIES
 
 
@@ -90,6 +96,7 @@ class Rule:
 # Preconditions are small named functions of a Match, so the tests can name them.
 
 def is_float(*names: str) -> Callable[[Match], bool]:
+    """A guard: the named bindings (the root by default) are floating point."""
     def pred(m: Match) -> bool:
         keys = names or (None,)
         return all(m.dtype(n).startswith(("float", "bfloat")) for n in keys)
@@ -98,6 +105,7 @@ def is_float(*names: str) -> Callable[[Match], bool]:
 
 
 def is_int(*names: str) -> Callable[[Match], bool]:
+    """A guard: the named bindings (the root by default) are integers."""
     def pred(m: Match) -> bool:
         keys = names or (None,)
         return all(m.dtype(n).startswith(("int", "uint")) for n in keys)

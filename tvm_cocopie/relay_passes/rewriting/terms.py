@@ -28,6 +28,8 @@ COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum"})
 
 @dataclass(frozen=True)
 class Term:
+    """A pattern term: a variable, constant, value, operator call or tuple item, with the name it
+    binds."""
     kind: str  # "var" | "const" | "value" | "op" | "tgi"
     name: str | None = None  # binding name (leaves) or bind name (op nodes)
     op: str | None = None  # Relax operator without the "relax." prefix
@@ -37,12 +39,14 @@ class Term:
     attrs_from: str | None = None  # rhs only: copy attrs of this matched call
 
     def leaves(self) -> Iterator[Term]:
+        """The term's leaves (variables, constants, values), left to right."""
         if self.kind in ("var", "const", "value"):
             yield self
         for a in self.args:
             yield from a.leaves()
 
     def nodes(self) -> Iterator[Term]:
+        """The term's operator and tuple-item nodes, outermost first."""
         if self.kind in ("op", "tgi"):
             yield self
         for a in self.args:
@@ -65,10 +69,13 @@ def K(value: float) -> Term:
 
 
 def op(name: str, *args: Term, bind: str | None = None, attrs_from: str | None = None) -> Term:
+    """A term calling Relax operator ``name`` on ``args`` (``bind``: the name its call is matched
+    as)."""
     return Term("op", bind, name, tuple(args), attrs_from=attrs_from)
 
 
 def tgi(arg: Term, index: int, bind: str | None = None) -> Term:
+    """A term taking item ``index`` of the tuple ``arg``."""
     return Term("tgi", bind, None, (arg,), index=index)
 
 
@@ -96,6 +103,7 @@ _OPS: dict[str, tvm.ir.Op] = {}
 
 
 def get_op(name: str) -> tvm.ir.Op:
+    """The Relax operator ``relax.<name>`` (looked up once)."""
     if name not in _OPS:
         _OPS[name] = tvm.ir.Op.get("relax." + name)
     return _OPS[name]
@@ -121,6 +129,7 @@ def make_const(array, dtype: str | None = None) -> relax.Expr:
 
 
 def all_equal(expr, value: float) -> bool:
+    """Whether ``expr`` is a constant whose every element equals ``value``."""
     if not is_constant(expr):
         return False
     arr = const_np(expr)
@@ -128,6 +137,7 @@ def all_equal(expr, value: float) -> bool:
 
 
 def same_expr(a, b) -> bool:
+    """Whether ``a`` and ``b`` are the same expression (the same object, or equal constants)."""
     if a.same_as(b):
         return True
     if is_constant(a) and is_constant(b):
@@ -153,16 +163,20 @@ class Match:
         return self.env[name]
 
     def call(self, name: str) -> relax.Call:
+        """The call matched as ``name``."""
         return self.calls[name]
 
     def np(self, name: str) -> np.ndarray:
+        """The value of the constant bound to ``name``, as a read-only numpy array."""
         return const_np(self.env[name])
 
     def dtype(self, name: str | None = None) -> str:
+        """The dtype of the binding ``name`` (the root by default)."""
         expr = self.root if name is None else self.env[name]
         return str(expr.ty.dtype)
 
     def copy(self) -> Match:
+        """A copy whose bindings can be extended without changing this match."""
         return Match(self.root, dict(self.env), dict(self.calls), list(self.edges),
                      list(self.ops), self.graph)
 
@@ -174,6 +188,7 @@ class Matcher:
         self.graph = graph
 
     def match_root(self, term: Term, var: relax.Var) -> Iterator[Match]:
+        """Every way ``term`` matches the value bound to ``var`` (each a :class:`Match`)."""
         value = self.graph.defs.get(var)
         if value is None:
             return

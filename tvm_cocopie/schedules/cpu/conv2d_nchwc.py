@@ -80,6 +80,8 @@ class ConvKnobs:
 
     @classmethod
     def from_annotation(cls, ann) -> ConvKnobs:
+        """The knobs a compute's annotation fixes (its register tile) with the schedule's
+        defaults."""
         kind = str(ann["kind"])
         return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
                    int(ann["ow"]), pad_per_tile=kind == "depthwise")
@@ -227,6 +229,8 @@ class Conv2dNCHWc(CpuRule):
     name = "conv2d_nchwc"
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        """Schedule the one annotated conv block of ``sch`` and its epilogue; the schedule (a list
+        when ``tunable``), or ``None``."""
         anchors = annotated_blocks(sch, ANNOTATION)
         if len(anchors) != 1:
             return None

@@ -138,6 +138,8 @@ class Fallback(CpuRule):
     name = "fallback"
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        """Parallelize and vectorize every root block of ``sch``; the schedule (a list when
+        ``tunable``), or ``None`` when nothing can be scheduled."""
         if not root_blocks(sch):
             return None
         return schedule_any(sch, info)

@@ -102,6 +102,8 @@ class MatmulPacked(CpuRule):
     name = "matmul_packed"
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        """Schedule the one annotated matmul block of ``sch`` and its epilogue; the schedule (a
+        list when ``tunable``), or ``None``."""
         anchors = annotated_blocks(sch, ANNOTATION)
         if len(anchors) != 1:
             return None

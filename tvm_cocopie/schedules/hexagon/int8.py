@@ -39,9 +39,12 @@ class HexagonInt8(CpuRule):
     name = "hexagon-int8"
 
     def is_target_available(self, target: tvm.target.Target) -> bool:
+        """Whether ``target`` is Hexagon."""
         return is_hexagon(target)
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        """The HVX kernel of the compute in ``sch`` as a schedule (a list when ``tunable``), or
+        ``None`` if it is not an HVX-layout compute."""
         kernel = hvx_kernel(sch.mod["main"])
         if kernel is None:
             return None

@@ -52,24 +52,29 @@ class ConvGeometry:
 
     @property
     def oh(self) -> int:
+        """Output height."""
         pt, _, pb, _ = self.padding
         return (self.h + pt + pb - (self.kh - 1) * self.dilation[0] - 1) // self.stride[0] + 1
 
     @property
     def ow(self) -> int:
+        """Output width."""
         _, pl, _, pr = self.padding
         return (self.w + pl + pr - (self.kw - 1) * self.dilation[1] - 1) // self.stride[1] + 1
 
     @property
     def cpg(self) -> int:
+        """Input channels per group."""
         return self.c // self.groups
 
     @property
     def opg(self) -> int:
+        """Output channels per group."""
         return self.o // self.groups
 
     @property
     def flops(self) -> int:
+        """FLOPs of the convolution (2 per multiply-accumulate)."""
         return 2 * self.n * self.o * self.oh * self.ow * self.cpg * self.kh * self.kw
 
 
@@ -86,6 +91,7 @@ class ConvTile:
 
     @property
     def wb(self) -> int:
+        """Weight values per register row: the tile's rows times the output block."""
         return self.r * self.ob
 
 

@@ -179,6 +179,8 @@ def legalize_conv2d(info: CpuInfo, fallback):
 
 @dataclass(frozen=True)
 class MatmulPlan:
+    """How one matmul call is computed: its sizes, batch, the packed layout of the right-hand side
+    and the register tile."""
     m: int
     n: int
     k: int

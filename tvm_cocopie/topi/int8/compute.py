@@ -69,6 +69,7 @@ class Requant:
 
     @property
     def scale(self) -> float:
+        """The real scale the fixed-point multiplier and shift stand for."""
         return self.multiplier / 2.0**self.shift
 
     def numpy(self, acc) -> np.ndarray:
@@ -154,6 +155,7 @@ class AddRequant:
         return cls(round(ratio_a * 2.0**shift), round(ratio_b * 2.0**shift), shift)
 
     def numpy(self, a, b) -> np.ndarray:
+        """The requantized sum of uint8 arrays ``a`` and ``b`` in numpy (the reference)."""
         y = a.astype(np.int64) * self.ma + b.astype(np.int64) * self.mb
         return np.clip((y + (1 << (self.shift - 1))) >> self.shift, 0, 255).astype(np.uint8)
 
@@ -187,6 +189,7 @@ def qmatmul(x, w, bias, rq: Requant, name: str = "qmatmul"):
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    """Output size of a convolution along one axis."""
     return (size + 2 * pad - kernel) // stride + 1
 
 

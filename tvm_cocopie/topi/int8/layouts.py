@@ -39,6 +39,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def round_up(a: int, b: int) -> int:
+    """``a`` rounded up to a multiple of ``b``."""
     return _ceil_div(a, b) * b
 
 
@@ -52,6 +53,7 @@ class Layout:
 
     @property
     def rows(self) -> int:
+        """Rows of one panel (``128 / cols``)."""
         return VBYTES // self.cols
 
     def padded(self, m: int, k: int) -> tuple:
@@ -64,6 +66,7 @@ class Layout:
         return (mp // self.rows, kp // self.cols, self.rows, self.cols)
 
     def nbytes(self, m: int, k: int) -> int:
+        """Bytes of an ``m x k`` matrix in this layout, padding included."""
         return int(np.prod(self.shape(m, k)))
 
     def pack(self, x: np.ndarray) -> np.ndarray:
@@ -112,14 +115,17 @@ class GridGeometry:
 
     @property
     def out_h(self) -> int:
+        """Output height."""
         return (self.h + 2 * self.pad - self.kernel) // self.stride + 1
 
     @property
     def out_w(self) -> int:
+        """Output width."""
         return (self.w + 2 * self.pad - self.kernel) // self.stride + 1
 
     @property
     def phases(self) -> int:
+        """Phase grids of a strided input (``stride ** 2``)."""
         return self.stride * self.stride
 
     @property
@@ -134,6 +140,7 @@ class GridGeometry:
 
     @property
     def max_shift(self) -> int:
+        """The largest row shift a tap reads from (rows past an output row)."""
         reach = (self.kernel - 1) // self.stride
         return reach * self.grid_w + reach
 
@@ -143,18 +150,25 @@ class GridGeometry:
         return (dy % s) * s + dx % s, (dy // s) * self.grid_w + dx // s
 
     def out_rows(self, variant: str) -> int:
+        """Rows of the output grid in ``variant``'s layout, padded to its panel."""
         return round_up(self.out_h * self.grid_w, LAYOUT_OF[variant].rows)
 
     def in_rows(self, variant: str) -> int:
+        """Rows of each input phase grid in ``variant``'s layout: every shifted read stays
+        inside."""
         need = max(self.grid_h * self.grid_w, self.out_rows(variant) + self.max_shift)
         return round_up(need, LAYOUT_OF[variant].rows)
 
     def in_shape(self, variant: str, channels: int) -> tuple:
+        """Shape ``(phases, groups, rows, cols)`` of the input grids of ``channels`` in
+        ``variant``'s layout."""
         layout = LAYOUT_OF[variant]
         groups = round_up(channels, layout.col_multiple) // layout.cols
         return (self.phases, groups, self.in_rows(variant), layout.cols)
 
     def out_shape(self, variant: str, channels: int) -> tuple:
+        """Shape ``(groups, rows, cols)`` of the output grid of ``channels`` in ``variant``'s
+        layout."""
         layout = LAYOUT_OF[variant]
         groups = round_up(channels, layout.col_multiple) // layout.cols
         return (groups, self.out_rows(variant), layout.cols)
