@@ -1,6 +1,6 @@
-"""Arm NEON: build a Relax graph's kernels for aarch64 and run them under QEMU.
+"""aarch64: a scheduled Relax graph's kernels built for Arm NEON and run under QEMU.
 
-The kernel layer (:mod:`.topi`, :mod:`.schedules`) targets NEON by its SIMD width: 4
+The kernel layer (:mod:`tvm_cocopie.topi`, :mod:`tvm_cocopie.schedules`) targets NEON by its SIMD width: 4
 fp32 lanes, 32 vector registers (:func:`tvm_cocopie.topi.cpu.tiling.vector_registers`).
 With no Arm machine at hand, the check is functional, not a timing: the cocopie
 pipeline runs on a Relax graph for an aarch64 target up to the schedule stage; the
@@ -114,7 +114,7 @@ class Program:
 
 
 def program_from_main(mod: tvm.IRModule) -> Program:
-    """Read ``main``'s ``call_tir`` sequence (after :func:`scheduled_module`).
+    """Read ``main``'s ``call_tir`` sequence (after :func:`tvm_cocopie.pipeline.run_until` its ``schedule`` stage).
 
     Every binding must be a ``call_tir`` with a single output, a tuple of variables or
     an alias; anything else raises :class:`CompilationError` naming it.

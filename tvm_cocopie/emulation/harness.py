@@ -85,7 +85,7 @@ class ProgramSpec:
     outputs: tuple  # buffer names, in outputs.bin order
     calls: tuple  # of CallSpec
     workspace_bytes: int = 64 << 20
-    #: arena offset of each buffer (a static memory plan, :mod:`.memplan`), in
+    #: arena offset of each buffer (a static memory plan, :mod:`tvm_cocopie.hexagon.executor.memplan`), in
     #: ``buffers`` order; ``None`` places every buffer after the previous one.
     offsets: tuple | None = None
 

@@ -6,7 +6,7 @@ both with :func:`tvm_cocopie.frontend.importer.from_onnx` (the extended importer
 ``tvm.compile``, so the whole ONNX backend suite runs against tvm-cocopie::
 
     import onnx.backend.test
-    from tvm_cocopie.onnx_backend import TvmCocopieBackend
+    from tvm_cocopie.frontend.backend import TvmCocopieBackend
     globals().update(onnx.backend.test.BackendTest(TvmCocopieBackend, __name__).test_cases)
 
 Inputs and outputs follow the ONNX graph: tensors are numpy arrays, sequences are

@@ -74,9 +74,9 @@ def from_onnx(
     ``shapes`` fixes symbolic input dims (``{"x": [1, 3, 224, 224]}``); unset symbolic
     dims stay symbolic. Weights become constants unless ``keep_params_in_input``.
     Shape arithmetic that the fixed shapes make constant is folded first
-    (:mod:`.onnx_folding`), which TVM's importer needs for models such as PP-OCR's;
+    (:mod:`.folding`), which TVM's importer needs for models such as PP-OCR's;
     ``If``/``Loop``/``Scan`` known at compile time are resolved
-    (:mod:`.onnx_ops.control`). Operators still unsupported after that are all
+    (:mod:`.control_flow`). Operators still unsupported after that are all
     reported at once. ``check=False`` skips ``onnx.checker`` for a ``ModelProto`` that
     :func:`load_model` has already checked.
     """

@@ -1,7 +1,7 @@
 """``tvm-cocopie hexagon run MODEL.onnx``: a model's int8 trunk on emulated HVX.
 
 Wire it with ``add_parser(subparsers)``; the command reads the ONNX model
-(:mod:`.onnx_chain`), quantizes it per tensor (:mod:`.executor`), selects plans with
+(:mod:`.executor.onnx_chain`), quantizes it per tensor (:mod:`.executor`), selects plans with
 GCD²'s global selection over the cost model (seed 004, §4.4), runs the chain as one
 program under ``qemu-hexagon`` and reports packets and bit-exactness against numpy.
 """

@@ -406,7 +406,7 @@ def program_of(mod) -> tuple:
     """``(funcs, calls, inputs, output, aliases)`` of a rewritten (and possibly
     scheduled) module: the PrimFuncs ``main`` calls, in order, constants as inputs, and
     each reshape as an alias of its source (give :func:`.executor.plan_memory`'s
-    offsets to :func:`.runner.run`)."""
+    offsets to :func:`tvm_cocopie.emulation.hexagon.run`)."""
     from tvm import relax
 
     mod = relax.transform.RewriteDataflowReshape()(mod)  # legalized reshapes are views

@@ -6,12 +6,12 @@ not apply; rules are tried in order and the first that applies wins.
 ``default_rules(target)`` is the ordered list the cocopie pipeline applies after
 fusion:
 
-1. :class:`~.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
+1. :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
-2. :class:`~.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
-3. :class:`~.fallback.Fallback`: parallel + vectorized loops for everything else.
+2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
+3. :class:`~.cpu.fallback.Fallback`: parallel + vectorized loops for everything else.
 
-On Hexagon targets the list is :class:`~.hexagon_int8.HexagonInt8`: the HVX kernel
+On Hexagon targets the list is :class:`~.hexagon.int8.HexagonInt8`: the HVX kernel
 of the variant GCD²'s selection chose for each int8 operator.
 
 Every rule catches its own failures (logged as warnings) and answers ``None``, so a

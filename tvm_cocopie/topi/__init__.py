@@ -6,14 +6,13 @@ to ``relax.transform.LegalizeOps(customize_legalize_map=...)`` so that our compu
 replace TOPI's for the operators we implement. An empty map means TVM's own
 legalization, unchanged.
 
-Modules, one idea each:
+Subpackages:
 
-- :mod:`.conv2d_nchwc`: blocked-layout direct convolution (dense and grouped), with
-  compile-time weight packing and a padded, flattened-or-2-D spatial register tile;
-- :mod:`.depthwise_nchwc`: depthwise convolution in the same layout;
-- :mod:`.dense_packed`: matmul / dense / batch matmul with a packed right-hand side;
-- :mod:`.tiling`: the untuned heuristics (layout block, register tiles) from SIMD width;
-- :mod:`.legalize`: plans and Relax legalization functions using the above.
+- :mod:`.cpu`: the fp32 CPU computes (blocked-layout direct, grouped and depthwise
+  convolution, packed matmul, fast math), their tiling heuristics and the
+  legalization that uses them;
+- :mod:`.int8`: the int8 computes of the Hexagon backend, their numpy references and
+  GCD²'s HVX layouts.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
 
     ``trials`` is the total over all kernels; MetaSchedule's gradient task scheduler
     first gives every kernel a round of ``trials // kernels`` (at least 1) trials.
-    Builds run in worker processes with :func:`~.search.build_kernel`.
+    Builds run in worker processes with :func:`~tvm_cocopie.metaschedule.build_kernel`.
     ``population``: the evolutionary search's population (MetaSchedule's default
     512; each round evolves it in this process, minutes per kernel on a loaded
     2-core machine, so small budgets use a smaller one).

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 @register("Scan")
 class Scan(OnnxOpConverter):
-    """Only reached when :func:`simplify` could not unroll the scan."""
+    """Only reached when :func:`..control_flow.simplify` could not unroll the scan."""
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
@@ -27,7 +27,7 @@ class Scan(OnnxOpConverter):
 
 @register("Loop")
 class Loop(OnnxOpConverter):
-    """Only reached when :func:`simplify` could not unroll the loop."""
+    """Only reached when :func:`..control_flow.simplify` could not unroll the loop."""
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):

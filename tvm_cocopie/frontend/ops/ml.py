@@ -3,7 +3,7 @@
 Specs: https://onnx.ai/onnx/operators/onnx_aionnxml_Binarizer.html and
 ``onnx_aionnxml_ArrayFeatureExtractor.html`` (ai.onnx.ml opset 1). The ml domain's
 string-keyed operators (``LabelEncoder`` on strings, ``CategoryMapper``) need string
-tensors, which TVM does not have; see :mod:`.known_failures`.
+tensors, which TVM does not have; see :mod:`tvm_cocopie.bench.known_failures`.
 """
 
 from __future__ import annotations

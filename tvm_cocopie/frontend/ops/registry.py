@@ -7,7 +7,7 @@ a stock one usually subclasses it, so the opsets it does not touch keep the stoc
 behaviour; ``OnnxOpConverter.get_converter`` picks the highest ``_impl_vN`` with
 ``N`` <= the model's opset.
 
-:func:`import_model` runs TVM's ``ONNXGraphImporter`` with that map: the importer
+:func:`..importer.import_model` runs TVM's ``ONNXGraphImporter`` with that map: the importer
 itself (graph walk, initializers, ``If`` subgraphs) is stock TVM's.
 """
 

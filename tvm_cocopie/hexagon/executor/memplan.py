@@ -4,7 +4,7 @@ whole model ahead of time; here every tensor gets a fixed arena offset).
 Each buffer lives from the call that first touches it to the call that last reads it
 (inputs from the start, outputs to the end). Buffers whose lifetimes do not overlap
 share memory: greedy first fit, largest buffers first, offsets aligned to
-:data:`.harness.ALIGN`.
+:data:`tvm_cocopie.emulation.harness.ALIGN`.
 """
 
 from __future__ import annotations

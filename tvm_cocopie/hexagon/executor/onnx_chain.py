@@ -1,6 +1,6 @@
 """Read the leading int8-runnable part of an ONNX CNN for the Hexagon executor (seed 004, §4.4.4).
 
-GCD² takes whole models; our static executor (:mod:`.executor`) runs DAGs of
+GCD² takes whole models; our static executor (:mod:`tvm_cocopie.hexagon.executor`) runs DAGs of
 convolutions, depthwise convolutions, residual adds and max pools. :func:`conv_chain`
 walks an NCHW ONNX graph in node order and collects ``Conv`` (dense or depthwise),
 folding a following ``BatchNormalization`` into the conv, ``Add`` of two such
@@ -29,7 +29,7 @@ def _attrs(node) -> dict:
 def conv_chain(model, image_size: int | None = None, max_layers: int | None = None):
     """``(layers, weights, stopped)`` of the model's leading int8-runnable part.
 
-    ``layers`` are :class:`.networks.Layer` (NHWC, input first, each naming its inputs),
+    ``layers`` are :class:`..selection.networks.Layer` (NHWC, input first, each naming its inputs),
     ``weights`` maps conv layer names to float ``(w, b)`` (HWIO or HWC), ``stopped``
     says why the walk ended (the first unsupported operator, ``max_layers`` convs, or
     the end of the graph).

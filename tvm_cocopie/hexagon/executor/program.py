@@ -53,7 +53,7 @@ class Tensor:
 
 
 def shift_copy_pays(src: Tensor, geo: GridGeometry, variant: str) -> bool:
-    """Whether :func:`shift_copy_kernel` beats the row copy of :mod:`.regrid`.
+    """Whether :func:`..kernels.shift_copy.shift_copy_kernel` beats the row copy of :mod:`..kernels.regrid`.
 
     Measured per channel group: the shift copy costs ~3 packets per inner vector and
     ~400 per edge vector (done byte by byte), the row copy ~5 per valid pixel plus one
@@ -73,7 +73,7 @@ def shift_copy_pays(src: Tensor, geo: GridGeometry, variant: str) -> bool:
 
 def shift_copy_compute(src: Tensor, geo: GridGeometry, variant: str):
     """:func:`tvm_cocopie.topi.int8.hvx.shift_copy` from ``src``'s grid into a ``geo``
-    convolution's input grid in ``variant``'s layout (see :func:`shift_copy_kernel`)."""
+    convolution's input grid in ``variant``'s layout (see :func:`..kernels.shift_copy.shift_copy_kernel`)."""
 
     v = LAYOUT_OF[variant].cols
     dst_shape = geo.in_shape(variant, src.c)
@@ -98,7 +98,7 @@ def _passes_grid(lay: Layer) -> bool:
 
 def grid_widths(layers, plan) -> list:
     """Output grid width each layer should use so that stride-1 consumers in the same
-    layout can take its output by :func:`shift_copy_kernel` (0: no preference)."""
+    layout can take its output by :func:`..kernels.shift_copy.shift_copy_kernel` (0: no preference)."""
     index = {lay.name: i for i, lay in enumerate(layers)}
     want = [0] * len(layers)
     for j in range(len(layers) - 1, 0, -1):

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class QLayer:
     """A quantized layer: the layer, int8 weights, int32 bias, requantization
-    (:class:`.int8_compute.AddRequant` for a residual add; none for a max pool)."""
+    (:class:`tvm_cocopie.topi.int8.compute.AddRequant` for a residual add; none for a max pool)."""
 
     layer: Layer
     weights: np.ndarray  # int8, HWIO (conv) or HWC (dwconv)
@@ -80,7 +80,7 @@ def quantize(layers, seed: int = 0, weights: dict | None = None) -> QNetwork:
     """Float weights for a DAG of ``conv`` / ``dwconv`` / ``add`` / ``pool`` (max) layers
     in topological order (``weights``: layer name -> ``(w, b)`` with ``w`` HWIO or HWC,
     else random He-normal), quantized with per-tensor scales from one numpy float
-    forward pass. A residual add gets an :class:`.int8_compute.AddRequant`; a max pool
+    forward pass. A residual add gets an :class:`tvm_cocopie.topi.int8.compute.AddRequant`; a max pool
     keeps its input's scale."""
     body = [lay for lay in layers if lay.op != "input"]
     _check_ops(body)

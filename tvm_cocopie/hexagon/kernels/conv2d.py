@@ -77,7 +77,7 @@ def conv2d(
     """The kernel ``(x, w, bias, y)`` of an NHWC int8 convolution in ``variant``'s layout.
 
     ``x``: :func:`pack_input`; ``w``: :func:`pack_conv_weights`; ``bias``:
-    :func:`.layouts.pad_bias`; ``y``: the output grid, see :func:`unpack_output`.
+    :func:`.transforms.pad_bias`; ``y``: the output grid, see :func:`unpack_output`.
     """
     if variant not in EMITTERS:
         raise ValueError(f"unknown HVX conv variant {variant!r}; use one of {list(EMITTERS)}")

@@ -38,7 +38,7 @@ def depthwise_conv2d(
     """The kernel ``(x, w, bias, y)`` of a depthwise NHWC int8 convolution.
 
     ``x``: :func:`.conv2d.pack_input`; ``w``: :func:`pack_dw_weights`; ``bias``:
-    :func:`.layouts.pad_bias`; ``y``: output grid (:func:`.conv2d.unpack_output`).
+    :func:`.transforms.pad_bias`; ``y``: output grid (:func:`.conv2d.unpack_output`).
     """
     layout = LAYOUT_OF[variant]
     v, rows = layout.cols, layout.rows

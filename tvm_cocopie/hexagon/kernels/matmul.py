@@ -1,10 +1,10 @@
 """GCD²'s int8 matrix multiplication on HVX, one kernel per instruction (seed 004, §4.3).
 
 ``Y = requant(X @ W + bias)`` with ``X`` uint8 ``[M, K]`` in the instruction's layout
-(:mod:`.layouts`), ``W`` int8 as packed ``Rt`` words, ``Y`` uint8 in the same layout
+(:mod:`tvm_cocopie.topi.int8.layouts`), ``W`` int8 as packed ``Rt`` words, ``Y`` uint8 in the same layout
 as ``X``. Each kernel walks row panels and blocks of output columns, keeps the int32
 accumulators of a block in vector registers across the whole ``K`` loop, and ends with
-the exact int32 requantization of :class:`~.int8_compute.Requant` and a saturating
+the exact int32 requantization of :class:`~tvm_cocopie.topi.int8.compute.Requant` and a saturating
 interleave into the output layout:
 
 - ``vmpy`` (1-column, Fig. 4.2a): per input column ``k``, ``vmpybus`` multiplies the
@@ -65,8 +65,8 @@ def matmul(variant: str, m: int, k: int, n: int, rq: Requant, col_block: int | N
     """The GCD² kernel ``(x, w, bias, y)`` for ``variant`` in ``{"vmpy", "vmpa", "vrmpy"}``.
 
     ``x`` is the ``m x k`` uint8 input in the variant's layout, ``w`` the packed
-    weight words (:func:`.layouts.pack_weights`), ``bias`` int32 padded
-    (:func:`.layouts.pad_bias`), ``y`` the ``m x n`` uint8 output in the same layout.
+    weight words (:func:`.transforms.pack_weights`), ``bias`` int32 padded
+    (:func:`.transforms.pad_bias`), ``y`` the ``m x n`` uint8 output in the same layout.
     ``col_block`` is the number of output vectors computed together (register
     blocking); by default the largest divisor of the output's column groups up to 4
     (``vmpy``, ``vmpa``) or 2 (``vrmpy``).

@@ -3,8 +3,8 @@
 GCD²'s global selection needs ``Cost(ep_i(O))`` for every execution plan and
 ``TC(ep_j, ep_i)`` for every layout transform "based on the number of instructions
 (cycles) required", without running anything. Here both are linear models over counts
-that follow from the loop nests of :mod:`.gemm`, :mod:`.depthwise` and
-:mod:`.layouts` (no run needed to compute them):
+that follow from the loop nests of :mod:`..kernels.gemm`, :mod:`..kernels.depthwise` and
+:mod:`..kernels.transforms` (no run needed to compute them):
 
 - ``mul``: multiply steps (one ``vrmpy``, one ``vmpa`` + ``vaddhw``, or two ``vmpy`` +
   two ``vaddhw``) -- the inner-loop body per output column;
@@ -97,7 +97,7 @@ def _work(family, variant, counts) -> Work:
 
 
 def matmul_work(variant: str, m: int, k: int, n: int) -> Work:
-    """Counts of :func:`.matmul.matmul` for an ``m x k`` by ``k x n`` product."""
+    """Counts of :func:`..kernels.matmul.matmul` for an ``m x k`` by ``k x n`` product."""
     layout = LAYOUT_OF[variant]
     x = layout.shape(m, k)
     y = layout.shape(m, n)
@@ -105,7 +105,7 @@ def matmul_work(variant: str, m: int, k: int, n: int) -> Work:
 
 
 def conv_work(variant: str, geo: GridGeometry, channels: int, out_channels: int) -> Work:
-    """Counts of :func:`.conv2d.conv2d`."""
+    """Counts of :func:`..kernels.conv2d.conv2d`."""
     layout = LAYOUT_OF[variant]
     x = geo.in_shape(variant, channels)
     y = geo.out_shape(variant, out_channels)
@@ -114,7 +114,7 @@ def conv_work(variant: str, geo: GridGeometry, channels: int, out_channels: int)
 
 
 def dwconv_work(variant: str, geo: GridGeometry, channels: int) -> Work:
-    """Counts of :func:`.depthwise.depthwise_conv2d` (``vmpy`` in ``variant``'s layout)."""
+    """Counts of :func:`..kernels.depthwise.depthwise_conv2d` (``vmpy`` in ``variant``'s layout)."""
     layout = LAYOUT_OF[variant]
     groups = geo.in_shape(variant, channels)[1]
     rows = geo.out_rows(variant) // layout.rows
@@ -132,7 +132,7 @@ def dwconv_work(variant: str, geo: GridGeometry, channels: int) -> Work:
 
 
 def transform_work(src: Layout | None, dst: Layout | None, m: int, k: int) -> Work:
-    """Counts of :func:`.layouts.convert_func` (``None`` is row-major)."""
+    """Counts of :func:`..kernels.transforms.convert_func` (``None`` is row-major)."""
     if src is not None and dst is not None:
         vec = math.prod(dst.shape(m, k)) // 128
         rows, cols = max(src.rows, dst.rows), max(src.cols, dst.cols)

@@ -2,13 +2,13 @@
 
 A network here is a list of :class:`Layer` (NHWC, batch 1) in topological order:
 convolutions, depthwise convolutions, fully connected layers, residual adds and
-pools. :func:`selection_graph` turns it into a :class:`.selection.Graph` whose plan
+pools. :func:`selection_graph` turns it into a :class:`.search.Graph` whose plan
 costs and edge costs come from :mod:`.costmodel` (packets predicted, nothing run).
 
 Modelled honestly, as measured:
 
 - ``conv`` / ``matmul`` plans are the three instructions, but ``vmpa`` only when its
-  16-bit pair sums are exact for the layer's weights (:func:`.matmul.vmpa_exact`;
+  16-bit pair sums are exact for the layer's weights (:func:`..kernels.matmul.vmpa_exact`;
   weights in [-64, 64], i.e. 7-bit quantization); with 8-bit per-tensor weights
   (``max |w| = 127``) it is not offered;
 - ``dwconv`` always multiplies with ``vmpy`` (``vmpa``/``vrmpy`` would mix channels)
@@ -171,7 +171,7 @@ def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
 
 
 def selection_graph(layers, model=None, vmpa_ok=None) -> Graph:
-    """The :class:`.selection.Graph` of ``layers`` with costs from ``model``.
+    """The :class:`.search.Graph` of ``layers`` with costs from ``model``.
 
     ``vmpa_ok(layer) -> bool`` says whether ``vmpa`` is exact for the layer's weights
     (default: never, as for 8-bit per-tensor weights).

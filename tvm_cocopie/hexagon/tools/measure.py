@@ -1,12 +1,12 @@
 """Measure GCD²'s kernels and stock TVM's lowering of the same operators in packets.
 
 Seed 004, ch. 4 reports latency normalized to ``vmpy`` (Table 4.2) and speedups over
-TVM (§4.5). Under emulation we count executed VLIW packets (:mod:`.packets`): the same
+TVM (§4.5). Under emulation we count executed VLIW packets (:mod:`tvm_cocopie.emulation.packets`): the same
 number on every run and every machine. Each function here builds the kernel, runs it
 on random data under ``qemu-hexagon``, checks the result bit for bit against the numpy
 reference and returns a record (a plain dict, ready for JSON).
 
-"Stock TVM" is the unscheduled TE compute of :mod:`.int8_compute` compiled by
+"Stock TVM" is the unscheduled TE compute of :mod:`tvm_cocopie.topi.int8.compute` compiled by
 ``tvm.compile`` for the same Hexagon target: TVM's default lowering, with LLVM's
 auto-vectorizer as the only optimizer.
 """

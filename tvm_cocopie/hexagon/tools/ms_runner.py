@@ -2,7 +2,7 @@
 
 MetaSchedule does not need an RPC device: its builder and runner are interfaces
 (``ms.builder.PyBuilder``, ``ms.runner.PyRunner``). :class:`QemuBuilder` builds each
-candidate with :func:`.runner.build` (``tvm.compile`` for ``HEXAGON_V66``, our harness,
+candidate with :func:`tvm_cocopie.emulation.hexagon.build` (``tvm.compile`` for ``HEXAGON_V66``, our harness,
 ``clang-14`` / ``ld.lld-14``) and hands the linked program's directory on as the
 artifact; :class:`QemuRunner` runs it under ``qemu-hexagon-static``, checks every
 output bit for bit against the reference arrays it was given, and reports the kernel's

@@ -1,5 +1,5 @@
 """Replace the calls of one Relax operator across a module: the walk that the layout
-passes (:mod:`.layout_subpixel`, :mod:`.layout_lift`) share."""
+passes (:mod:`.subpixel`, :mod:`.lift`) share."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ module fixes that arithmetic once, for every target:
 The computes here are written with plain TE so any TVM target can lower them; the
 Hexagon kernels in :mod:`tvm_cocopie.hexagon.kernels.matmul` and :mod:`~tvm_cocopie.hexagon.kernels.conv2d`
 are checked against them, and stock TVM's lowering of them is the baseline of
-``scripts/bench_hexagon.py``. :mod:`.int8_hvx` holds the same operators on GCD²'s
+``scripts/bench_hexagon.py``. :mod:`.hvx` holds the same operators on GCD²'s
 HVX layouts (what the Hexagon schedule rules replace by HVX kernels).
 """
 

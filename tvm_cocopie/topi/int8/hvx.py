@@ -7,7 +7,7 @@ each of those PrimFuncs computes, in plain TE, on the layouts' buffers:
 
 - :func:`qadd_grid` (residual add) and :func:`maxpool_grid` on the same grids;
 - :func:`qconv2d_grid` / :func:`qdepthwise_grid`: the int8 convolution of
-  :mod:`.int8_compute` on a padded, phase-split input grid
+  :mod:`.compute` on a padded, phase-split input grid
   (:class:`tvm_cocopie.topi.int8.layouts.GridGeometry`) with weights packed as the
   variant's 32-bit ``Rt`` words, writing the variant's output grid;
 - :func:`regrid`: an output grid (or NHWC) into the next convolution's input grid in
@@ -155,7 +155,7 @@ def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
 
 
 def qadd_grid(variant: str, shape: tuple, arq):
-    """PrimFunc ``(a, b, y)``: :class:`~.int8_compute.AddRequant` of two output grids of
+    """PrimFunc ``(a, b, y)``: :class:`~.compute.AddRequant` of two output grids of
     one ``shape`` ``(G, rows, v)`` in ``variant``'s layout (a residual add)."""
     from tvm import te
 

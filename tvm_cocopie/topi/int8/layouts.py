@@ -110,7 +110,7 @@ class GridGeometry:
     stride: int = 1
     pad: int = 0
     #: a wider grid than the image needs (extra zero columns on the right), so that
-    #: a whole network can share one grid width (:mod:`.executor`)
+    #: a whole network can share one grid width (:mod:`tvm_cocopie.hexagon.executor`)
     min_grid_w: int = 0
 
     @property

@@ -1,4 +1,4 @@
-"""Numpy references of the int8 operators in :mod:`.int8_compute` (exact, int64 inside).
+"""Numpy references of the int8 operators in :mod:`.compute` (exact, int64 inside).
 
 Every Hexagon kernel (seed 004, ch. 4, GCD²) is checked bit for bit against these.
 """
