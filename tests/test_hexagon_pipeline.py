@@ -13,7 +13,7 @@ from tvm import relax
 import tvm_cocopie
 from tvm_cocopie.emulation import hexagon as runner
 from tvm_cocopie.errors import TargetError, UnsupportedOperatorError
-from tvm_cocopie.hexagon import executor, relax_graph
+from tvm_cocopie.hexagon import executor, relax_graph, select_stage
 from tvm_cocopie.hexagon.selection.networks import NetBuilder
 from tvm_cocopie.pipeline import run_until
 from tvm_cocopie.target import HEXAGON_V66, host_target
@@ -99,7 +99,7 @@ def test_compiled_kernels_run_bit_exact_with_the_executors_packets(net, schedule
 def test_hvx_layout_computes_match_numpy_on_the_host(net):
     """The TE computes the graph pass emits (before the Hexagon rule replaces them) are
     themselves right: the rewritten module built for the host equals the int8 reference."""
-    mod = relax_graph.rewrite(relax_graph.relax_module(net))
+    mod = select_stage.rewrite(relax_graph.relax_module(net))
     ex = tvm.compile(mod, host_target(), relax_pipeline="default")
     vm = relax.VirtualMachine(ex, tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(net.image_q)).numpy()
@@ -116,7 +116,7 @@ def test_tvm_compile_for_hexagon_builds_the_selected_program(net):
 
 def test_local_choice_when_layout_selection_is_off(net):
     local = executor.choose_plans(net, local=True)
-    mod = relax_graph.rewrite(relax_graph.relax_module(net), local=True)
+    mod = select_stage.rewrite(relax_graph.relax_module(net), local=True)
     variants = [descriptor(mod[f"layer{i}"])["variant"] for i in range(len(net.layers))]
     assert variants == [local[q.layer.name] for q in net.layers]
 

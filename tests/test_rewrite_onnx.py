@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import tvm_cocopie
+from tvm_cocopie.exprs import op_name
 from tvm_cocopie.frontend.importer import from_onnx
 from tvm_cocopie.relay_passes import rewriting as rw
 from tvm_cocopie.relay_passes.rewriting.cost import Cost, module_cost
@@ -20,7 +21,7 @@ from tvm_cocopie.relay_passes.rewriting.engine import Graph
 from tvm_cocopie.relay_passes.rewriting.examples import build_example
 from tvm_cocopie.relay_passes.rewriting.generated import GENERATED
 from tvm_cocopie.relay_passes.rewriting.rule import Rule
-from tvm_cocopie.relay_passes.rewriting.terms import V, op, op_name
+from tvm_cocopie.relay_passes.rewriting.terms import V, op
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)

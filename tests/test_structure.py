@@ -38,6 +38,7 @@ FLOORS = {
     "tvm_cocopie.schedules": 6,
     "tvm_cocopie.hexagon.executor": 6,
     "tvm_cocopie.hexagon.relax_graph": 7,
+    "tvm_cocopie.hexagon.select_stage": 7,
     "tvm_cocopie.pipeline": 8,
     "tvm_cocopie.api": 9,
     "tvm_cocopie.neon": 9,

@@ -9,6 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+from tvm import relax
+
+
+def op_name(expr) -> str | None:
+    """``"multiply"`` for a call of the Relax operator ``relax.multiply``; ``None`` for
+    anything else."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return str(expr.op.name).removeprefix("relax.")
+    return None
 
 
 def ints(values) -> list[int] | None:

@@ -33,7 +33,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from . import relay_passes, schedules, topi
 from .errors import TargetError
-from .hexagon.relax_graph import HexagonSelect, check_target
+from .hexagon.select_stage import HexagonSelect, check_target
 from .target import is_hexagon, parse_target
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ _STAGE_BUILDERS = {
 
 def _hexagon_builders(target) -> dict:
     """Hexagon (seed 004, GCD²): the ``layout`` stage is the global layout/instruction
-    selection over the int8 graph (:mod:`.hexagon.relax_graph`), which emits the
+    selection over the int8 graph (:mod:`.hexagon.select_stage`), which emits the
     computes the ``schedule`` stage turns into HVX kernels; no rewriting or fusion."""
 
     check_target(target)

@@ -12,10 +12,11 @@ the parts that work without the proprietary SDK; the kernels run under QEMU thro
   selection (§4.4.2) over layer graphs;
 - :mod:`.executor`: a whole quantized network as one program with a static memory
   plan, bit-exact against numpy (``tvm-cocopie hexagon run MODEL.onnx``, :mod:`.cli`);
-- :mod:`.relax_graph`: the Hexagon branch of the cocopie pipeline --
+- :mod:`.select_stage`: the Hexagon branch of the cocopie pipeline --
   ``tvm.compile(mod, HEXAGON_V66, relax_pipeline="cocopie")`` reads the int8 network
-  from Relax, runs the global selection and emits the HVX-layout computes that the
-  schedule rule of :mod:`tvm_cocopie.schedules.hexagon` turns into kernels;
+  from Relax (the form of :mod:`.relax_graph`), runs the global selection and emits
+  the HVX-layout computes that the schedule rule of :mod:`tvm_cocopie.schedules.hexagon`
+  turns into kernels;
 - :mod:`.tools`: packet measurements against stock TVM, MetaSchedule through QEMU,
   and the cost model's calibration (benchmarks and by-hand runs, not the compile path).
 

@@ -1,29 +1,20 @@
-"""GCD²'s global selection as a Relax pass: the Hexagon branch of the cocopie pipeline.
+"""The int8 network as Relax operators: written, read, and read back after the pipeline.
 
-Seed 004, §4.4: layout and instruction are chosen for the whole graph before any
-operator is compiled. For a Hexagon target, ``tvm.compile(mod, target,
-relax_pipeline="cocopie")`` runs :class:`HexagonSelect` in the pipeline's ``layout``
-stage:
+The form the Hexagon branch of the cocopie pipeline takes (seed 004, §4.4): a conv is
+``nn.conv2d`` (NHWC, HWIO, uint8 x int8 -> int32, dense or depthwise), ``add`` of an
+int32 bias, and the requantization of :class:`~tvm_cocopie.topi.int8.compute.Requant` as
+``astype int64``, ``multiply``, ``add``, ``right_shift``, ``add``, ``clip(0, 255)``,
+``astype uint8``; a residual add is :class:`~tvm_cocopie.topi.int8.compute.AddRequant`
+(``astype int32`` and ``multiply`` of each input, ``add``, ``add``, ``right_shift``,
+``clip``, ``astype uint8``); a max pool is ``nn.max_pool2d`` (NHWC, uint8).
 
-1. it reads the model's int8 network from Relax operators (:func:`relax_module`
-   writes that form): a conv is ``nn.conv2d`` (NHWC, HWIO, uint8 x int8 -> int32,
-   dense or depthwise), ``add`` of an int32 bias, and the requantization of
-   :class:`~tvm_cocopie.topi.int8.compute.Requant` as ``astype int64``, ``multiply``,
-   ``add``, ``right_shift``, ``add``, ``clip(0, 255)``, ``astype uint8``; a residual
-   add is :class:`~tvm_cocopie.topi.int8.compute.AddRequant` (``astype int32`` and
-   ``multiply`` of each input, ``add``, ``add``, ``right_shift``, ``clip``,
-   ``astype uint8``); a max pool is ``nn.max_pool2d`` (NHWC, uint8);
-2. it runs the global selection (:func:`.executor.choose_plans`: cost model, chain DP);
-3. it replaces the chain by ``call_tir`` to the HVX-layout TE computes of
-   :mod:`tvm_cocopie.topi.int8.hvx` for the chosen variants, the layout transforms
-   between them, and the packed weights as constants -- the calls and buffers of the
-   static executor's program (:func:`.executor.compile_network`), with its aliases as
-   ``reshape`` (views).
+- :func:`relax_module` writes a quantized network (:class:`.executor.QNetwork`) in that
+  form (:func:`emit_qconv` one conv);
+- :func:`read_network` reads it back into a network the selection and the executor take;
+- :func:`program_of` reads a module the pipeline has rewritten (and scheduled) back into
+  a runner program, so tests run exactly its PrimFuncs under ``qemu-hexagon``.
 
-The pipeline's ``schedule`` stage then turns each compute into its HVX kernel
-(:class:`tvm_cocopie.schedules.hexagon.int8.HexagonInt8`). :func:`program_of` reads a
-compiled module back into a runner program, so tests run exactly those PrimFuncs
-under ``qemu-hexagon``.
+The pass that rewrites the form into HVX-layout computes is :mod:`.select_stage`.
 """
 
 from __future__ import annotations
@@ -32,9 +23,9 @@ import logging
 
 import numpy as np
 
-from ..errors import TargetError, UnsupportedOperatorError
+from ..errors import UnsupportedOperatorError
+from ..exprs import const_np, is_constant, op_name, static_shape
 from ..topi.int8.compute import AddRequant, Requant
-from .executor.program import choose_plans, compile_network
 from .executor.quantization import QLayer, QNetwork, layer_sources
 from .selection.networks import Layer
 
@@ -113,31 +104,14 @@ def relax_module(net: QNetwork):
 
 
 def _op_name(expr) -> str:
-    from tvm import relax
-
-    if isinstance(expr, relax.Call) and hasattr(expr.op, "name"):
-        return str(expr.op.name).removeprefix("relax.")
-    return type(expr).__name__
-
-
-def _constant_type():
-    import tvm
-
-    return tvm.ir.GenericConst
-
-
-def _array(const) -> np.ndarray:
-    return const.value.numpy()
+    """The Relax operator ``expr`` calls, else its class name (for messages and checks)."""
+    return op_name(expr) or type(expr).__name__
 
 
 def _scalar(expr, what: str) -> int:
-    if not isinstance(expr, _constant_type()) or _array(expr).size != 1:
+    if not is_constant(expr) or const_np(expr).size != 1:
         raise UnsupportedOperatorError(f"{what} must be a scalar constant, got {expr}")
-    return int(_array(expr).reshape(()))
-
-
-def _shape(var) -> tuple:
-    return tuple(int(d) for d in var.ty.shape)
+    return int(const_np(expr).reshape(()))
 
 
 class _Graph:
@@ -198,13 +172,13 @@ def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
     if x not in names:
         raise UnsupportedOperatorError(f"{what}: the conv reads {x.name}, not a uint8 tensor")
     a = conv.attrs
-    n, h, w, c = _shape(x)
+    n, h, w, c = static_shape(x)
     problems = []
     if str(a.data_layout) != "NHWC" or str(a.kernel_layout) != "HWIO":
         problems.append(f"layouts {a.data_layout}/{a.kernel_layout} (need NHWC/HWIO)")
     if str(a.out_dtype) != "int32" or str(x.ty.dtype) != "uint8":
         problems.append(f"dtypes {x.ty.dtype} -> {a.out_dtype} (need uint8 -> int32)")
-    if not isinstance(weights, _constant_type()) or str(_array(weights).dtype) != "int8":
+    if not is_constant(weights) or str(const_np(weights).dtype) != "int8":
         problems.append("weights that are not an int8 constant")
     pads, strides = [int(p) for p in a.padding], [int(s) for s in a.strides]
     if len(set(pads)) != 1 or len(set(strides)) != 1 or any(int(d) != 1 for d in a.dilation):
@@ -215,7 +189,7 @@ def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
         raise UnsupportedOperatorError(
             f"{what}: conv2d with {'; '.join(problems)} is not supported on Hexagon"
         )
-    wt = _array(weights)
+    wt = const_np(weights)
     kh, kw, ci, o = wt.shape
     groups = int(a.groups)
     if kh != kw or not (groups == 1 or (groups == c == o and ci == 1)):
@@ -224,12 +198,12 @@ def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
             "depthwise convolutions"
         )
     bias = biased.args[1]
-    if not isinstance(bias, _constant_type()) or _array(bias).shape != (o,):
+    if not is_constant(bias) or const_np(bias).shape != (o,):
         raise UnsupportedOperatorError(f"{what}: the bias must be an int32 [{o}] constant")
     op = "conv" if groups == 1 else "dwconv"
     lay = Layer(f"{op}{index}", op, (names[x],), h, w, c, o, kh, strides[0], pads[0])
     weights_np = wt if op == "conv" else wt[:, :, 0, :]
-    return QLayer(lay, weights_np, _array(bias).astype(np.int32), Requant(m, shift, zp))
+    return QLayer(lay, weights_np, const_np(bias).astype(np.int32), Requant(m, shift, zp))
 
 
 def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
@@ -249,11 +223,12 @@ def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
     shift = _scalar(shifted.args[1], f"{what}'s shift")
     if _scalar(rounded.args[1], f"{what}'s rounding") != 1 << (shift - 1):
         raise UnsupportedOperatorError(f"{what}: rounding constant is not 2**(shift-1)")
-    if _shape(ins[0]) != _shape(ins[1]):
+    if static_shape(ins[0]) != static_shape(ins[1]):
         raise UnsupportedOperatorError(
-            f"{what}: adds {_shape(ins[0])} and {_shape(ins[1])}; broadcasting is not supported"
+            f"{what}: adds {static_shape(ins[0])} and {static_shape(ins[1])}; "
+            "broadcasting is not supported"
         )
-    _, h, w, c = _shape(ins[0])
+    _, h, w, c = static_shape(ins[0])
     lay = Layer(f"add{index}", "add", tuple(names[v] for v in ins), h, w, c, c)
     return QLayer(lay, None, None, AddRequant(mults[0], mults[1], shift))
 
@@ -272,7 +247,7 @@ def _max_pool(graph: _Graph, out, call, names: dict, index: int):
             f"{out.name}: max_pool2d {pool}/{strides}/{pads} layout {a.layout}; Hexagon runs "
             "square NHWC max pools on uint8 tensors"
         )
-    _, h, w, c = _shape(x)
+    _, h, w, c = static_shape(x)
     lay = Layer(f"pool{index}", "pool", (names[x],), h, w, c, c, pool[0], strides[0], pads[0])
     return QLayer(lay, None, None, None)
 
@@ -325,80 +300,6 @@ def read_network(func) -> QNetwork:
 # ------------------------------------------------------------------ the pass
 
 
-def check_target(target) -> None:
-    """A Hexagon target must have 128-byte HVX (V66 or later) for GCD²'s kernels."""
-    mattr = [str(a) for a in (target.attrs.get("mattr") or [])]
-    if "+hvx-length128b" not in mattr or not any(a.startswith("+hvxv6") for a in mattr):
-        raise TargetError(
-            f"the Hexagon pipeline needs 128-byte HVX: mattr {mattr} lacks '+hvxv66' and/or "
-            "'+hvx-length128b'. Use tvm_cocopie.target.HEXAGON_V66."
-        )
-
-
-def rewrite(mod, plan: dict | None = None, local: bool = False):
-    """``mod`` with ``main``'s int8 conv chain replaced by the selected HVX-layout calls.
-
-    ``plan`` (layer name -> variant) overrides the selection; ``local`` picks each
-    layer's cheapest variant alone instead of GCD²'s global selection.
-    """
-    from tvm import relax
-
-    net = read_network(mod["main"])
-    if plan is None:
-        plan = choose_plans(net, local=local)
-    prog = compile_network(net, plan, schedule=False)
-    log.info("Hexagon selection: %s", plan)
-    param = mod["main"].params[0]
-    x = relax.Var(param.name, param.ty)
-    bb = relax.BlockBuilder()
-
-    def storage(name):
-        while name in prog.aliases:
-            name = prog.aliases[name]
-        return name
-
-    env = {"image": x}
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            for i, (fname, args) in enumerate(prog.calls):
-                func = prog.funcs[fname]
-                gv = bb.add_func(func.without_attr("global_symbol"), fname)
-                ins = []
-                for arg, buf in zip(args[:-1], func.params[:-1]):
-                    shape = tuple(int(d) for d in buf.shape)
-                    if arg in prog.inputs and arg != "image":
-                        ins.append(relax.const(prog.inputs[arg].reshape(shape)))
-                        continue
-                    v = env[storage(arg)]
-                    if _shape(v) != shape:
-                        v = bb.emit(relax.op.reshape(v, shape))
-                    ins.append(v)
-                out = func.params[-1]
-                out_ty = relax.TensorType([int(d) for d in out.shape], str(out.dtype))
-                call = relax.call_tir(gv, ins, out_ty)
-                last = i == len(prog.calls) - 1
-                env[storage(args[-1])] = bb.emit_output(call) if last else bb.emit(call)
-        bb.emit_func_output(env[storage(prog.output)])
-    new = bb.get()
-    for gv, func in mod.functions_items():
-        if gv.name_hint != "main":
-            new[gv] = func
-    return new
-
-
-class HexagonSelect:
-    """The Relax module pass of the pipeline's ``layout`` stage (see the module doc)."""
-
-    def __new__(cls, local: bool = False):
-        import tvm
-
-        @tvm.transform.module_pass(opt_level=0, name="HexagonSelect")
-        def _select(mod, _ctx):
-            return rewrite(mod, local=local)
-
-        return _select
-
-
 # ------------------------------------------------------------------ back to a program
 
 
@@ -414,9 +315,9 @@ def program_of(mod) -> tuple:
     names, inputs, funcs, calls, aliases = {func.params[0]: "image"}, {}, {}, [], {}
 
     def name_of(expr):
-        if isinstance(expr, _constant_type()):
+        if is_constant(expr):
             key = f"const{len(inputs)}"
-            inputs[key] = _array(expr)
+            inputs[key] = np.array(const_np(expr))
             return key
         return names[expr]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from ...exprs import const_np, ints, is_constant
-from .terms import make_const, op_name
+from ...exprs import const_np, ints, is_constant, op_name
+from .terms import make_const
 
 
 def _attr(call, name, default=None):

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from tvm import relax
 
-from .terms import op_name
+from ...exprs import op_name
 
 
 class Cost(NamedTuple):

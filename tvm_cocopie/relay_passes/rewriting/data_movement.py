@@ -14,9 +14,9 @@ import itertools
 import numpy as np
 from tvm import relax
 
-from ...exprs import const_np, is_constant
+from ...exprs import const_np, is_constant, op_name
 from .rule import Example, Rule
-from .terms import Match, V, make_const, op, op_name
+from .terms import Match, V, make_const, op
 
 X = V("X")
 

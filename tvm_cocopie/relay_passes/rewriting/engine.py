@@ -26,10 +26,9 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ...exprs import is_constant
+from ...exprs import is_constant, op_name
 from .consts import fold
 from .cost import Cost, call_cost, function_cost
-from .terms import op_name
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from ...exprs import is_constant
+from ...exprs import is_constant, op_name
 from .consts import evaluate
 from .rule import Example, Rule, is_float, scalar
-from .terms import C, Match, V, add, make_const, mul, op, op_name, tgi
+from .terms import C, Match, V, add, make_const, mul, op, tgi
 
 X = V("X")
 BN_ARGS = (C("g"), C("b"), C("m"), C("v"))

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from tvm import relax
 
-from ...exprs import const_np, is_constant
+from ...exprs import const_np, is_constant, op_name
 from .consts import nonnegative
-from .terms import Match, Matcher, Term, build, op_name
+from .terms import Match, Matcher, Term, build
 
 #: the three DNNFusion categories (thesis §3.3, Table 3.4); rules in them only match
 #: inside partitions of operators that have these properties

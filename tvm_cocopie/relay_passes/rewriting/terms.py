@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...exprs import const_np, is_constant
+from ...exprs import const_np, is_constant, op_name
 
 #: binary operators whose two operands may be swapped while matching
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum"})
@@ -107,14 +107,6 @@ def get_op(name: str) -> tvm.ir.Op:
     if name not in _OPS:
         _OPS[name] = tvm.ir.Op.get("relax." + name)
     return _OPS[name]
-
-
-def op_name(expr) -> str | None:
-    """``"multiply"`` for a call of ``relax.multiply``; None for anything else."""
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        name = expr.op.name
-        return name.removeprefix("relax.")
-    return None
 
 
 # --------------------------------------------------------------------------- constants

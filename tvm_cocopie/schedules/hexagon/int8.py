@@ -1,7 +1,7 @@
 """The Hexagon schedule rule: HVX-layout int8 computes become GCD²'s HVX kernels.
 
 Seed 004, §4.4: once the graph-level selection has fixed each operator's instruction
-and layout (:mod:`tvm_cocopie.hexagon.relax_graph`), every operator is compiled with
+and layout (:mod:`tvm_cocopie.hexagon.select_stage`), every operator is compiled with
 its chosen variant. The graph pass emits the TE computes of
 :mod:`tvm_cocopie.topi.int8.hvx` (each carrying a descriptor of op, variant and
 sizes); this rule, applied by the cocopie pipeline's schedule stage like the CPU
