@@ -236,3 +236,63 @@ def test_a_fused_type_is_never_simpler_than_its_parts_except_reshapes_of_shuffle
         if fused is None or (a, b) == (SHUF, REORG):
             continue
         assert fused >= max(a, b) or {a, b} <= {REORG, SHUF}, (a, b, fused)
+
+
+# ----------------------------------------------------------------- the plan, applied
+
+
+def _plan(model, shapes=None):
+    from tvm_cocopie.relay_passes.fusion.plan import ECG, explore
+
+    mod = run_until(from_onnx(model, shapes=shapes), host_target(), "legalize")
+    return explore(ECG.of(mod))
+
+
+def test_conv_bias_relu_is_one_block_and_constants_do_not_broadcast():
+    """The bias add reads a per-channel constant: One-to-One in the model (as in the
+    thesis), so conv (M-M) + add + relu fuse green; the kernel alone is One-to-Many."""
+    from conftest import conv_relu_model
+
+    blocks = _plan(conv_relu_model(batch=1), {"x": [1, 3, 16, 16]})
+    fused = [b for b in blocks if len(b.nodes) > 1]
+    assert [[n.kernel for n in b.nodes] for b in fused] == [["conv2d_nchwc", "add", "relu"]]
+    assert fused[0].kind == M2M
+
+
+def test_red_pairs_never_share_a_block():
+    """conv -> conv and conv -> pool chains: a Many-to-Many op never joins a block that
+    already holds one (the two red cells), whatever the seeds."""
+    from tvm_cocopie.models.graph_builder import GraphBuilder
+
+    gb = GraphBuilder("convs", seed=0)
+    x = gb.input("x", [1, 4, 12, 12])
+    y = gb.relu(gb.conv(x, 8, 3, pad=1))
+    y = gb.relu(gb.conv(y, 8, 3, pad=1))
+    gb.output(gb.maxpool(y, 2, 2))
+    blocks = _plan(gb.model())
+    for b in blocks:
+        assert sum(1 for n in b.nodes if n.kind == M2M) <= 1, [n.kernel for n in b.nodes]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert_encoder"])
+def test_dnnfusion_builds_match_onnxruntime(name):
+    from conftest import assert_close, ort_run
+
+    import tvm_cocopie
+
+    wl = get_workload(name, image_size=32)
+    compiled = tvm_cocopie.compile(wl.model, shapes=wl.shapes,
+                                   options=PipelineOptions(fusion="dnnfusion"))
+    assert_close(compiled(**wl.inputs), ort_run(wl.model, wl.inputs))
+
+
+def test_an_unknown_fusion_method_is_named():
+    from conftest import conv_relu_model
+
+    import tvm_cocopie
+    from tvm_cocopie.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="fusion method 'fuseall'.*stock, dnnfusion"):
+        tvm_cocopie.compile(conv_relu_model(), shapes={"x": [1, 3, 16, 16]},
+                            options=PipelineOptions(fusion="fuseall"))

@@ -50,6 +50,8 @@ class PipelineOptions:
     layout: bool = True
     custom_legalize: bool = True
     fuse: bool = True
+    #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
+    fusion: str = "stock"
     schedule: bool = True
     #: a MetaSchedule work dir (database_*.json) whose records are applied first
     database: str | None = None
@@ -94,7 +96,9 @@ _STAGE_BUILDERS = {
         relay_passes.layout_passes(target) if options.layout else []
     ),
     "legalize": _legalize_stage,
-    "fusion": lambda target, options: relay_passes.fusion_passes(target) if options.fuse else [],
+    "fusion": lambda target, options: (
+        relay_passes.fusion_passes(target, options.fusion) if options.fuse else []
+    ),
     "schedule": _schedule_stage,
     "lower": _lower_stage,
 }

@@ -17,6 +17,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..errors import CompilationError
+from .fusion.apply import DNNFusion
 from .layout import layout_passes_for
 from .rewriting import MathPropertyRewrite
 
@@ -32,6 +34,19 @@ def layout_passes(target: tvm.target.Target) -> list:
     return layout_passes_for(target)
 
 
-def fusion_passes(target: tvm.target.Target) -> list:
-    """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs."""
+#: the fusion methods of :func:`fusion_passes`
+FUSION_METHODS = ("stock", "dnnfusion")
+
+
+def fusion_passes(target: tvm.target.Target, method: str = "stock") -> list:
+    """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs:
+    ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR``, ``"dnnfusion"`` DNNFusion's plan
+    (:class:`.fusion.apply.DNNFusion`, green pairs only until the profiling database
+    decides yellow ones)."""
+    if method == "dnnfusion":
+        return [DNNFusion()]
+    if method != "stock":
+        raise CompilationError(
+            f"unknown fusion method {method!r}: PipelineOptions(fusion=...) takes one of "
+            f"{', '.join(FUSION_METHODS)}")
     return [relax.transform.FuseOps(), relax.transform.FuseTIR()]

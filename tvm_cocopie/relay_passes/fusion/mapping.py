@@ -316,8 +316,9 @@ def _linear(indices, shape, analyzer: Analyzer):
     return analyzer.simplify(offset)
 
 
-def block_type(block) -> MappingType:
-    """The mapping type of one TIR block (see the module docstring)."""
+def block_type(block, constants: tuple = ()) -> MappingType:
+    """The mapping type of one TIR block (see the module docstring); reads of the
+    buffers in ``constants`` (a model's parameters) do not count."""
     if any(int(iv.iter_type) == _REDUCE for iv in block.iter_vars):
         return MappingType.MANY_TO_MANY
     if any(int(iv.iter_type) != _DATA_PAR for iv in block.iter_vars):
@@ -330,14 +331,23 @@ def block_type(block) -> MappingType:
     for store in _stores(block.body):
         write_idx, write_shape = list(store.indices), list(store.buffer.shape)
         for load in _loads(store.value):
+            if any(_buffer(load).same_as(c) for c in constants):
+                continue
             kind = max(kind, _read_type(load, write_idx, write_shape, dom, analyzer))
     return kind
 
 
-def classify(func: tirx.PrimFunc) -> MappingType | None:
+def classify(func: tirx.PrimFunc, constant_params: tuple = ()) -> MappingType | None:
     """The mapping type of a PrimFunc: the most complex of its blocks' (``None`` for a
-    function with no block, e.g. an extern call, which DNNFusion cannot look into)."""
+    function with no block, e.g. an extern call, which DNNFusion cannot look into).
+
+    ``constant_params``: positions of parameters a model passes constants to (weights,
+    a bias, batch-norm statistics). As in the thesis, where a bias add or a batch norm
+    is One-to-One, only the data's element map counts: reading a per-channel constant
+    for many outputs does not make the operator One-to-Many.
+    """
     blocks = _blocks(func)
     if not blocks:
         return None
-    return max(block_type(b) for b in blocks)
+    constants = tuple(func.params[i] for i in constant_params)
+    return max(block_type(b, constants) for b in blocks)

@@ -1,0 +1,113 @@
+"""A fusion plan applied: each block of kernel calls becomes one fused kernel.
+
+Every block of two or more calls (:func:`.plan.explore`) is moved into a private Relax
+function marked ``Primitive`` (its outside inputs, constants included, as parameters;
+its one output as the result), ``main`` calls that function where the block's output
+was bound, and TVM's ``FuseTIR`` merges each such function's kernels into one PrimFunc.
+That is the form stock ``FuseOps`` produces, so the schedule stage and the VM lowering
+take it unchanged.
+
+:class:`DNNFusion` is the whole ``fusion`` stage as one module pass.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax
+
+from .plan import ECG, Block, Decide, explore
+
+log = logging.getLogger(__name__)
+
+
+def _block_inputs(block: Block, bindings: dict) -> list:
+    """The values the block reads from outside it, in first-use order."""
+    inside = {n.var for n in block.nodes}
+    seen, out = set(), []
+    for node in block.nodes:
+        for arg in bindings[node.var].args[1].fields:
+            if arg in inside or (isinstance(arg, relax.Var) and arg in seen):
+                continue
+            if isinstance(arg, relax.Var):
+                seen.add(arg)
+            out.append(arg)
+    return out
+
+
+def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
+    """``mod`` with every block of two or more calls in a ``Primitive`` function
+    (``FuseTIR`` still to run)."""
+    main = mod["main"]
+    bindings = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}
+    fused = [b for b in blocks if len(b.nodes) > 1]
+    if not fused:
+        return mod
+    by_output = {b.output.var: b for b in fused}
+    hidden = {n.var for b in fused for n in b.nodes if n is not b.output}
+    bb = relax.BlockBuilder(mod)
+    calls = {}
+    for block in fused:
+        inputs = _block_inputs(block, bindings)
+        params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(inputs)]
+        env = dict(zip(inputs, params))
+        name = "fused_" + "_".join(n.kernel for n in block.nodes)[:120]
+        with bb.function(name, params, attrs={"Primitive": True}, private=True):
+            with bb.dataflow():
+                for node in block.nodes:
+                    call = bindings[node.var]
+                    args = [env.get(a, a) for a in call.args[1].fields]
+                    new = relax.call_tir(call.args[0], args, call.ty_args[0])
+                    env[node.var] = (bb.emit_output(new) if node is block.output
+                                     else bb.emit(new))
+            bb.emit_func_output(env[block.output.var])
+        calls[block.output.var] = (bb.get().get_global_var(name), inputs)
+    new_main = _rewrite_main(main, by_output, hidden, calls)
+    out = bb.get()
+    out["main"] = new_main
+    log.info("DNNFusion: %d calls fused into %d kernels", sum(len(b.nodes) for b in fused),
+             len(fused))
+    return out
+
+
+def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
+                  calls: dict) -> relax.Function:
+    """``main`` with each block's calls replaced by one call of its fused function."""
+    new_blocks = []
+    for blk in main.body.blocks:
+        new_bindings = []
+        for binding in blk.bindings:
+            if binding.var in hidden:
+                continue
+            if binding.var in by_output:
+                gv, inputs = calls[binding.var]
+                binding = relax.VarBinding(binding.var, relax.Call(gv, inputs))
+            new_bindings.append(binding)
+        new_blocks.append(relax.DataflowBlock(new_bindings) if isinstance(
+            blk, relax.DataflowBlock) else relax.BindingBlock(new_bindings))
+    body = relax.SeqExpr(new_blocks, main.body.body)
+    return relax.Function(main.params, body, main.ret_ty if hasattr(main, "ret_ty") else None,
+                          main.is_pure, main.attrs, main.span)
+
+
+@tvm.transform.module_pass(opt_level=0, name="DNNFusion")
+class DNNFusion:
+    """The ``fusion`` stage by DNNFusion's plan (:mod:`.plan`), then ``FuseTIR``.
+
+    ``DNNFusion(decide=None, max_ops=16)``: ``decide`` settles yellow pairs (none: they
+    stay apart); ``max_ops`` bounds a block. After it ran, ``blocks`` holds the plan of
+    the last module it fused.
+    """
+
+    def __init__(self, decide: Decide | None = None, max_ops: int = 16):
+        self.decide = decide
+        self.max_ops = max_ops
+        self.blocks: list[Block] = []
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        """Plan and fuse ``main``'s kernel calls; the fused module."""
+        if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+            return mod
+        self.blocks = explore(ECG.of(mod), self.decide, self.max_ops)
+        return relax.transform.FuseTIR()(fuse_blocks(mod, self.blocks))
