@@ -1,8 +1,12 @@
 """DNNFusion (seed 004, ch. 3; 001 §2.2): operator-class fusion, being built.
 
 - :mod:`.mapping`: every operator's mapping type derived from its TIR;
-- :mod:`.table`: the fusion-opportunity table (fused type; green, yellow, red).
+- :mod:`.table`: the fusion-opportunity table (fused type; green, yellow, red);
+- :mod:`.plan`: the extended computational graph and the plan exploration;
+- :mod:`.apply`: the plan applied (``Primitive`` functions, ``FuseTIR``): the
+  :class:`~.apply.DNNFusion` pass, chosen by ``PipelineOptions(fusion="dnnfusion")``;
+- :mod:`.database`: the profiling database that will settle yellow pairs.
 
-The ``fusion`` stage still runs TVM's ``FuseOps`` + ``FuseTIR``
-(:func:`tvm_cocopie.relay_passes.fusion_passes`) until the plan exploration lands.
+The pipeline's default ``fusion`` stage is still TVM's ``FuseOps`` + ``FuseTIR``: the
+plan fuses green pairs only until measured yellow decisions make it faster than stock.
 """

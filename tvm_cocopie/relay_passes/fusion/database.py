@@ -1,0 +1,129 @@
+"""DNNFusion's profiling database: measured latencies of fusion candidates, kept across
+models and runs (seed 004, §3.4: ~22K entries after 15 models).
+
+One SQLite file (default ``fusion.sqlite`` in the package cache folder,
+:func:`tvm_cocopie.paths.cache_dir`), one row per candidate keyed by the target, the
+operator sequence and the shapes: the fused block's latency and the sum of its parts'.
+A yellow pair looks its block up before it is measured; a second compile of a model
+(or of another model with the same blocks) measures nothing.
+
+Several processes may compile at once: SQLite's write-ahead log and a busy timeout
+serialize the writers, and a row written twice keeps the first value (``INSERT OR
+IGNORE``), so no process loses another's rows. A file that is not such a database
+(corrupt, foreign, of another schema version) is moved aside and rebuilt, with a
+warning; it never stops a compile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS candidates (
+    target TEXT NOT NULL,
+    ops TEXT NOT NULL,
+    shapes TEXT NOT NULL,
+    fused_us REAL NOT NULL,
+    parts_us REAL NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (target, ops, shapes)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A measured candidate: the fused block's latency and the sum of its parts' (µs)."""
+
+    fused_us: float
+    parts_us: float
+
+    @property
+    def fuse(self) -> bool:
+        """Whether the fused block is the faster."""
+        return self.fused_us < self.parts_us
+
+
+def default_path() -> Path:
+    """``fusion.sqlite`` in the package cache folder."""
+    return cache_dir("fusion.sqlite")
+
+
+def key_of(target, ops, shapes) -> tuple[str, str, str]:
+    """The row key of a candidate: the target (its JSON), the operator sequence, the
+    shapes (both as compact JSON)."""
+    target_text = json.dumps(target.export(), sort_keys=True, default=str) \
+        if hasattr(target, "export") else str(target)
+    return (target_text, json.dumps(list(ops), separators=(",", ":")),
+            json.dumps([list(s) for s in shapes], separators=(",", ":")))
+
+
+class ProfileDB:
+    """The profiling database at ``path`` (default :func:`default_path`)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0):
+        self.path = Path(path) if path is not None else default_path()
+        self.timeout = timeout
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._check()
+        except sqlite3.DatabaseError as err:
+            self._rebuild(str(err))
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+        return conn
+
+    def _check(self) -> None:
+        with self._connect() as conn:
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is None or row[0] != str(SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(f"schema version {row and row[0]}, "
+                                            f"not {SCHEMA_VERSION}")
+            conn.execute("SELECT target, ops, shapes, fused_us, parts_us FROM candidates LIMIT 1")
+
+    def _rebuild(self, why: str) -> None:
+        aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}-{os.getpid()}")
+        log.warning("fusion profiling database %s is unusable (%s): moved to %s, starting "
+                    "a new one", self.path, why, aside)
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                os.replace(src, Path(str(aside) + suffix))
+        self._check()
+
+    def get(self, target, ops, shapes) -> Entry | None:
+        """The measured entry of a candidate, or ``None`` if never measured."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT fused_us, parts_us FROM candidates WHERE target=? AND ops=? AND shapes=?",
+                key_of(target, ops, shapes)).fetchone()
+        return Entry(*row) if row else None
+
+    def put(self, target, ops, shapes, entry: Entry) -> Entry:
+        """Record ``entry`` unless the candidate is there already; the stored entry."""
+        with self._connect() as conn:
+            conn.execute("INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?, ?, ?)",
+                         (*key_of(target, ops, shapes), float(entry.fused_us),
+                          float(entry.parts_us), time.time()))
+        return self.get(target, ops, shapes)
+
+    def __len__(self) -> int:
+        with self._connect() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM candidates").fetchone()[0])
