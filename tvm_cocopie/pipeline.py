@@ -52,6 +52,8 @@ class PipelineOptions:
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
     fusion: str = "stock"
+    #: DNNFusion's profiling database (default: ``fusion.sqlite`` in the cache folder)
+    fusion_db: str | None = None
     schedule: bool = True
     #: a MetaSchedule work dir (database_*.json) whose records are applied first
     database: str | None = None
@@ -97,7 +99,9 @@ _STAGE_BUILDERS = {
     ),
     "legalize": _legalize_stage,
     "fusion": lambda target, options: (
-        relay_passes.fusion_passes(target, options.fusion) if options.fuse else []
+        relay_passes.fusion_passes(target, options.fusion, schedules.default_rules(target),
+                                   options.fusion_db)
+        if options.fuse else []
     ),
     "schedule": _schedule_stage,
     "lower": _lower_stage,

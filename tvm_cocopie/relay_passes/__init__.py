@@ -19,6 +19,8 @@ from tvm import relax
 
 from ..errors import CompilationError
 from .fusion.apply import DNNFusion
+from .fusion.database import ProfileDB
+from .fusion.profiler import MeasuredDecision
 from .layout import layout_passes_for
 from .rewriting import MathPropertyRewrite
 
@@ -38,13 +40,19 @@ def layout_passes(target: tvm.target.Target) -> list:
 FUSION_METHODS = ("stock", "dnnfusion")
 
 
-def fusion_passes(target: tvm.target.Target, method: str = "stock") -> list:
-    """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs:
-    ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR``, ``"dnnfusion"`` DNNFusion's plan
-    (:class:`.fusion.apply.DNNFusion`, green pairs only until the profiling database
-    decides yellow ones)."""
+def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
+                  database=None) -> list:
+    """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs.
+
+    ``method``: ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR``; ``"dnnfusion"``
+    DNNFusion's plan (:class:`.fusion.apply.DNNFusion`), its yellow pairs measured
+    with the schedule ``rules`` and remembered in the profiling database at
+    ``database`` (default: the cache folder's); without ``rules`` yellow pairs stay
+    apart.
+    """
     if method == "dnnfusion":
-        return [DNNFusion()]
+        decide = (MeasuredDecision(target, rules, ProfileDB(database)) if rules else None)
+        return [DNNFusion(decide)]
     if method != "stock":
         raise CompilationError(
             f"unknown fusion method {method!r}: PipelineOptions(fusion=...) takes one of "

@@ -95,9 +95,10 @@ def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
 class DNNFusion:
     """The ``fusion`` stage by DNNFusion's plan (:mod:`.plan`), then ``FuseTIR``.
 
-    ``DNNFusion(decide=None, max_ops=16)``: ``decide`` settles yellow pairs (none: they
-    stay apart); ``max_ops`` bounds a block. After it ran, ``blocks`` holds the plan of
-    the last module it fused.
+    ``DNNFusion(decide=None, max_ops=16)``: ``decide(mod, nodes, candidate, fused_type)``
+    settles yellow pairs (:class:`.profiler.MeasuredDecision`; none: they stay apart);
+    ``max_ops`` bounds a block. After it ran, ``blocks`` holds the plan of the last
+    module it fused.
     """
 
     def __init__(self, decide: Decide | None = None, max_ops: int = 16):
@@ -109,5 +110,9 @@ class DNNFusion:
         """Plan and fuse ``main``'s kernel calls; the fused module."""
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
-        self.blocks = explore(ECG.of(mod), self.decide, self.max_ops)
+        decide = None
+        if self.decide is not None:
+            def decide(nodes, candidate, fused_type):
+                return self.decide(mod, nodes, candidate, fused_type)
+        self.blocks = explore(ECG.of(mod), decide, self.max_ops)
         return relax.transform.FuseTIR()(fuse_blocks(mod, self.blocks))

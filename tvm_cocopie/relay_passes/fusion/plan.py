@@ -32,6 +32,7 @@ from .table import Color, opportunity
 log = logging.getLogger(__name__)
 
 #: a yellow pair's decision: ``decide(block nodes, candidate node, fused type) -> fuse?``
+#: (:class:`.apply.DNNFusion` binds the module a ``MeasuredDecision`` also takes)
 Decide = Callable[[list, "Node", MappingType], bool]
 
 
@@ -140,11 +141,32 @@ def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16) -> list
     return sorted(blocks, key=lambda b: b.output.index)
 
 
+#: block types that only move or map elements: such a block is an epilogue waiting for
+#: its producer
+_LIGHT = (MappingType.ONE_TO_ONE, MappingType.REORGANIZE, MappingType.SHUFFLE)
+
+
 def _grow(block: Block, owner: dict, decide: Decide | None, max_ops: int) -> None:
-    """Successors first, then predecessors, until neither adds a node."""
+    """Successors first, then predecessors, until neither adds a node.
+
+    One refinement of the thesis' order: while the block holds only One-to-One,
+    Reorganize and Shuffle ops, it first tries to join its producer, as that
+    producer's epilogue. Grown forward first, a bias + activation chain would become
+    the prologue of the next convolution or matmul, which reads each of its elements
+    many times (recomputing the chain) and gets no fused epilogue of its own; the
+    producer's epilogue computes each element once. For the same reason a block
+    holding a Many-to-Many or One-to-Many op takes a One-to-One predecessor as its
+    prologue only once no other block can take it as an epilogue (its producers are
+    placed); Reorganize and Shuffle predecessors join as index remapping.
+    """
     grew = True
     while grew and len(block.nodes) < max_ops:
-        grew = _add_successor(block, owner, decide) or _add_predecessor(block, owner, decide)
+        if block.kind in _LIGHT:
+            grew = (_add_predecessor(block, owner, decide)
+                    or _add_successor(block, owner, decide, max_ops))
+        else:
+            grew = (_add_successor(block, owner, decide, max_ops)
+                    or _add_predecessor(block, owner, decide))
 
 
 def _fuse(block: Block, first: MappingType, second: MappingType, candidate: Node,
@@ -161,10 +183,13 @@ def _fuse(block: Block, first: MappingType, second: MappingType, candidate: Node
     return True
 
 
-def _add_successor(block: Block, owner: dict, decide: Decide | None) -> bool:
+def _add_successor(block: Block, owner: dict, decide: Decide | None,
+                   max_ops: int = 16) -> bool:
     out = block.output
-    if out.escapes or len(out.consumers) != 1:
+    if out.escapes:
         return False  # the block's result must stay its only output
+    if len(out.consumers) > 1:
+        return _add_diamond(block, owner, max_ops)
     succ = out.consumers[0]
     if succ in owner:
         return False
@@ -174,12 +199,45 @@ def _add_successor(block: Block, owner: dict, decide: Decide | None) -> bool:
     return False
 
 
+def _add_diamond(block: Block, owner: dict, max_ops: int) -> bool:
+    """Several consumers read the block's result: take the nodes that follow it, in
+    program order, up to the first point where the block has one output again (the
+    join of a diamond: GELU's ``x * erf(x)``, a residual branch). Every node reachable
+    from the block up to that point joins, so the block stays convex; only green cells
+    (no measurement of a partial block with several outputs), nothing another block
+    owns, at most ``max_ops`` nodes."""
+    members = set(block.nodes)
+    region, kind = [], block.kind
+    reach = set(block.output.consumers)
+    while reach and len(members) + len(region) < max_ops:
+        node = min(reach, key=lambda n: n.index)
+        reach.discard(node)
+        cell = opportunity(kind, node.kind)
+        if node in owner or cell.color is not Color.GREEN:
+            return False
+        kind = cell.fused
+        region.append(node)
+        inside = members | set(region)
+        outputs = [n for n in inside if n.escapes or set(n.consumers) - inside]
+        if outputs == [node]:
+            for n in region:
+                owner[n] = block
+            block.nodes.extend(region)
+            block.kind = kind
+            return True
+        reach |= {c for n in outputs for c in n.consumers if c not in inside}
+    return False
+
+
 def _add_predecessor(block: Block, owner: dict, decide: Decide | None) -> bool:
     members = set(block.nodes)
     for node in sorted(block.nodes, key=lambda n: -n.index):
         for pred in node.producers:
             if pred in owner or pred.escapes or set(pred.consumers) - members:
                 continue  # its result is read elsewhere too: it cannot become internal
+            if (block.kind not in _LIGHT and pred.kind is MappingType.ONE_TO_ONE
+                    and any(p not in owner for p in pred.producers)):
+                continue  # it can still be its producer's epilogue (computed once)
             if _fuse(block, pred.kind, block.kind, pred, decide):
                 owner[pred] = block
                 return True

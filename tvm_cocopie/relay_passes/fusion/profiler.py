@@ -1,0 +1,140 @@
+"""Yellow pairs settled by measurement (seed 004, §3.4): fuse only what runs faster fused.
+
+:class:`MeasuredDecision` is the ``decide`` of :func:`.plan.explore`. For a block and a
+candidate it builds the fused kernel the way the pipeline would (the calls in a
+``Primitive`` function, ``FuseTIR``), schedules it and each part with the schedule
+rules it is given (the pipeline passes cocopie's own, so the measurement is of the code
+that will run), times them on this machine and fuses if the fused kernel beats the sum
+of the parts by ``margin``. Every measurement goes to the profiling database
+(:mod:`.database`) keyed by the target, the kernels' structure and the shapes, so a
+block seen once (in this model or another) is never measured again.
+
+A candidate with a symbolic shape is not measured: it stays apart.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.s_tir.dlight import ApplyDefaultSchedule
+
+from ...errors import last_line
+from ...exprs import static_shape
+from .apply import fuse_blocks
+from .database import Entry, ProfileDB
+from .plan import Block, Node
+
+log = logging.getLogger(__name__)
+
+
+class MeasuredDecision:
+    """``decide(mod, nodes, candidate, fused_type) -> fuse?`` by measured latency.
+
+    ``target``: where to measure; ``rules``: the dlight schedule rules that schedule
+    kernels (the pipeline's own); ``db``: the profiling database (default file when
+    ``None``); ``margin``: the fused kernel must be this much faster than its parts.
+    ``measured`` and ``reused`` count candidates timed here and found in the database.
+    """
+
+    def __init__(self, target, rules: list, db: ProfileDB | None = None, margin: float = 0.05,
+                 min_repeat_ms: int = 5):
+        self.target = target
+        self.rules = list(rules)
+        self.db = db if db is not None else ProfileDB()
+        self.margin = margin
+        self.min_repeat_ms = min_repeat_ms
+        self.measured = 0
+        self.reused = 0
+        self._failed: set = set()  # candidates that could not be built or run, this run
+
+    def __call__(self, mod: tvm.IRModule, nodes: list, candidate, fused_type) -> bool:
+        group = sorted([*nodes, candidate], key=lambda n: n.index)
+        shapes = [static_shape(n.var) for n in group]
+        if any(s is None for s in shapes):
+            return False
+        bindings = {b.var: b.value for blk in mod["main"].body.blocks for b in blk.bindings}
+        kernels = [bindings[n.var].args[0] for n in group]
+        ops = [f"{tvm_ffi.structural_hash(mod[gv]) & 0xFFFFFFFFFFFF:x}" for gv in kernels]
+        entry = self.db.get(self.target, ops, shapes)
+        if entry is None:
+            if (tuple(ops), str(shapes)) in self._failed:
+                return False
+            try:
+                fused = time_primfunc(self._fused_func(mod, group, bindings), self.target,
+                                      self.rules, self.min_repeat_ms)
+                parts = sum(time_primfunc(mod[gv], self.target, self.rules, self.min_repeat_ms)
+                            for gv in kernels)
+            except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
+                log.warning("fusion candidate %s not measured (kept apart): %s",
+                            "+".join(n.kernel for n in group), last_line(err))
+                self._failed.add((tuple(ops), str(shapes)))
+                return False
+            entry = self.db.put(self.target, ops, shapes, Entry(fused, parts))
+            self.measured += 1
+        else:
+            self.reused += 1
+        fuse = entry.fused_us < (1.0 - self.margin) * entry.parts_us
+        log.debug("yellow %s: fused %.1f us, parts %.1f us -> %s",
+                  "+".join(n.kernel for n in group), entry.fused_us, entry.parts_us,
+                  "fuse" if fuse else "apart")
+        return fuse
+
+    def _fused_func(self, mod: tvm.IRModule, group: list, bindings: dict) -> tvm.tirx.PrimFunc:
+        """The group's calls fused into one PrimFunc, as the pipeline would fuse them."""
+        inside = {n.var for n in group}
+        inputs, seen = [], set()
+        for n in group:
+            for arg in bindings[n.var].args[1].fields:
+                if arg in inside or (isinstance(arg, relax.Var) and arg in seen):
+                    continue
+                if isinstance(arg, relax.Var):
+                    seen.add(arg)
+                inputs.append(arg)
+        params = [relax.Var(f"in{i}", a.ty) for i, a in enumerate(inputs)]
+        env = dict(zip(inputs, params))
+        sub = tvm.IRModule({gv: mod[gv] for gv in {bindings[n.var].args[0] for n in group}})
+        bb = relax.BlockBuilder(sub)
+        with bb.function("main", params):
+            with bb.dataflow():
+                for n in group:
+                    call = bindings[n.var]
+                    args = [env.get(a, a) for a in call.args[1].fields]
+                    new = relax.call_tir(call.args[0], args, call.ty_args[0])
+                    env[n.var] = bb.emit_output(new) if n is group[-1] else bb.emit(new)
+            bb.emit_func_output(env[group[-1].var])
+        sub = bb.get()
+        main = sub["main"]
+        vars_ = [b.var for blk in main.body.blocks for b in blk.bindings]
+        nodes = [Node(i, v, n.kernel, n.kind, n.out_bytes)
+                 for i, (v, n) in enumerate(zip(vars_, group))]
+        fused = relax.transform.FuseTIR()(fuse_blocks(sub, [Block(nodes, group[-1].kind)]))
+        prims = [f for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+        if len(prims) != 1:
+            raise RuntimeError(f"fusing gave {len(prims)} kernels, not 1")
+        return prims[0]
+
+
+def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: int = 5) -> float:
+    """Microseconds of one call of ``func`` scheduled by ``rules`` on ``target`` (this
+    machine), fastest of three repeats, on random inputs (integer inputs zero, so that
+    indices stay in bounds)."""
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    with target:
+        mod = ApplyDefaultSchedule(*rules)(mod)
+    lib = tvm.compile(mod, target=target)
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    args = []
+    for p in func.params:
+        buf = p if hasattr(p, "shape") else func.buffer_map[p]
+        shape = [int(d) for d in buf.shape]
+        dtype = str(buf.dtype)
+        value = (rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
+                 else np.zeros(shape, dtype))
+        args.append(tvm.runtime.tensor(value, dev))
+    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=min_repeat_ms)
+    return min(timer(*args).results) * 1e6
