@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                 "max_seconds": max_seconds, "stock": not args.no_stock,
                 "mcpu": str(target["mcpu"]), "block": 4}
     try:
-        records = _previous_records(args.json, settings) if args.resume else []
+        records = bm.previous_records(args.json, settings) if args.resume else []
     except CocopieError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -105,34 +105,6 @@ def main(argv=None) -> int:
     print(f"geomean cocopie/ORT {summary['geomean_cocopie_over_ort']}, "
           f"cocopie/TVM {summary['geomean_cocopie_over_tvm']}")
     return 0
-
-
-def _previous_records(path, settings: dict) -> list:
-    """The finished records of an earlier run in ``path`` (none if there is no file).
-
-    Raises :class:`~tvm_cocopie.errors.CocopieError` naming what differs when that run
-    was taken at other ``settings`` (threads, rounds, image size, time limit, stock
-    TVM on or off, CPU, block size): resuming would mix incomparable figures.
-    """
-    import json
-
-    from tvm_cocopie.errors import CocopieError
-
-    if not path or not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        previous = json.load(fh)
-    taken = previous.get("summary", {}).get("settings")
-    if taken != settings:
-        if taken is None:
-            why = "records no settings (it was written before --resume checked them)"
-        else:
-            why = ", ".join(f"{k}={taken.get(k)!r} there, {v!r} now"
-                            for k, v in settings.items() if taken.get(k) != v)
-        raise CocopieError(
-            f"--resume: {path} was taken at other settings ({why}); rerun with the same "
-            "options, or without --resume (or with another --json path) to start over")
-    return [r for r in previous.get("records", []) if "skipped" not in r]
 
 
 if __name__ == "__main__":

@@ -13,11 +13,15 @@ given options and reads ``main``:
 
 :func:`kernel_profile` times every kernel call of a scheduled module on its own (random
 inputs of the call's shapes), to see where a model's time goes.
+
+:func:`compare_fusion` is one record of ``scripts/bench_fusion.py``: both fusions of a
+model counted, compiled, checked against ONNX Runtime and timed side by side.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -25,7 +29,9 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir
 
+from ..api import compile_model
 from ..exprs import static_shape
+from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.fusion.profiler import time_primfunc
 from ..schedules import default_rules
@@ -33,6 +39,7 @@ from ..schedules.base import annotated_blocks
 from ..target import parse_target
 from ..topi.cpu.conv2d_nchwc import ANNOTATION as CONV_ANNOTATION
 from ..topi.cpu.dense_packed import ANNOTATION as MATMUL_ANNOTATION
+from . import timing as bm
 
 log = logging.getLogger(__name__)
 
@@ -137,3 +144,106 @@ def kernel_profile(mod: tvm.IRModule, target=None, options: PipelineOptions | No
         us = time_primfunc(fused[kernel], target, rules, min_repeat_ms)
         rows.append((kernel, n, n * us))
     return sorted(rows, key=lambda r: -r[2])
+
+
+#: ONNX ops that make a model a sequence model (attention, recurrence, layer norm)
+SEQUENCE_OPS = frozenset({"Softmax", "LayerNormalization", "Attention", "MultiHeadAttention",
+                          "LSTM", "GRU", "RNN"})
+
+
+def family(model) -> str:
+    """``"transformer"`` for encoders, recognizers and recurrent models (any of
+    :data:`SEQUENCE_OPS`, or more MatMul/Gemm than Conv nodes), else ``"cnn"``: the two
+    groups the fusion goals are stated for."""
+    ops = Counter(node.op_type for node in model.graph.node)
+    if SEQUENCE_OPS & set(ops) or ops["MatMul"] + ops["Gemm"] > ops["Conv"]:
+        return "transformer"
+    return "cnn"
+
+
+def compare_fusion(wl, target, threads: int, db_path, repeat: int = 10,
+                   max_seconds: float | None = 30.0) -> dict:
+    """One model, stock ``FuseOps`` against DNNFusion, every other stage equal.
+
+    Counts (kernels, intermediate bytes, fallbacks) of both; DNNFusion compiled twice
+    on the profiling database at ``db_path`` (first compile fills it, the second reuses
+    it: ``compile_s_first``, ``compile_s_second``); both builds checked against ONNX
+    Runtime; end-to-end latency of the two builds in blocked interleaved timing.
+    """
+    target = parse_target(target)
+    stock_opts = PipelineOptions(fusion="stock")
+    ours = PipelineOptions(fusion="dnnfusion", fusion_db=str(db_path))
+    mod = from_onnx(wl.model, shapes=wl.shapes)
+    counts = {"stock": fusion_stats(mod, target, stock_opts)}
+    times = {}
+    for run in ("first", "second"):
+        start = time.perf_counter()
+        fused = compile_model(wl.model, target, shapes=wl.shapes, options=ours)
+        times[run] = time.perf_counter() - start
+    counts["dnnfusion"] = fusion_stats(mod, target, ours)
+    stock = compile_model(wl.model, target, shapes=wl.shapes, options=stock_opts)
+    ref = bm.ort_session(wl.model, threads).run(None, wl.inputs)
+    builds = {"stock": stock, "dnnfusion": fused}
+    errors = {k: bm.max_rel_error(_as_list(b(**wl.inputs)), ref) for k, b in builds.items()}
+    timed = bm.interleaved_times({k: (lambda b=b: b(**wl.inputs)) for k, b in builds.items()},
+                                 repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
+    rec = {"model": wl.name, "family": family(wl.model), "input_shapes": wl.shapes}
+    for side in ("stock", "dnnfusion"):
+        for key in ("kernels", "intermediate_bytes", "fallbacks"):
+            rec[f"{side}_{key}"] = counts[side][key]
+        rec[f"{side}_ms"] = bm.median(timed[side])
+        rec[f"{side}_max_rel_err"] = errors[side]
+    rec.update(
+        kernel_ratio=rec["dnnfusion_kernels"] / rec["stock_kernels"],
+        bytes_ratio=(rec["dnnfusion_intermediate_bytes"] / rec["stock_intermediate_bytes"]
+                     if rec["stock_intermediate_bytes"] else None),
+        fusion_speedup=rec["stock_ms"] / rec["dnnfusion_ms"],
+        compile_s_first=round(times["first"], 2), compile_s_second=round(times["second"], 2),
+        recompile_speedup=times["first"] / times["second"],
+        rounds=len(timed["stock"]),
+    )
+    return rec
+
+
+def summarize(records: list[dict]) -> dict:
+    """The summary keys issue 14 asks for (geomeans per family), over the records that
+    ran."""
+    done = [r for r in records if "skipped" not in r]
+
+    def geo(key, fam=None):
+        vals = [r[key] for r in done if r.get(key) and (fam is None or r["family"] == fam)]
+        return bm.geomean(vals) if vals else None
+
+    return {
+        "models": len(done),
+        "skipped": [r["model"] for r in records if "skipped" in r],
+        "kernel_ratio_cnn": geo("kernel_ratio", "cnn"),
+        "kernel_ratio_transformer": geo("kernel_ratio", "transformer"),
+        "fusion_speedup_cnn": geo("fusion_speedup", "cnn"),
+        "fusion_speedup_transformer": geo("fusion_speedup", "transformer"),
+        "recompile_speedup": geo("recompile_speedup"),
+        "bytes_ratio": geo("bytes_ratio"),
+        "fallbacks": sum(r["dnnfusion_fallbacks"] for r in done),
+        "max_rel_err": max((max(r["stock_max_rel_err"], r["dnnfusion_max_rel_err"])
+                            for r in done), default=None),
+    }
+
+
+COLUMNS = [
+    ("model", "model", "{}"), ("family", "family", "{}"),
+    ("stock_kernels", "stock k", "{}"), ("dnnfusion_kernels", "ours k", "{}"),
+    ("kernel_ratio", "k ratio", "{:.2f}"), ("bytes_ratio", "bytes ratio", "{:.2f}"),
+    ("dnnfusion_fallbacks", "fallbacks", "{}"), ("stock_ms", "stock ms", "{:.2f}"),
+    ("dnnfusion_ms", "ours ms", "{:.2f}"), ("fusion_speedup", "speedup", "{:.3f}"),
+    ("recompile_speedup", "recompile x", "{:.1f}"),
+    ("dnnfusion_max_rel_err", "rel err", "{:.1e}"),
+]
+
+
+def table(records: list[dict]) -> str:
+    """The records (skipped models left out) as a text table of :data:`COLUMNS`."""
+    return bm.format_table([r for r in records if "skipped" not in r], COLUMNS)
+
+
+def _as_list(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import CocopieError
+
 
 def machine_info(threads: int | None = None) -> dict:
     """The facts a reader needs to interpret a benchmark file."""
@@ -191,3 +193,27 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
              for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def previous_records(path, settings: dict) -> list:
+    """The finished records of an earlier run in ``path`` (none if there is no file).
+
+    Raises :class:`~tvm_cocopie.errors.CocopieError` naming what differs when that run
+    was taken at other ``settings`` (threads, rounds, image size, time limit, stock
+    TVM on or off, CPU, block size): resuming would mix incomparable figures.
+    """
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        previous = json.load(fh)
+    taken = previous.get("summary", {}).get("settings")
+    if taken != settings:
+        if taken is None:
+            why = "records no settings (it was written before --resume checked them)"
+        else:
+            why = ", ".join(f"{k}={taken.get(k)!r} there, {v!r} now"
+                            for k, v in settings.items() if taken.get(k) != v)
+        raise CocopieError(
+            f"--resume: {path} was taken at other settings ({why}); rerun with the same "
+            "options, or without --resume (or with another --json path) to start over")
+    return [r for r in previous.get("records", []) if "skipped" not in r]

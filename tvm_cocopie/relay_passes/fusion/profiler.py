@@ -9,17 +9,24 @@ of the parts by ``margin``. Every measurement goes to the profiling database
 (:mod:`.database`) keyed by the target, the kernels' structure and the shapes, so a
 block seen once (in this model or another) is never measured again.
 
+Before it is timed, the fused kernel is checked against its parts: both scheduled,
+run on the same random inputs, compared. A candidate whose fused code computes other
+numbers (a schedule that does not support the fused form) is recorded as infinitely
+slow and never fuses.
+
 A candidate with a symbolic shape is not measured: it stays apart.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.s_tir.dlight import ApplyDefaultSchedule
 
 from ...errors import last_line
@@ -64,8 +71,14 @@ class MeasuredDecision:
             if (tuple(ops), str(shapes)) in self._failed:
                 return False
             try:
-                fused = time_primfunc(self._fused_func(mod, group, bindings), self.target,
-                                      self.rules, self.min_repeat_ms)
+                sub, fused_mod = self._candidate(mod, group, bindings)
+                if not self._agrees(sub, fused_mod):
+                    log.warning("fused candidate %s computes other numbers than its parts "
+                                "(kept apart, remembered)", "+".join(n.kernel for n in group))
+                    fused = math.inf
+                else:
+                    fused = time_primfunc(_only_primfunc(fused_mod), self.target, self.rules,
+                                          self.min_repeat_ms)
                 parts = sum(time_primfunc(mod[gv], self.target, self.rules, self.min_repeat_ms)
                             for gv in kernels)
             except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
@@ -83,8 +96,29 @@ class MeasuredDecision:
                   "fuse" if fuse else "apart")
         return fuse
 
-    def _fused_func(self, mod: tvm.IRModule, group: list, bindings: dict) -> tvm.tirx.PrimFunc:
-        """The group's calls fused into one PrimFunc, as the pipeline would fuse them."""
+    def _agrees(self, sub: tvm.IRModule, fused: tvm.IRModule) -> bool:
+        """Whether the fused kernel, scheduled, computes what its scheduled parts compute
+        (random inputs; a schedule that miscompiles a fused block must not win)."""
+        lower = tvm.transform.Sequential([
+            ApplyDefaultSchedule(*self.rules), *cpu_generic.dataflow_lower_passes(self.target),
+            *cpu_generic.finalize_passes(self.target)])
+        rng = np.random.default_rng(1)
+        dev = tvm.cpu()
+        args = [_random(static_shape(p), str(p.ty.dtype), rng) for p in sub["main"].params]
+        outs = []
+        for m in (sub, fused):
+            with self.target:
+                exe = tvm.compile(m, target=self.target, relax_pipeline=lower)
+            vm = relax.VirtualMachine(exe, dev)
+            outs.append(vm["main"](*[tvm.runtime.tensor(a, dev) for a in args]).numpy())
+        ref, got = outs
+        scale = float(np.nanmax(np.abs(ref), initial=0.0)) if ref.size else 0.0
+        return bool(np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(scale, 1.0),
+                                equal_nan=True))
+
+    def _candidate(self, mod: tvm.IRModule, group: list, bindings: dict):
+        """The group's calls alone in a module (``sub``) and fused into one PrimFunc as
+        the pipeline would fuse them (``fused``): ``(sub, fused)``."""
         inside = {n.var for n in group}
         inputs, seen = [], set()
         for n in group:
@@ -112,10 +146,21 @@ class MeasuredDecision:
         nodes = [Node(i, v, n.kernel, n.kind, n.out_bytes)
                  for i, (v, n) in enumerate(zip(vars_, group))]
         fused = relax.transform.FuseTIR()(fuse_blocks(sub, [Block(nodes, group[-1].kind)]))
-        prims = [f for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-        if len(prims) != 1:
-            raise RuntimeError(f"fusing gave {len(prims)} kernels, not 1")
-        return prims[0]
+        return sub, fused
+
+
+def _only_primfunc(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
+    prims = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    if len(prims) != 1:
+        raise RuntimeError(f"fusing gave {len(prims)} kernels, not 1")
+    return prims[0]
+
+
+def _random(shape, dtype: str, rng) -> np.ndarray:
+    """Standard-normal floats; integers zero (indices stay in bounds)."""
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype)
 
 
 def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: int = 5) -> float:
@@ -131,10 +176,7 @@ def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: i
     args = []
     for p in func.params:
         buf = p if hasattr(p, "shape") else func.buffer_map[p]
-        shape = [int(d) for d in buf.shape]
-        dtype = str(buf.dtype)
-        value = (rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
-                 else np.zeros(shape, dtype))
+        value = _random([int(d) for d in buf.shape], str(buf.dtype), rng)
         args.append(tvm.runtime.tensor(value, dev))
     timer = lib.mod.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=min_repeat_ms)
     return min(timer(*args).results) * 1e6
