@@ -1,0 +1,199 @@
+"""DNNFusion's plan at work: random graphs fused and unfused agree, yellow pairs are
+decided by the profiling database, epilogues join their producer, symbolic shapes keep
+their fusion."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+from conftest import assert_close, make_model, ort_run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_cocopie
+from tvm_cocopie.bench.fusion import fusion_stats, kernel_calls
+from tvm_cocopie.frontend.importer import from_onnx
+from tvm_cocopie.models.graph_builder import GraphBuilder
+from tvm_cocopie.pipeline import PipelineOptions, run_until
+from tvm_cocopie.relay_passes.fusion.apply import DNNFusion
+from tvm_cocopie.relay_passes.fusion.database import ProfileDB
+from tvm_cocopie.relay_passes.fusion.profiler import MeasuredDecision
+from tvm_cocopie.schedules import default_rules
+from tvm_cocopie.target import host_target
+
+SHAPE = [2, 4, 6, 8]
+FLIPPED = [2, 4, 8, 6]
+
+# one step of a random graph: (kind, operand picks, parameter)
+STEP = st.tuples(
+    st.sampled_from(["unary", "binary", "bias", "reduce", "reshape", "transpose", "concat"]),
+    st.integers(0, 1000), st.integers(0, 1000), st.integers(0, 3))
+
+
+def _random_model(steps, seed: int):
+    """An ONNX graph of element-wise, broadcast, reduce(+broadcast back), reshape,
+    transpose and concat(+slice) ops over tensors of two shapes; every dangling tensor
+    is an output."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    pool = [("x", SHAPE)]
+    used = set()
+    count = [0]
+
+    def new(prefix):
+        count[0] += 1
+        return f"{prefix}{count[0]}"
+
+    for kind, a, b, p in steps:
+        src, shape = pool[a % len(pool)]
+        used.add(src)
+        out = new("t")
+        if kind == "unary":
+            op = ["Relu", "Tanh", "Sigmoid", "Neg", "Abs"][p % 5]
+            nodes.append(helper.make_node(op, [src], [out]))
+        elif kind == "binary":
+            same = [n for n, s in pool if s == shape]
+            other = same[b % len(same)]
+            used.add(other)
+            nodes.append(helper.make_node(["Add", "Mul", "Sub", "Max"][p], [src, other], [out]))
+        elif kind == "bias":
+            c = new("c")
+            inits.append(numpy_helper.from_array(
+                rng.standard_normal([1, shape[1], 1, 1]).astype(np.float32), c))
+            nodes.append(helper.make_node(["Add", "Mul"][p % 2], [src, c], [out]))
+        elif kind == "reduce":  # a row statistic broadcast back: softmax / norm shaped
+            r = new("r")
+            nodes.append(helper.make_node(["ReduceMean", "ReduceMax"][p % 2], [src], [r],
+                                          axes=[3], keepdims=1))
+            nodes.append(helper.make_node("Sub", [src, r], [out]))
+        elif kind == "reshape":
+            s = new("s")
+            target = FLIPPED if shape == SHAPE else SHAPE
+            inits.append(numpy_helper.from_array(np.array(target, np.int64), s))
+            nodes.append(helper.make_node("Reshape", [src, s], [out]))
+            shape = target
+        elif kind == "transpose":
+            nodes.append(helper.make_node("Transpose", [src], [out], perm=[0, 1, 3, 2]))
+            shape = FLIPPED if shape == SHAPE else SHAPE
+        else:  # concat along channels, then the middle half back
+            same = [n for n, s in pool if s == shape]
+            other = same[b % len(same)]
+            used.add(other)
+            cat, st_, en, ax = new("cat"), new("st"), new("en"), new("ax")
+            inits += [numpy_helper.from_array(np.array([2], np.int64), st_),
+                      numpy_helper.from_array(np.array([6], np.int64), en),
+                      numpy_helper.from_array(np.array([1], np.int64), ax)]
+            nodes.append(helper.make_node("Concat", [src, other], [cat], axis=1))
+            nodes.append(helper.make_node("Slice", [cat, st_, en, ax], [out]))
+        pool.append((out, shape))
+    outputs = [(n, s) for n, s in pool[1:] if n not in used] or [pool[-1]]
+    return make_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs], inits)
+
+
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=st.lists(STEP, min_size=3, max_size=10), seed=st.integers(0, 2**16))
+def test_random_graphs_give_the_same_numbers_fused_and_unfused(tmp_path_factory, steps, seed):
+    model = _random_model(steps, seed)
+    x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+    db = str(tmp_path_factory.mktemp("db") / "fusion.sqlite")
+    want = ort_run(model, {"x": x})
+    for opts in (PipelineOptions(fuse=False), PipelineOptions(fusion="dnnfusion", fusion_db=db)):
+        got = tvm_cocopie.compile(model, options=opts)(x=x)
+        for a, r in zip(got if isinstance(got, list) else [got], want, strict=True):
+            # absolute against the input's scale: (x + c) - x cancels to tiny outputs
+            np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)
+
+
+def _yellow_model():
+    """A row maximum broadcast back (Many-to-Many then One-to-Many: a yellow pair)."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[2], keepdims=1),
+             helper.make_node("Sub", ["x", "m"], ["y"])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64, 64])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64, 64])])
+
+
+def _set_all(path, fused_us):
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE candidates SET fused_us = ?, parts_us = 10.0", (fused_us,))
+
+
+def test_yellow_pairs_are_decided_by_the_database(tmp_path):
+    """First sight measures the candidate and stores it; then the stored row decides,
+    whatever it says: rewritten to 'fused is slower' the pair stays apart, rewritten to
+    'fused is faster' it fuses, and nothing is measured again."""
+    target = host_target()
+    mod = run_until(from_onnx(_yellow_model()), target, "legalize")
+    path = tmp_path / "fusion.sqlite"
+    first = MeasuredDecision(target, default_rules(target), ProfileDB(path))
+    DNNFusion(first)(mod)
+    assert first.measured >= 1 and len(ProfileDB(path)) == first.measured
+
+    kernels = {}
+    for fused_us in (1e6, 1.0):
+        _set_all(path, fused_us)
+        again = MeasuredDecision(target, default_rules(target), ProfileDB(path))
+        fused = DNNFusion(again)(mod)
+        assert again.measured == 0 and again.reused >= 1
+        kernels[fused_us] = len(kernel_calls(fused))
+    assert kernels[1.0] < kernels[1e6]
+
+
+def test_an_activation_is_its_producers_epilogue_not_the_next_convs_prologue():
+    """conv -> bias -> relu -> conv: the relu joins the first conv (computed once per
+    element), not the second (which reads each element nine times)."""
+    gb = GraphBuilder("convs", seed=0)
+    x = gb.input("x", [1, 8, 12, 12])
+    y = gb.relu(gb.conv(x, 8, 3, pad=1))
+    gb.output(gb.conv(y, 8, 3, pad=1))
+    mod = run_until(from_onnx(gb.model()), host_target(), "legalize")
+    fusion = DNNFusion()
+    fusion(mod)
+    blocks = [[n.kernel for n in b.nodes] for b in fusion.blocks]
+    first_conv = next(b for b in blocks if any(k.startswith("conv") for k in b))
+    assert any(k.startswith("relu") for k in first_conv), blocks
+
+
+def test_a_diamond_joins_whole():
+    """GELU-shaped: x feeds two branches that meet again; the whole diamond is one
+    block behind the producer."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Tanh", ["a"], ["b"]),
+             helper.make_node("Sigmoid", ["b"], ["c"]),
+             helper.make_node("Mul", ["a", "c"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)])
+    mod = run_until(from_onnx(model), host_target(), "legalize")
+    assert len(kernel_calls(DNNFusion()(mod))) == 1
+
+
+def test_a_symbolic_batch_keeps_its_fusion():
+    """With batch ``N`` green pairs still fuse (no shape is needed to decide them): as
+    few kernels as stock fusion, fewer than unfused, and right at batch 3."""
+    from conftest import conv_relu_model
+
+    model = conv_relu_model(batch="N")
+    counts = {name: fusion_stats(from_onnx(model), None, opts)["kernels"] for name, opts in (
+        ("unfused", PipelineOptions(fuse=False)), ("stock", PipelineOptions(fusion="stock")),
+        ("ours", PipelineOptions(fusion="dnnfusion")))}
+    assert counts["ours"] <= counts["stock"] < counts["unfused"], counts
+    compiled = tvm_cocopie.compile(model, options=PipelineOptions(fusion="dnnfusion"))
+    x = np.random.default_rng(0).standard_normal([3, 3, 16, 16]).astype(np.float32)
+    assert_close(compiled(x=x), ort_run(model, {"x": x}))
+
+
+@pytest.mark.parametrize("options", [PipelineOptions(fusion="stock"),
+                                     PipelineOptions(fusion="dnnfusion")])
+def test_fusion_stats_count_kernels_bytes_and_rules(options):
+    from conftest import conv_relu_model
+
+    stats = fusion_stats(from_onnx(conv_relu_model(batch=1)), None, options)
+    assert stats["fallbacks"] == 0
+    assert stats["rules"].get("conv2d_nchwc") == 1
+    assert stats["kernels"] == sum(stats["rules"].values())
+    assert stats["intermediate_bytes"] > 0  # the layout transforms' results at least
