@@ -14,6 +14,8 @@ given options and reads ``main``:
 :func:`kernel_profile` times every kernel call of a scheduled module on its own (random
 inputs of the call's shapes), to see where a model's time goes.
 
+:func:`stock_groups` and :func:`plot_blocks` draw a model's fusion blocks (notebook 03).
+
 :func:`compare_fusion` is one record of ``scripts/bench_fusion.py``: both fusions of a
 model counted, compiled, checked against ONNX Runtime and timed side by side.
 """
@@ -33,6 +35,7 @@ from ..api import compile_model
 from ..exprs import static_shape
 from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
+from ..relay_passes.fusion.plan import ECG
 from ..relay_passes.fusion.profiler import time_primfunc
 from ..schedules import default_rules
 from ..schedules.base import annotated_blocks
@@ -247,3 +250,65 @@ def table(records: list[dict]) -> str:
 
 def _as_list(out):
     return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def stock_groups(mod: tvm.IRModule) -> list[list[int]]:
+    """The groups stock ``FuseOps`` makes of a legalized module's kernel calls, as lists
+    of :class:`~tvm_cocopie.relay_passes.fusion.plan.ECG` node positions (kernels are
+    matched by name, earliest call first: a picture's approximation, not a plan)."""
+    graph = ECG.of(mod)
+    fused = relax.transform.FuseOps()(mod)
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    free: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        free.setdefault(node.kernel, []).append(i)
+    groups = []
+    for block in fused["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                continue
+            if value.op.same_as(call_tir):
+                names = [value.args[0].name_hint]
+            elif isinstance(value.op, tvm.ir.GlobalVar):
+                names = [b.value.args[0].name_hint for blk in fused[value.op].body.blocks
+                         for b in blk.bindings if isinstance(b.value, relax.Call)
+                         and b.value.op.same_as(call_tir)]
+            else:
+                continue
+            group = [free[n].pop(0) for n in names if free.get(n)]
+            if group:
+                groups.append(group)
+    return groups
+
+
+def plot_blocks(graph: ECG, groups: list[list[int]], ax, title: str = "") -> None:
+    """Draw ``graph`` (nodes by depth left to right, edges in grey) on the matplotlib
+    axes ``ax``, each group of two or more nodes in its own colour, single nodes grey."""
+    import matplotlib.pyplot as plt
+
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    depth = []
+    for node in graph.nodes:
+        depth.append(1 + max((depth[index[id(p)]] for p in node.producers), default=-1))
+    rows: dict[int, int] = {}
+    pos = []
+    for d in depth:
+        pos.append((d, rows.get(d, 0)))
+        rows[d] = rows.get(d, 0) + 1
+    for i, node in enumerate(graph.nodes):
+        for c in node.consumers:
+            j = index[id(c)]
+            ax.plot([pos[i][0], pos[j][0]], [pos[i][1], pos[j][1]], color="0.8", lw=0.6,
+                    zorder=1)
+    colours = plt.get_cmap("tab20")
+    colour = ["0.75"] * len(graph.nodes)
+    fused = [g for g in groups if len(g) > 1]
+    for k, group in enumerate(fused):
+        for i in group:
+            colour[i] = colours(k % 20)
+    ax.scatter([p[0] for p in pos], [p[1] for p in pos], c=colour, s=36, zorder=2,
+               edgecolors="0.3", linewidths=0.4)
+    ax.set_title(f"{title}: {len(groups)} kernels ({len(fused)} fused)")
+    ax.set_xlabel("depth in the graph")
+    ax.set_yticks([])
