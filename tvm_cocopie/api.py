@@ -101,6 +101,9 @@ class CompiledModel:
 
     @staticmethod
     def _check(spec: InputSpec, value: Any) -> np.ndarray:
+        if isinstance(value, (bool, int, float)) and not spec.shape:
+            # a Python number for a scalar (0-d) input, e.g. 16000 for an int64 sample rate
+            value = _python_scalar(spec, value)
         arr = np.asarray(value)
         if arr.dtype != np.dtype(spec.dtype):
             raise InputShapeError(
@@ -114,7 +117,9 @@ class CompiledModel:
                 f"input {spec.name!r} has shape {list(arr.shape)}, the model was compiled for "
                 f"{list(spec.shape)}. Recompile with shapes={{{spec.name!r}: [...]}} to change it."
             )
-        return np.ascontiguousarray(arr)
+        # not np.ascontiguousarray: it returns at least 1-d, and the VM checks the rank of
+        # a 0-d (scalar) input ("expect Tensor with ndim 0 but get 1")
+        return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
     def __call__(self, *args, **kwargs):
         arrays = self._arrange(args, kwargs)
@@ -134,9 +139,29 @@ class CompiledModel:
         return path
 
 
+def _python_scalar(spec: InputSpec, value: float) -> np.ndarray:
+    """``value`` as the 0-d array of ``spec``'s dtype, if that keeps its value."""
+    dtype = np.dtype(spec.dtype)
+    try:
+        arr = np.asarray(value, dtype=dtype)
+    except (OverflowError, ValueError):
+        arr = None
+    if arr is None or (dtype.kind in "biu" and arr.item() != value):
+        raise InputShapeError(
+            f"input {spec.name!r} is a {spec.dtype} scalar; {value!r} does not fit it")
+    return arr
+
+
 def _to_numpy(value):
+    """A VM result as numpy: a tensor (0-d included) as an array of its shape, a scalar the VM
+    returns as a Python number (a Relax ``PrimValue``) as a 0-d array, a shape as an int64
+    array, a tuple as a list."""
     if isinstance(value, tvm.runtime.Tensor):
         return value.numpy()
+    if isinstance(value, tvm.runtime.ShapeTuple):
+        return np.array(list(value), dtype=np.int64)
+    if isinstance(value, (bool, int, float, np.generic)):
+        return np.asarray(value)
     if isinstance(value, (list, tuple)) or type(value).__name__ in ("Array", "List"):
         return [_to_numpy(v) for v in value]
     return value

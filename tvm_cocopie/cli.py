@@ -2,6 +2,7 @@
 
     tvm-cocopie demo [--model NAME] [--json PATH]
     tvm-cocopie compile MODEL.onnx --target JSON [--shape NAME=1,3,224,224] -o OUT.so
+    tvm-cocopie run MODEL.onnx --input sr=16000 --input x=x.npy [--save OUT.npz]
     tvm-cocopie bench NAME [ARGS...]        # runs scripts/bench_NAME.py
     tvm-cocopie info                         # what register() puts into TVM
     tvm-cocopie hexagon run MODEL.onnx       # int8 conv chain on emulated Hexagon HVX
@@ -76,6 +77,62 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _input_value(spec, text: str):
+    """``--input`` text for ``spec``: an ``.npy`` path, or numbers (``16000``, ``1,2,3``) shaped
+    as the input's static shape (a scalar input takes one number: a 0-d array)."""
+    import numpy as np
+
+    from .errors import InputShapeError
+
+    if text.endswith(".npy"):
+        return np.load(text)
+    try:
+        values = [float(v) if np.dtype(spec.dtype).kind == "f" else int(v)
+                  for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputShapeError(f"--input {spec.name}= wants an .npy path or numbers, got "
+                              f"{text!r}") from None
+    if not all(isinstance(d, int) for d in spec.shape):
+        raise InputShapeError(f"input {spec.name!r} has symbolic shape {list(spec.shape)}: "
+                              "pass it as an .npy file")
+    arr = np.array(values, dtype=spec.dtype)
+    if arr.size != int(np.prod(spec.shape, dtype=np.int64)):
+        raise InputShapeError(f"input {spec.name!r} has shape {list(spec.shape)}: "
+                              f"{arr.size} number(s) do not fill it")
+    return arr.reshape(spec.shape)
+
+
+def cmd_run(args) -> int:
+    """``tvm-cocopie run``: compile an ONNX file, run it once on the given inputs, print (and
+    ``--save``) the outputs; exit code."""
+    import numpy as np
+
+    from .api import compile_model
+    from .errors import InputShapeError
+    from .frontend.model import load_model
+
+    proto = load_model(args.model)
+    compiled = compile_model(proto, target=args.target, shapes=dict(args.shape or []) or None,
+                             pipeline=args.pipeline)
+    given = dict(np.load(args.inputs)) if args.inputs else {}
+    for name, _, text in (item.partition("=") for item in args.input or []):
+        spec = next((s for s in compiled.inputs if s.name == name), None)
+        if spec is None:
+            raise InputShapeError(f"unknown input {name!r}; the model takes "
+                                  f"{compiled.input_names}")
+        given[name] = _input_value(spec, text)
+    result = compiled(**given)
+    outputs = result if isinstance(result, list) else [result]
+    names = [o.name for o in proto.graph.output] or [f"output_{i}" for i in range(len(outputs))]
+    for name, value in zip(names, outputs):
+        arr = np.asarray(value)
+        print(f"{name}: shape {list(arr.shape)} {arr.dtype} = "
+              f"{np.array2string(arr, threshold=20, precision=6)}")
+    if args.save:
+        np.savez(args.save, **{n: np.asarray(v) for n, v in zip(names, outputs)})
+    return 0
+
+
 def cmd_bench(args) -> int:
     """``tvm-cocopie bench NAME``: run ``scripts/bench_NAME.py`` with the remaining arguments; its
     exit code."""
@@ -121,6 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--pipeline", default="cocopie", help="cocopie (default) or default")
     comp.add_argument("-o", "--output", required=True, help="OUT.so")
     comp.set_defaults(func=cmd_compile)
+
+    run = sub.add_parser("run", help="compile an ONNX model and run it once on given inputs")
+    run.add_argument("model", help="MODEL.onnx")
+    run.add_argument("--input", action="append", metavar="NAME=VALUE",
+                     help="an input: an .npy path, or numbers (16000 for a scalar, 1,2,3,4 "
+                          "for a static shape); repeatable")
+    run.add_argument("--inputs", metavar="IN.npz", help="inputs by name from an .npz file")
+    run.add_argument("--target", default=None, help='JSON dict, e.g. \'{"kind": "llvm"}\'')
+    run.add_argument("--shape", action="append", type=_parse_shape,
+                     help="fix an input shape: NAME=1,3,224,224 (repeatable)")
+    run.add_argument("--pipeline", default="cocopie", help="cocopie (default) or default")
+    run.add_argument("--save", metavar="OUT.npz", help="write the outputs, by name")
+    run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser("bench", help="run scripts/bench_NAME.py with the given arguments")
     bench.add_argument("name", help="e2e, kernels, ...")
