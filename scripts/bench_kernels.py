@@ -75,6 +75,12 @@ QUICK_CONVS = ["l1.3x3", "l2.3x3s2", "l2.3x3", "l3.3x3", "l4.3x3", "l1.1x1b", "l
                "l3.1x1c", "l4.down", "l4.1x1b"]
 #: (name, M, N, K)
 MATMULS = [("mm512", 512, 512, 512), ("mm128x1536x384", 128, 1536, 384)]
+#: (name, M, N, K) wide GEMMs: few rows (tokens, time steps) against a large weight, as in
+#: classifier and large-vocabulary recognizer heads and transformer FFNs
+WIDE_MATMULS = [("head26x6625x512", 26, 6625, 512), ("head64x16384x512", 64, 16384, 512),
+                ("head1x1000x1280", 1, 1000, 1280), ("ffn16x4096x1024", 16, 4096, 1024),
+                ("head40x8192x2048", 40, 8192, 2048), ("ffn64x1024x4096", 64, 1024, 4096)]
+QUICK_WIDE = ["head26x6625x512", "head64x16384x512", "ffn64x1024x4096"]
 
 
 def parse_args(argv=None):
@@ -307,11 +313,18 @@ def summarize(records: list, all_peaks: list) -> dict:
     def ismm(r):
         return r["kind"] == "matmul"
 
+    def iswide(r):
+        return r["kind"] == "wide_matmul"
+
     summary = {
         "fma_peak_gflops": median(all_peaks) if all_peaks else None,
         "conv3x3_peak_fraction": frac(is3x3),
         "conv1x1_peak_fraction": frac(is1x1),
         "matmul_peak_fraction": frac(ismm),
+        "wide_gemm_peak_fraction": frac(iswide),
+        "wide_gemm_min_peak_fraction": min((r["peak_fraction"] for r in records if iswide(r)),
+                                           default=None),
+        "ort_wide_gemm_peak_fraction": frac(iswide, "ort_peak_fraction"),
         "conv3x3_min_peak_fraction": min((r["peak_fraction"] for r in records if is3x3(r)),
                                          default=None),
         "ort_conv3x3_peak_fraction": frac(is3x3, "ort_peak_fraction"),
@@ -342,6 +355,9 @@ def main(argv=None) -> int:
              if (names is None and (not args.quick or c[0] in QUICK_CONVS + ["grouped.g8"]))
              or (names is not None and c[0] in names)]
     mms = [m for m in MATMULS if names is None or m[0] in names]
+    mms += [m for m in WIDE_MATMULS
+            if (names is None and (not args.quick or m[0] in QUICK_WIDE))
+            or (names is not None and m[0] in names)]
     peak = PeakMeter(target, args.threads, info.f32_lanes)
     records, all_peaks = [], []
     started = time.perf_counter()
@@ -372,7 +388,8 @@ def main(argv=None) -> int:
         rec = measure(peak, ours, ort, flops, rounds)
         all_peaks += rec.pop("_peaks")
         name, m, n, k = spec
-        records.append({"op": name, "kind": "matmul", "m": m, "n": n, "k": k,
+        kind = "wide_matmul" if spec in WIDE_MATMULS else "matmul"
+        records.append({"op": name, "kind": kind, "m": m, "n": n, "k": k,
                         "max_abs_err": err, **rec})
         _print(records[-1])
         save()

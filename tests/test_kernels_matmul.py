@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from test_kernels_common import assert_allclose, build_graph, run, tensor_var
+from test_kernels_common import TARGET, assert_allclose, build_graph, run, tensor_var
 from tvm import relax
 from tvm.relax import op as R
 
@@ -68,3 +68,40 @@ def test_large_matmul_uses_the_packed_kernel():
     mod = scheduled(build_graph([x], lambda bb, x: bb.emit(R.matmul(x, relax.const(w)))))
     (text,) = [f.script() for f in prim_funcs(mod).values()]
     assert "cocopie.matmul" in text and "T.vectorized" in text and "T.unroll" in text
+
+
+@pytest.mark.parametrize("shape", [(13, 1, 64), (1, 1, 7, 64), (3, 1, 1, 64)])
+def test_shared_weight_rows_from_one_batch_dim(shape):
+    """Time-major ``(T, 1, K)`` activations: the batch dim becomes the product's rows
+    (one product, not T of one row each), with a bias epilogue."""
+    rng = np.random.default_rng(len(shape))
+    w = rng.standard_normal((64, 40)).astype("float32")
+    b = rng.standard_normal((40,)).astype("float32")
+    x = tensor_var("x", shape)
+    mod = build_graph([x], lambda bb, x: bb.emit(R.add(R.matmul(x, relax.const(w)),
+                                                       relax.const(b))))
+    data = rng.standard_normal(shape).astype("float32")
+    assert_allclose(run(mod, [data]), data.astype(np.float64) @ w + b)
+
+
+@pytest.mark.parametrize("m,k,n", [(20, 512, 288), (30, 1536, 160), (40, 2048, 200)])
+def test_wide_gemm_cache_blocking(m, k, n):
+    """B larger than the L2 budget: column panels outside the row tiles, and above the L1
+    budget per panel a blocked reduction (accumulators of the whole panel kept locally),
+    with an epilogue per panel; N not a multiple of the panel width."""
+    from tvm_cocopie.target import cpu_info
+    from tvm_cocopie.topi.cpu import tiling
+
+    info = cpu_info(TARGET)
+    tile = tiling.matmul_tile(m, n, info)
+    blocking = tiling.matmul_blocking(m, n, k, tile)
+    assert blocking.columns_outer
+    assert (blocking.kb < k) == (4 * k * tile.nb > tiling.L2_BUDGET // 2)
+    rng = np.random.default_rng(k)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
+    b = rng.standard_normal((n,)).astype("float32")
+    x = tensor_var("x", (m, k))
+    mod = build_graph([x], lambda bb, x: bb.emit(R.nn.relu(R.add(R.matmul(x, relax.const(w)),
+                                                                 relax.const(b)))))
+    data = rng.standard_normal((m, k)).astype("float32")
+    assert_allclose(run(mod, [data]), np.maximum(data.astype(np.float64) @ w + b, 0))

@@ -12,6 +12,18 @@ The compute (:mod:`tvm_cocopie.topi.cpu.dense_packed`) reads B from column panel
 
 Element-wise consumers (bias, GELU, residual add...) are inlined into the result
 block, computed per tile like in :mod:`.conv2d_nchwc`.
+
+A B too large for the cache (the compute's ``colout``, :func:`~tvm_cocopie.topi.cpu.
+tiling.matmul_blocking`) turns the nest around: the column panels go outermost and in
+parallel, the row tiles inside, so every panel of B comes from memory once; with a
+reduction block ``kb < K`` the ``kb x nb`` slice of B stays in L1 while the row tiles
+pass over it, the accumulators of the whole panel living in a small local buffer::
+
+    parallel  N' / nb
+      serial  K / kb
+        serial  M' / tm
+          kb                               <- unroll, FMA micro-kernel as above
+      epilogue over the panel
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ class MatmulKnobs:
     tm: int
     nb: int
     columns_outer: bool = False  # iterate column panels outside row blocks
+    kb: int = 0  # reduction block with columns_outer (0: the whole reduction)
     sample_unroll: bool = False  # tuning: sample LLVM's unroll budget of the k loop
     sample_tiles: bool = False  # tuning: sample the rows of the register tile (tm)
 
@@ -71,19 +84,27 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     else:
         no, nv = sch.split(n, [None, knobs.nb])
         inner = [mi]
-    if knobs.columns_outer:
-        sch.reorder(*batch, no, mo, k, *inner, nv)
-        par_loops, attach = [*batch, no], mo
+    k_extent = const_extent(sch, k) or 0
+    reduce_at = k
+    if knobs.columns_outer and 0 < knobs.kb < k_extent and k_extent % knobs.kb == 0:
+        ko, ki = sch.split(k, [None, knobs.kb])
+        sch.reorder(*batch, no, ko, mo, ki, *inner, nv)
+        fuse_parallel(sch, [*batch, no], info, work, MIN_PARALLEL_MACS)
+        attach, reduce_at = no, ko
     else:
-        sch.reorder(*batch, mo, no, k, *inner, nv)
-        par_loops, attach = [*batch, mo], no
-    iters = 1
-    for loop in par_loops:
-        iters *= const_extent(sch, loop) or 1
-    if iters < 4 * max(1, info.num_cores):
-        attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
-    else:
-        fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
+        if knobs.columns_outer:
+            sch.reorder(*batch, no, mo, k, *inner, nv)
+            par_loops, attach = [*batch, no], mo
+        else:
+            sch.reorder(*batch, mo, no, k, *inner, nv)
+            par_loops, attach = [*batch, mo], no
+        iters = 1
+        for loop in par_loops:
+            iters *= const_extent(sch, loop) or 1
+        if iters < 4 * max(1, info.num_cores):
+            attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
+        else:
+            fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
     sch.reverse_compute_at(final, attach, preserve_unit_loops=knobs.sample_tiles)
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
@@ -92,8 +113,14 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     if knobs.sample_unroll:
         sample_unroll_budget(sch, k)
     sch.vectorize(nv)
-    sch.decompose_reduction(anchor, k)
+    sch.decompose_reduction(anchor, reduce_at)
     return sch
+
+
+def _panels(sch: s_tir.Schedule, anchor, nb: int) -> int:
+    """Column panels of the annotated block (its second-innermost spatial loop / ``nb``)."""
+    extent = const_extent(sch, sch.get_loops(anchor)[-2]) or 0
+    return extent // nb
 
 
 class MatmulPacked(CpuRule):
@@ -111,6 +138,8 @@ class MatmulPacked(CpuRule):
         name = sch.get(anchor).name_hint
         ann = sch.get(anchor).annotations[ANNOTATION]
         knobs = MatmulKnobs(int(ann["tm"]), int(ann["nb"]))
+        if int(ann.get("colout", 0)) and _panels(sch, anchor, knobs.nb) >= 2 * info.num_cores:
+            knobs = MatmulKnobs(knobs.tm, knobs.nb, columns_outer=True, kb=int(ann["kb"]))
         if not tunable:
             return schedule_matmul(sch, anchor, knobs, info)
         spaces = []

@@ -9,8 +9,12 @@ compile time; for batched products of activations (attention) it runs as a cheap
 separate kernel.
 
 The product block computes the padded ``M' x N'`` extent (rows of A clamped) and
-carries the annotation ``cocopie.matmul`` with the tile for
+carries the annotation ``cocopie.matmul`` with the tile and the cache blocking for
 :mod:`tvm_cocopie.schedules.cpu.matmul_packed`; a slice gives the exact result.
+With one B shared by every batch (a dense layer applied to ``(T, 1, K)`` time-major
+activations, say), the batch dims are flattened into the rows: one ``T x K`` product
+whose register tiles span batches, instead of ``T`` products of one row that each
+stream the whole of B.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 from tvm import te, tirx
 
 from ...errors import CompilationError
-from .tiling import MatmulTile
+from .tiling import MatmulTile, matmul_blocking
 
 ANNOTATION = "cocopie.matmul"
 
@@ -72,6 +76,8 @@ def matmul_packed(a: te.Tensor, packed: te.Tensor, n: int, tile: MatmulTile,
         raise CompilationError("batched matmul: A and B batch dims differ")
     if int(packed.shape[-2]) != k or int(packed.shape[-1]) != nb:
         raise CompilationError("packed B does not match K or the panel width")
+    if flat_rows(batch, m, shared):
+        return _flat_rows_matmul(a, packed, n, tile, out_dtype)
     mp = _round_up(m, tile.tm)
     npad = int(packed.shape[-3]) * nb
     rk = te.reduce_axis((0, k), "rk")
@@ -83,8 +89,54 @@ def matmul_packed(a: te.Tensor, packed: te.Tensor, n: int, tile: MatmulTile,
         return te.sum(a[(*bi, row, rk)].astype(out_dtype) * packed[bidx].astype(out_dtype),
                       axis=rk)
 
-    attrs = {ANNOTATION: {"kind": "matmul", "tm": tile.tm, "nb": nb, "m": m, "n": n}}
+    attrs = {ANNOTATION: _annotation(tile, m, n, k, shared)}
     work = te.compute((*batch, mp, npad), fmm, name="matmul_packed", attrs=attrs)
     if (mp, npad) == (m, n):
         return work
     return te.compute((*batch, m, n), lambda *idx: work[idx], name="matmul_packed_out")
+
+
+def _annotation(tile: MatmulTile, rows: int, n: int, k: int, shared: bool) -> dict:
+    blocking = matmul_blocking(rows, n, k, tile) if shared else None
+    return {"kind": "matmul", "tm": tile.tm, "nb": tile.nb, "m": rows, "n": n,
+            "colout": int(bool(blocking and blocking.columns_outer)),
+            "kb": blocking.kb if blocking else k}
+
+
+def flat_rows(batch, m: int, shared: bool) -> bool:
+    """Whether a matmul of A ``(*batch, m, K)`` runs as one product over flattened rows.
+
+    With a shared B and one non-unit dim among ``(*batch, m)`` (``(T, 1, K)`` as a
+    recurrent layer leaves it): the row index is that dim's index, an affine map the
+    schedule's per-tile epilogue can follow. Several non-unit dims would make it a
+    div/mod of the row that region analysis cannot invert.
+    """
+    return shared and bool(batch) and sum(int(d) > 1 for d in (*batch, m)) == 1
+
+
+def _flat_rows_matmul(a: te.Tensor, packed: te.Tensor, n: int, tile: MatmulTile,
+                      out_dtype: str) -> te.Tensor:
+    """Shared B, A with one non-unit dim before K: a plain ``rows x K`` product."""
+    *batch, m, k = (int(s) for s in a.shape)
+    dims = [*batch, m]
+    axis = next(i for i, d in enumerate(dims) if d > 1)
+    rows = dims[axis]
+    nb = tile.nb
+    mp = _round_up(rows, tile.tm)
+    npad = int(packed.shape[-3]) * nb
+    rk = te.reduce_axis((0, k), "rk")
+
+    zero = tirx.const(0, str(a.shape[axis].ty))
+
+    def a_index(r):
+        return tuple(r if i == axis else zero for i in range(len(dims)))
+
+    def fmm(r, j):
+        row = tirx.min(r, rows - 1) if mp != rows else r
+        return te.sum(a[(*a_index(row), rk)].astype(out_dtype)
+                      * packed[j // nb, rk, j % nb].astype(out_dtype), axis=rk)
+
+    attrs = {ANNOTATION: _annotation(tile, rows, n, k, True)}
+    work = te.compute((mp, npad), fmm, name="matmul_packed", attrs=attrs)
+    return te.compute((*batch, m, n), lambda *idx: work[idx[axis], idx[-1]],
+                      name="matmul_packed_out")

@@ -15,6 +15,7 @@ which ``FoldConstant`` folds away when its input turns out constant.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass
 
@@ -209,7 +210,8 @@ def matmul_plan(call, info: CpuInfo) -> MatmulPlan | None:
         return None
     if n < info.f32_lanes // 2 or m * n * k < 4096:
         return None
-    return MatmulPlan(m, n, k, tuple(batch), shared, matmul_tile(m, n, info))
+    rows = m * math.prod(batch) if dp.flat_rows(batch, m, shared) else m
+    return MatmulPlan(m, n, k, tuple(batch), shared, matmul_tile(rows, n, info))
 
 
 def legalize_matmul(info: CpuInfo, fallback):

@@ -20,6 +20,12 @@ tuning:
   rows do not divide (7x7 and other odd sizes).
 * **Matmul tile** (:func:`matmul_tile`): the same budget with ``r`` vectors of
   packed B columns and ``tm`` rows of A.
+* **Matmul cache blocking** (:func:`matmul_blocking`): when the packed B does not fit
+  the per-core L2 budget and there is more than one row tile, the column panels go
+  outside the row tiles (each panel of B is read from memory once and reused from
+  cache by every row tile, the large-N strategy of a GEMV-like head); when one panel
+  is larger than the L1 budget, the reduction is blocked too (a ``kb x nb`` slice of
+  B stays in L1 while every row tile passes over it).
 """
 
 from __future__ import annotations
@@ -127,6 +133,36 @@ def _best_flat(geo: ConvGeometry, ib: int, ob: int, r: int, qmin: int, qmax: int
         if best is None or score > best[0]:
             best = (score, tile)
     return best[1]
+
+
+#: bytes of packed B a core may keep in L2 / L1 across row tiles (half the smallest
+#: common cache: 512 KB L2 on Zen 2/3 and Skylake-X, 32 KB L1D nearly everywhere)
+L2_BUDGET = 256 * 1024
+L1_BUDGET = 16 * 1024
+
+
+@dataclass(frozen=True)
+class MatmulBlocking:
+    """Loop order and reduction block of a packed matmul (see the module docstring)."""
+
+    columns_outer: bool
+    kb: int  # reduction block (``k`` itself: not blocked)
+
+
+def matmul_blocking(rows: int, n: int, k: int, tile: MatmulTile) -> MatmulBlocking:
+    """Cache blocking of a packed ``(rows x k) @ (k x n)`` with register tile ``tile``."""
+    row_tiles = -(-rows // tile.tm)
+    b_bytes = 4 * k * -(-n // tile.nb) * tile.nb
+    columns_outer = row_tiles > 1 and b_bytes > L2_BUDGET
+    kb = k
+    if columns_outer and 4 * k * tile.nb > L2_BUDGET // 2:
+        kb = max(64, L1_BUDGET // (4 * tile.nb))
+        while k % kb:  # a divisor of k: no partial reduction block
+            kb //= 2
+        kb = max(kb, 1)
+        if kb < 32:
+            kb = k
+    return MatmulBlocking(columns_outer, kb)
 
 
 def depthwise_tile(oh: int, ow: int, info: CpuInfo) -> tuple[int, int]:
