@@ -29,6 +29,13 @@ SMALL: dict[str, dict] = {
     "bert_encoder": {"num_layers": 2, "seq": 64},
     "crnn": {"image_size": 32, "hidden": 32},
     "kws_gru": {"frames": 16, "hidden": 32},
+    "mobilenetv3_large": {"image_size": 64},
+    "mobilenetv3_small": {"image_size": 64},
+    "efficientnet_b0": {"image_size": 64},
+    "shufflenetv2": {"image_size": 64},
+    "yolo_detector": {"image_size": 64, "num_classes": 20},
+    "vit_tiny": {"image_size": 32, "depth": 2},
+    "crnn_large_vocab": {"image_size": 32, "hidden": 32},
 }
 
 WRN_GROUPS = {"wrn40_2_g2": 2, "wrn40_2_g4": 4, "wrn40_2_g8": 8, "wrn40_2_g16": 16,
@@ -47,6 +54,12 @@ def _expected_output_shape(name: str, kwargs: dict) -> tuple[int, ...]:
         return (1, kwargs.get("seq", 128), 256)
     if name == "crnn":
         return (1, kwargs["image_size"] // 4, 37)
+    if name == "crnn_large_vocab":
+        return (1, kwargs["image_size"] // 4, 6625)
+    if name == "yolo_detector":
+        size = kwargs["image_size"]
+        anchors = sum((size // stride) ** 2 for stride in (8, 16, 32))
+        return (1, 4 + kwargs["num_classes"], anchors)
     if name == "kws_gru":
         return (1, 12)
     return (1, kwargs.get("num_classes", 10 if name.startswith("wrn") else 1000))
@@ -178,6 +191,116 @@ def test_mobilenetv2_uses_depthwise_and_relu6():
     assert sum(n.op_type == "Clip" for n in model.graph.node) == 35
 
 
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+def _parameter_count(model: onnx.ModelProto) -> int:
+    """Elements of the float weight tensors: what PyTorch counts as parameters (no BN
+    running statistics, shape constants or shared scalars)."""
+    return sum(int(np.prod(t.dims)) for t in model.graph.initializer
+               if t.data_type == TensorProto.FLOAT and t.dims
+               and not t.name.endswith(("running_mean", "running_var")))
+
+
+def _depthwise_kernels(model: onnx.ModelProto) -> list[int]:
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    return [weights[n.input[1]][2] for n in model.graph.node if n.op_type == "Conv"
+            and helper.get_node_attr_value(n, "group") > 1]
+
+
+@pytest.mark.parametrize("name,blocks,se,params", [
+    ("mobilenetv3_large", 15, 8, 5_483_032),
+    ("mobilenetv3_small", 11, 9, 2_542_856),
+])
+def test_mobilenetv3_hardswish_se_and_5x5_depthwise(name, blocks, se, params):
+    model = models.build(name, image_size=32)
+    ops = _ops(model)
+    kernels = _depthwise_kernels(model)
+    assert len(kernels) == blocks and {3, 5} == set(kernels)
+    assert ops.count("HardSigmoid") == se
+    assert ops.count("GlobalAveragePool") == se + 1
+    assert "HardSwish" in ops and "Relu" in ops
+    # torchvision's parameter count (BN running statistics are buffers, not parameters)
+    counted = _parameter_count(model)
+    assert counted == params
+
+
+def test_efficientnet_b0_mbconv_swish_se():
+    model = models.build("efficientnet_b0", image_size=32)
+    ops = _ops(model)
+    kernels = _depthwise_kernels(model)
+    assert len(kernels) == 16 and kernels.count(5) == 9
+    # swish after stem, head and every expansion/depthwise conv, plus in each SE
+    assert ops.count("Sigmoid") == ops.count("Mul") == 2 + 15 + 16 + 2 * 16
+    counted = _parameter_count(model)
+    assert counted == 5_288_548  # torchvision's efficientnet_b0
+
+
+def test_shufflenetv2_split_concat_and_shuffle():
+    model = models.build("shufflenetv2", image_size=32)
+    ops = _ops(model)
+    assert ops.count("Split") == 13 and ops.count("Concat") == 16
+    shuffles = [n for n in model.graph.node if n.op_type == "Transpose"]
+    assert len(shuffles) == 16
+    assert all(helper.get_node_attr_value(n, "perm") == [0, 2, 1, 3, 4] for n in shuffles)
+    assert "ReduceMean" in ops
+    counted = _parameter_count(model)
+    assert counted == 2_278_604  # torchvision's shufflenet_v2_x1_0
+
+
+def test_yolo_detector_topology_and_sizes():
+    model = models.build("yolo_detector", image_size=64)
+    ops = _ops(model)
+    pools = [n for n in model.graph.node if n.op_type == "MaxPool"]
+    assert len(pools) == 3  # SPPF
+    assert all(helper.get_node_attr_value(n, "kernel_shape") == [5, 5] for n in pools)
+    resizes = [n for n in model.graph.node if n.op_type == "Resize"]
+    assert len(resizes) == 2
+    assert all(helper.get_node_attr_value(n, "mode") == b"nearest" for n in resizes)
+    assert ops.count("Softmax") == 1 and ops.count("Split") >= 8
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    heads = [weights[n.input[1]][0] for n in model.graph.node
+             if n.op_type == "Conv" and n.name.endswith(".2")]
+    assert heads == [64, 80] * 3  # box bins and classes at strides 8, 16, 32
+
+    def dims(m: onnx.ModelProto) -> list[int]:
+        return [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim]
+
+    assert dims(model) == [1, 84, 84]
+    large = models.build("yolo_detector", image_size=640)
+    assert dims(large) == [1, 84, 8400]
+    # YOLOv8n's 3,157,200 parameters, plus constants: anchors and strides (3 x 8400
+    # floats) and the two Resize nodes' scales (2 x 4)
+    assert _parameter_count(large) - 3 * 8400 - 2 * 4 == 3_157_200
+    with pytest.raises(ModelError):
+        models.build("yolo_detector", image_size=100)
+
+
+def test_vit_tiny_depth_and_ops():
+    model = models.build("vit_tiny", image_size=32, depth=3)
+    ops = _ops(model)
+    assert ops.count("LayerNormalization") == 2 * 3 + 1
+    assert ops.count("Erf") == ops.count("Softmax") == 3
+    assert {"Expand", "Concat", "Split", "Squeeze", "Gather", "Gemm"} <= set(ops)
+    full = models.build("vit_tiny")
+    assert _ops(full).count("Softmax") == 12
+    assert _parameter_count(full) == 5_717_416  # DeiT-tiny
+    dynamic = models.build("vit_tiny", image_size=32, depth=1, dynamic_batch=True)
+    assert "Shape" in _ops(dynamic)
+    (out,) = _session(dynamic).run(None, models.sample_inputs(
+        dynamic, shapes={"input": (2, 3, 32, 32)}))
+    assert out.shape == (2, 1000)
+
+
+def test_crnn_large_vocab_head():
+    model = models.build("crnn_large_vocab", image_size=32, hidden=32)
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    assert weights["head.weight"] == [64, 6625]
+    assert sum(n.op_type == "LSTM" for n in model.graph.node) == 2
+    assert model.graph.name == "crnn_large_vocab"
+
+
 def test_bert_ops_and_interface():
     model = models.build("bert_encoder", num_layers=1, seq=16)
     ops = {n.op_type for n in model.graph.node}
@@ -274,3 +397,24 @@ def test_builder_reference_values_match_onnxruntime():
                     _session(model).run(None, {"input": gb.values["input"]})))
     for name, value in want.items():
         np.testing.assert_allclose(gb.values[name], value, rtol=1e-4, atol=1e-5)
+
+
+def test_builder_reference_values_of_the_newer_ops_match_onnxruntime():
+    """HardSwish, HardSigmoid, SiLU, Resize, Split, Concat, ReduceMean, Squeeze, Gather."""
+    gb = GraphBuilder("ops2", seed=4)
+    x = gb.input("input", ["N", 6, 8, 8])
+    a, b = gb.split(gb.scale(x, 4.0), [2, 4], axis=1)
+    y = gb.concat([gb.hardswish(a), gb.hardsigmoid(b)], axis=1)
+    y = gb.maxpool(gb.upsample_nearest(gb.silu(y), 2), 5, 1, 2)
+    y = gb.sub(y, gb.global_avgpool(y))
+    m = gb.squeeze(gb.reshape(gb.reduce_mean(y, [2, 3], keepdims=True), [0, 1, 6]), [1])
+    g = gb.gather(gb.transpose(gb.reshape(y, [0, 6, -1]), (0, 2, 1)), 3, axis=1)
+    gb.output(y, "upsampled")
+    gb.output(m, "mean")
+    gb.output(g, "row")
+    model = gb.model()
+    onnx.checker.check_model(model, full_check=True)
+    got = _session(model).run(None, {"input": gb.values["input"]})
+    for name, value in zip(["upsampled", "mean", "row"], got):
+        assert gb.values[name].shape == value.shape
+        np.testing.assert_allclose(gb.values[name], value, rtol=1e-5, atol=1e-5)

@@ -12,7 +12,9 @@ written by others come from :mod:`tvm_cocopie.models.real`.
 
 CNNs take ``input`` (float32 ``[batch, 3, H, W]``) and give ``output``; every
 builder takes ``batch``, ``seed`` and ``dynamic_batch`` (batch dim ``"N"``), CNNs
-also ``image_size`` and ``num_classes``.
+also ``image_size`` and ``num_classes``. The classifiers give logits ``[batch,
+num_classes]``; ``yolo_detector`` gives ``[batch, 4 + num_classes, anchors]`` (boxes
+over the image size, class probabilities), the CRNNs per-column class scores.
 """
 
 from __future__ import annotations
@@ -28,13 +30,18 @@ from onnx import helper
 
 from ..errors import ModelError
 from .bert import bert_encoder
-from .crnn import crnn
+from .crnn import crnn, crnn_large_vocab
+from .efficientnet import efficientnet_b0
 from .graph_builder import IR_VERSION
 from .kws import kws_gru
 from .mobilenet import mobilenetv2
+from .mobilenetv3 import mobilenetv3_large, mobilenetv3_small
 from .resnet import resnet18, resnet34, resnet50, resnext50_32x4d
+from .shufflenet import shufflenetv2
 from .vgg import vgg16
+from .vit import vit_tiny
 from .wrn import wrn40_2, wrn40_2_g2, wrn40_2_g4, wrn40_2_g8, wrn40_2_g16, wrn40_2_gN
+from .yolo import yolo_detector
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,10 @@ ZOO: dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet50": resnet50,
     "resnext50_32x4d": resnext50_32x4d,
     "mobilenetv2": mobilenetv2,
+    "mobilenetv3_large": mobilenetv3_large,
+    "mobilenetv3_small": mobilenetv3_small,
+    "efficientnet_b0": efficientnet_b0,
+    "shufflenetv2": shufflenetv2,
     "wrn40_2": wrn40_2,
     "wrn40_2_g2": wrn40_2_g2,
     "wrn40_2_g4": wrn40_2_g4,
@@ -54,6 +65,9 @@ ZOO: dict[str, Callable[..., onnx.ModelProto]] = {
     "vgg16": vgg16,
     "bert_encoder": bert_encoder,
     "crnn": crnn,
+    "crnn_large_vocab": crnn_large_vocab,
+    "yolo_detector": yolo_detector,
+    "vit_tiny": vit_tiny,
     "kws_gru": kws_gru,
 }
 

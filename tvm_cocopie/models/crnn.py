@@ -11,6 +11,10 @@ follow, and a linear layer gives per-column class scores: ``output [batch, W/4,
 num_classes]`` (36 letters and digits plus the CTC blank by default), the
 pre-softmax input of CTC decoding. This is the shape of the recognizers of OCR
 pipelines (PP-OCR's rec model has the same skeleton).
+
+:func:`crnn_large_vocab` is the same network with the paper's 256-wide LSTMs and a
+6625-class head, the size of PP-OCR's Chinese dictionary: the large-vocabulary
+projection that dominates such recognizers.
 """
 
 from __future__ import annotations
@@ -34,15 +38,21 @@ def _pool_height(gb: GraphBuilder, x: str) -> str:
     return gb.node("MaxPool", [x], y, kind="pool", kernel_shape=[2, 1], strides=[2, 1])
 
 
+#: Classes of the large-vocabulary head: PP-OCR's Chinese dictionary (6623 characters),
+#: the space and the CTC blank.
+LARGE_VOCAB = 6625
+
+
 def crnn(*, batch: int = 1, seed: int = 0, image_size: int = 128, hidden: int = 128,
-         num_classes: int = 37, dynamic_batch: bool = False) -> onnx.ModelProto:
+         num_classes: int = 37, dynamic_batch: bool = False,
+         name: str = "crnn") -> onnx.ModelProto:
     """CRNN for ``[batch, 1, 32, image_size]`` lines; ``image_size`` (the width) % 4 == 0.
 
     ``hidden`` is the LSTM state size per direction (256 in the paper).
     """
     if image_size % 4 or image_size < 8:
         raise ValueError(f"crnn needs a line width divisible by 4 (>= 8), got {image_size}")
-    gb = GraphBuilder("crnn", seed)
+    gb = GraphBuilder(name, seed)
     x = gb.input("input", [batch_dim(batch, dynamic_batch), 1, LINE_HEIGHT, image_size])
     with gb.scope("cnn"):
         for i, (cout, bn) in enumerate(CRNN_CONVS):
@@ -59,5 +69,19 @@ def crnn(*, batch: int = 1, seed: int = 0, image_size: int = 128, hidden: int = 
     x = gb.transpose(x, (1, 0, 2))  # [N, T, 2*hidden]
     x = gb.linear(x, num_classes, kind="head")
     gb.output(x)
-    return gb.model(f"crnn: {len(CRNN_CONVS)} convs, 2 BiLSTM({hidden}), {num_classes} "
+    return gb.model(f"{name}: {len(CRNN_CONVS)} convs, 2 BiLSTM({hidden}), {num_classes} "
                     f"classes, line 32x{image_size}; random weights (seed {seed})")
+
+
+def crnn_large_vocab(*, batch: int = 1, seed: int = 0, image_size: int = 320,
+                     hidden: int = 256, num_classes: int = LARGE_VOCAB,
+                     dynamic_batch: bool = False) -> onnx.ModelProto:
+    """The CRNN with the paper's 256-wide BiLSTMs and a large-vocabulary head.
+
+    6625 classes by default, the size of PP-OCR's Chinese recognizer head; 320-pixel
+    lines (PP-OCR's recognizer width), so 80 time steps. The head, a ``[512, 6625]``
+    MatMul, holds most of the weights.
+    """
+    return crnn(batch=batch, seed=seed, image_size=image_size, hidden=hidden,
+                num_classes=num_classes, dynamic_batch=dynamic_batch,
+                name="crnn_large_vocab")

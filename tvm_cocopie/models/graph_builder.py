@@ -3,7 +3,9 @@
 :class:`GraphBuilder` is the small internal tool behind every model of the zoo. It
 holds nodes and initializers and emits the operator patterns the PyTorch ONNX
 exporter emits at opset 17 (Conv, BatchNormalization, Gemm, MatMul + Add, Clip for
-ReLU6, Erf-based GELU, LayerNormalization, Reshape/Transpose around attention).
+ReLU6, HardSwish, HardSigmoid, Sigmoid + Mul for SiLU, Erf-based GELU,
+LayerNormalization, Reshape/Transpose around attention and channel shuffles, Split,
+Concat, nearest Resize for upsampling, pooling and ReduceMean).
 
 Weights come from ``numpy.random.default_rng(seed)`` in construction order, so the
 same builder calls give byte-identical models:
@@ -331,6 +333,31 @@ class GraphBuilder:
         t = self.mul(x, t)
         return self.scale(t, 0.5)
 
+    def sub(self, a: str, b: str) -> str:
+        """Append ``Sub(a, b)``; the output's name."""
+        return self.node("Sub", [a, b], self.values[a] - self.values[b])
+
+    def sigmoid(self, x: str) -> str:
+        """Append ``Sigmoid(x)``; the output's name."""
+        y = 1.0 / (1.0 + np.exp(-self.values[x].astype(np.float64)))
+        return self.node("Sigmoid", [x], y.astype(np.float32))
+
+    def silu(self, x: str) -> str:
+        """SiLU / swish, ``x * sigmoid(x)``, as the exporter writes it (Sigmoid + Mul)."""
+        return self.mul(x, self.sigmoid(x))
+
+    def hardsigmoid(self, x: str) -> str:
+        """PyTorch's Hardsigmoid, ``clip(x / 6 + 1/2, 0, 1)``: ``HardSigmoid(alpha=1/6)``."""
+        y = np.clip(self.values[x] / np.float32(6.0) + np.float32(0.5), 0, 1)
+        return self.node("HardSigmoid", [x], y.astype(np.float32), alpha=1.0 / 6.0,
+                         beta=0.5)
+
+    def hardswish(self, x: str) -> str:
+        """``x * relu6(x + 3) / 6``: the opset-14 ``HardSwish`` op PyTorch exports."""
+        v = self.values[x]
+        y = v * np.clip(v / np.float32(6.0) + np.float32(0.5), 0, 1)
+        return self.node("HardSwish", [x], y.astype(np.float32))
+
     def softmax(self, x: str, axis: int = -1) -> str:
         """Append ``Softmax(x)`` over ``axis``; the output's name."""
         v = self.values[x]
@@ -355,7 +382,56 @@ class GraphBuilder:
         y = self.values[x].mean(axis=(2, 3), keepdims=True)
         return self.node("GlobalAveragePool", [x], y, kind="avgpool")
 
+    def reduce_mean(self, x: str, axes: Sequence[int], keepdims: bool = False) -> str:
+        """``ReduceMean`` with ``axes`` as an attribute (opset 17), e.g. torch's ``x.mean([2, 3])``."""
+        y = self.values[x].mean(axis=tuple(axes), keepdims=keepdims)
+        return self.node("ReduceMean", [x], y.astype(np.float32), axes=list(axes),
+                         keepdims=int(keepdims))
+
+    def upsample_nearest(self, x: str, factor: int = 2) -> str:
+        """``nn.Upsample(scale_factor, mode="nearest")`` as exported at opset 17: ``Resize``
+        with empty ``roi``, ``scales [1, 1, f, f]``, asymmetric coordinates, floor rounding."""
+        v = self.values[x]
+        y = np.repeat(np.repeat(v, factor, axis=2), factor, axis=3)
+        scales = self.const(np.array([1, 1, factor, factor], dtype=np.float32), "scales")
+        return self.node("Resize", [x, "", scales], y, kind="resize", mode="nearest",
+                         coordinate_transformation_mode="asymmetric",
+                         nearest_mode="floor")
+
     # ---------------------------------------------------------------- shape
+    def concat(self, xs: Sequence[str], axis: int = 1) -> str:
+        """Append ``Concat(xs, axis)``; the output's name."""
+        y = np.concatenate([self.values[x] for x in xs], axis=axis)
+        return self.node("Concat", list(xs), y, axis=axis)
+
+    def split(self, x: str, sizes: Sequence[int], axis: int = 1) -> list[str]:
+        """``Split`` into pieces of ``sizes`` along ``axis`` (sizes as an input, opset >= 13);
+        torch's ``chunk``/``split``. The names of the pieces."""
+        v = self.values[x]
+        if sum(sizes) != v.shape[axis]:
+            raise ValueError(f"split sizes {list(sizes)} do not add up to {v.shape[axis]}")
+        pieces = np.split(v, np.cumsum(sizes)[:-1], axis=axis)
+        name = self.fresh("split")
+        outs = [self.fresh(f"split.{i}") for i in range(len(sizes))]
+        sizes_name = self.const(np.array(sizes, dtype=np.int64), "split_sizes")
+        self.nodes.append(helper.make_node("Split", [x, sizes_name], outs, name=name,
+                                           axis=axis))
+        for out, piece in zip(outs, pieces):
+            self.values[out] = np.ascontiguousarray(piece)
+        return outs
+
+    def squeeze(self, x: str, axes: Sequence[int]) -> str:
+        """``Squeeze`` with ``axes`` as an input (opset >= 13)."""
+        y = np.squeeze(self.values[x], axis=tuple(axes))
+        a = self.const(np.array(list(axes), dtype=np.int64), "axes")
+        return self.node("Squeeze", [x, a], y)
+
+    def gather(self, x: str, index: int, axis: int) -> str:
+        """``Gather`` of one scalar ``index`` along ``axis`` (drops that axis): ``x[:, 0]``."""
+        y = np.take(self.values[x], index, axis=axis)
+        i = self.const(np.array(index, dtype=np.int64), "index")
+        return self.node("Gather", [x, i], np.ascontiguousarray(y), axis=axis)
+
     def flatten(self, x: str) -> str:
         """``Flatten(axis=1)``: ``[N, C, H, W] -> [N, C*H*W]``."""
         v = self.values[x]
