@@ -5,8 +5,11 @@ Passes, in the order :func:`layout_passes_for` runs them:
 - :mod:`.lift`: element-wise TIR calls lifted back to Relax ops, so layout inference
   sees through them;
 - :mod:`.subpixel`: stride-s transposed convs as convs + depth-to-space;
+- :mod:`.elementwise`: activations TVM's layout inference cannot carry (``clip`` of
+  HardSwish/HardSigmoid, LeakyReLU, softplus) written in ops it can;
 - :mod:`.blocked`: supported convolutions moved to NCHW[x]c, transforms cancelled
   between them by TVM's ``ConvertLayout``;
+- :mod:`.sink`: ``where`` (no layout rule in TVM) moved inside the blocked layout;
 - :mod:`.constants`: layout transforms of constants folded at compile time.
 
 :mod:`.call_rewrite` is the call-replacing walk that ``lift`` and ``subpixel`` share.
@@ -18,12 +21,14 @@ import tvm
 from tvm import relax
 
 from ...target import is_hexagon
-from .blocked import blocked_layout
+from .blocked import blocked_layout, layout_transforms
 from .constants import fold_layout_constants
+from .elementwise import layout_carrying_elementwise
 from .lift import lift_elementwise_tir
+from .sink import sink_layout_transforms
 from .subpixel import subpixel_conv_transpose
 
-__all__ = ["blocked_layout", "layout_passes_for"]
+__all__ = ["blocked_layout", "layout_passes_for", "layout_transforms"]
 
 
 def layout_passes_for(target: tvm.target.Target) -> list:
@@ -35,8 +40,11 @@ def layout_passes_for(target: tvm.target.Target) -> list:
         lift_elementwise_tir,
         subpixel_conv_transpose,
         relax.transform.DecomposeOpsForInference(),
+        layout_carrying_elementwise,
         blocked_layout(target),
         relax.transform.Normalize(),
+        sink_layout_transforms,
+        relax.transform.DeadCodeElimination(),
         relax.transform.EliminateCommonSubexpr(),  # one transform per tensor, not per use
         fold_layout_constants,
     ]

@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from ...errors import last_line
-from ...exprs import static_shape
+from ...exprs import is_constant, static_shape
 from ...target import cpu_info
 from ...topi.cpu.legalize import conv2d_plan
 from ...topi.cpu.tiling import channel_block
@@ -65,6 +65,26 @@ def _convertible_convs(mod: tvm.IRModule, info) -> int:
     class _Count(relax.PyExprVisitor):
         def visit_call_(self, call):
             if isinstance(call.op, tvm.ir.Op) and _blocks(conv_layout_choice(call, info)):
+                count[0] += 1
+            super().visit_call_(call)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            _Count().visit_expr(func)
+    return count[0]
+
+
+def layout_transforms(mod: tvm.IRModule) -> int:
+    """``layout_transform`` calls on non-constant tensors in the Relax functions of ``mod``
+    (each one a kernel per inference: after the layout stage, the places the blocked
+    layout is entered or left)."""
+    count = [0]
+
+    @relax.expr_functor.visitor
+    class _Count(relax.PyExprVisitor):
+        def visit_call_(self, call):
+            if (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.layout_transform"
+                    and not is_constant(call.args[0])):
                 count[0] += 1
             super().visit_call_(call)
 

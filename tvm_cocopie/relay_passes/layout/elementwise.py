@@ -1,0 +1,102 @@
+"""Element-wise operators TVM's layout inference cannot carry, in ops it can.
+
+``ConvertLayout`` moves a blocked (NCHW[x]c) tensor through an operator only if the
+operator has a layout-inference rule; TVM 0.27 has none for ``clip``,
+``nn.leakyrelu`` or ``nn.softplus``. The ONNX importer writes HardSwish and
+HardSigmoid with ``clip``, LeakyReLU as ``nn.leakyrelu`` and Mish with
+``nn.softplus``, so every such activation in a CNN left the blocked layout: a
+``layout_transform`` of the whole feature map out and another one back, around a
+kernel fusion could not join to its conv (squeeze-excite blocks and hard-swish
+broke the chain that way). Written in the unary and binary element-wise ops that
+do carry a layout, they fuse into the conv's epilogue like ReLU:
+
+* ``clip(x, lo, hi)`` = ``minimum(maximum(x, lo), hi)``;
+* ``leakyrelu(x, a)`` = ``maximum(x, a * x)`` for ``0 <= a <= 1``;
+* ``softplus(x, beta, t)`` = ``max(x, 0) + log(1 + exp(-|beta x|)) / beta``: the
+  stable form, no overflow for large ``x`` (past the threshold ``t`` ONNX's form
+  returns ``x``; the two differ by less than ``exp(-t)``, under float32's rounding
+  at the default ``t = 20``).
+
+The rewrite runs only on tensors of rank 4 (feature maps); the numbers are the
+same up to rounding (tested against numpy).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm import relax
+from tvm.relax import op as R
+
+from .call_rewrite import rewrite_calls
+
+
+def _feature_map(call) -> bool:
+    ty = getattr(call.args[0], "ty", None)
+    return (isinstance(ty, relax.TensorType) and ty.ndim == 4
+            and str(ty.dtype) in ("float32", "float16"))
+
+
+def _scalar(value: float, call) -> relax.Constant:
+    return relax.const(value, str(call.args[0].ty.dtype))
+
+
+def _attr_float(value) -> float:
+    return float(value.value) if hasattr(value, "value") else float(value)
+
+
+def _clip(bb: relax.BlockBuilder, call):
+    if not _feature_map(call):
+        return None
+    lo, hi = call.args[1], call.args[2]
+    try:
+        lo, hi = _attr_float(lo), _attr_float(hi)
+    except (TypeError, ValueError):  # symbolic bounds: keep the clip
+        return None
+    x = call.args[0]
+    if math.isfinite(lo) and math.isfinite(hi):
+        return R.minimum(bb.emit(R.maximum(x, _scalar(lo, call))), _scalar(hi, call))
+    if math.isfinite(lo):
+        return R.maximum(x, _scalar(lo, call))
+    if math.isfinite(hi):
+        return R.minimum(x, _scalar(hi, call))
+    return None  # no bound: let TVM's own simplification keep it
+
+
+def _leakyrelu(bb: relax.BlockBuilder, call):
+    alpha = float(call.attrs.alpha)
+    if not _feature_map(call) or not 0.0 <= alpha <= 1.0:
+        return None
+    x = call.args[0]
+    return R.maximum(x, bb.emit(R.multiply(x, _scalar(alpha, call))))
+
+
+def _softplus(bb: relax.BlockBuilder, call):
+    if not _feature_map(call):
+        return None
+    beta = float(call.attrs.beta)
+    if beta <= 0.0:
+        return None
+    x = call.args[0]
+    bx = x if beta == 1.0 else bb.emit(R.multiply(x, _scalar(beta, call)))
+    tail = bb.emit(R.log(R.add(R.exp(R.negative(R.abs(bx))), _scalar(1.0, call))))
+    if beta != 1.0:
+        tail = bb.emit(R.multiply(tail, _scalar(1.0 / beta, call)))
+    return R.add(bb.emit(R.maximum(x, _scalar(0.0, call))), tail)
+
+
+#: operator -> its rewrite in layout-carrying ops (``None``: keep the call)
+REWRITES = {
+    "relax.clip": _clip,
+    "relax.nn.leakyrelu": _leakyrelu,
+    "relax.nn.softplus": _softplus,
+}
+
+
+@tvm.transform.module_pass(opt_level=0, name="LayoutCarryingElementwise")
+def layout_carrying_elementwise(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Rewrite the operators of :data:`REWRITES` on feature maps (module docstring)."""
+    for op_name, rewrite in REWRITES.items():
+        mod, _ = rewrite_calls(mod, op_name, rewrite)
+    return mod
