@@ -1,7 +1,10 @@
 """Named workloads: a model plus deterministic inputs, for the demo, benchmarks and tests.
 
-A workload name is a zoo model (``resnet18``, ``bert_encoder``...) or one of the real
-PP-OCR models of the rapidocr wheel (``ppocr_det``, ``ppocr_rec``, ``ppocr_cls``).
+A workload name is a zoo model (``resnet18``, ``bert_encoder``...), one of the real
+PP-OCR models of the rapidocr wheel (``ppocr_det``, ``ppocr_rec``, ``ppocr_cls``), or a
+real model of another family from another wheel (:data:`WHEEL_WORKLOADS`:
+``silero_vad``, ``silero_vad_op15``, ``magika``, ``ddddocr_det``, ``ddddocr_ocr``; see
+:mod:`tvm_cocopie.models.real`). Real models are fetched with pip on first use.
 """
 
 from __future__ import annotations
@@ -14,10 +17,21 @@ import onnx
 from .. import models
 from ..errors import ModelError
 from . import list_models
-from .real import fetch_rapidocr, real_model_inputs
+from .real import (
+    WHEEL_MODELS,
+    fetch_rapidocr,
+    fetch_wheel_model,
+    real_model_inputs,
+    wheel_model_inputs,
+)
 
 REAL_PREFIX = "ppocr_"
 REAL_WORKLOADS = ("ppocr_det", "ppocr_rec", "ppocr_cls")
+#: Real models of other families (voice activity, file-type classification, a YOLOX
+#: detector, a captcha recognizer), each from its own pinned wheel. ``silero_vad``
+#: does not import yet (TVM's Pad converter refuses the pads computed inside its
+#: sample-rate ``If``); the others compile and match ONNX Runtime.
+WHEEL_WORKLOADS = tuple(WHEEL_MODELS)
 
 
 @dataclass
@@ -35,7 +49,7 @@ class Workload:
 
 def list_workloads() -> list[str]:
     """Every workload name: the zoo's models and the real ones."""
-    return list(list_models()) + list(REAL_WORKLOADS)
+    return list(list_models()) + list(REAL_WORKLOADS) + list(WHEEL_WORKLOADS)
 
 
 def get_workload(name: str, image_size: int | None = None, seed: int = 0, **kwargs) -> Workload:
@@ -51,6 +65,9 @@ def get_workload(name: str, image_size: int | None = None, seed: int = 0, **kwar
             raise ModelError(f"unknown real model {name!r}; known: {list(REAL_WORKLOADS)}")
         model = onnx.load(str(paths[key]))
         return Workload(name, model, real_model_inputs(key, seed=seed))
+    if name in WHEEL_MODELS:
+        model = onnx.load(str(fetch_wheel_model(name)))
+        return Workload(name, model, wheel_model_inputs(name, seed=seed))
 
     if image_size is not None and _takes_image_size(name):
         kwargs["image_size"] = image_size
