@@ -5,11 +5,14 @@ Passes, in the order :func:`layout_passes_for` runs them:
 - :mod:`.lift`: element-wise TIR calls lifted back to Relax ops, so layout inference
   sees through them;
 - :mod:`.subpixel`: stride-s transposed convs as convs + depth-to-space;
+- :mod:`.shape_ops`: ``stack`` and channel ``split``, which TVM's layout inference
+  gets wrong, written as ``expand_dims``/``concat`` and slices;
 - :mod:`.elementwise`: activations TVM's layout inference cannot carry (``clip`` of
   HardSwish/HardSigmoid, LeakyReLU, softplus) written in ops it can;
 - :mod:`.blocked`: supported convolutions moved to NCHW[x]c, transforms cancelled
   between them by TVM's ``ConvertLayout``;
-- :mod:`.sink`: ``where`` (no layout rule in TVM) moved inside the blocked layout;
+- :mod:`.sink`: ``where`` (no layout rule in TVM), block-aligned channel slices and
+  their concatenation moved inside the blocked layout;
 - :mod:`.constants`: layout transforms of constants folded at compile time.
 
 :mod:`.call_rewrite` is the call-replacing walk that ``lift`` and ``subpixel`` share.
@@ -25,6 +28,7 @@ from .blocked import blocked_layout, layout_transforms
 from .constants import fold_layout_constants
 from .elementwise import layout_carrying_elementwise
 from .lift import lift_elementwise_tir
+from .shape_ops import convertible_shape_ops
 from .sink import sink_layout_transforms
 from .subpixel import subpixel_conv_transpose
 
@@ -41,6 +45,8 @@ def layout_passes_for(target: tvm.target.Target) -> list:
         subpixel_conv_transpose,
         relax.transform.DecomposeOpsForInference(),
         layout_carrying_elementwise,
+        convertible_shape_ops,
+        relax.transform.CanonicalizeBindings(),  # a slice's users read it, not a tuple item
         blocked_layout(target),
         relax.transform.Normalize(),
         sink_layout_transforms,

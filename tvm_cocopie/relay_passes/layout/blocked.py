@@ -48,6 +48,8 @@ def conv_layout_choice(call, info) -> dict:
         return keep
     ib = channel_block(dshape[1], info)
     ob = channel_block(wshape[0], info)
+    if ib == 1:  # TVM's layout parser takes no block factor of 1 ("NCHW1c"): keep NCHW
+        return keep
     if conv2d_plan(call, info, data_block=ib, out_block=ob) is None:
         return keep
     return {"relax.nn.conv2d": [f"NCHW{ib}c", "OIHW", f"NCHW{ob}c"]}
@@ -56,22 +58,6 @@ def conv_layout_choice(call, info) -> dict:
 def _blocks(choice: dict) -> bool:
     """The choice moves a tensor to a blocked layout (not only NCHW kept explicitly)."""
     return any(layout.endswith("c") for layouts in choice.values() for layout in layouts)
-
-
-def _convertible_convs(mod: tvm.IRModule, info) -> int:
-    count = [0]
-
-    @relax.expr_functor.visitor
-    class _Count(relax.PyExprVisitor):
-        def visit_call_(self, call):
-            if isinstance(call.op, tvm.ir.Op) and _blocks(conv_layout_choice(call, info)):
-                count[0] += 1
-            super().visit_call_(call)
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            _Count().visit_expr(func)
-    return count[0]
 
 
 def layout_transforms(mod: tvm.IRModule) -> int:
@@ -98,23 +84,92 @@ def blocked_layout(target: tvm.target.Target) -> tvm.transform.Pass:
     """``ConvertLayout`` moving supported convolutions to NCHW[x]c.
 
     Runs only when some conv is to be converted, and never breaks the build: if
-    TVM's layout inference fails on a graph (it has on graphs that already hold
-    blocked layouts) the module is kept as it was, with a warning; the
-    legalization still uses the blocked kernels, packing NCHW inside each conv.
+    TVM's layout inference fails on the graph (split of a blocked channel axis, say),
+    the convolution whose conversion makes it fail is found by bisection over the
+    convs in graph order and kept in NCHW, with a warning naming it, and the rest is
+    converted; only if that does not converge is the module kept as it was (the
+    legalization still uses the blocked kernels, packing NCHW inside each conv).
     """
     info = cpu_info(target)
-    convert = relax.transform.ConvertLayout({}, lambda call: conv_layout_choice(call, info))
 
     @tvm.transform.module_pass(opt_level=0, name="BlockedLayout")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not _convertible_convs(mod, info):
+        convs = _convertible_weights(mod, info)
+        if not convs:
             return mod
-        try:
-            return convert(mod)
-        except Exception as err:  # noqa: BLE001 - TVM's layout inference refused the graph
-            log.warning("blocked layout skipped, TVM's ConvertLayout failed: %s", last_line(err))
-            return mod
+        kept: set[int] = set()
+        while True:
+            result, err = _convert(mod, info, kept, None)
+            if result is not None:
+                return result
+            if len(kept) >= MAX_EXCLUDED:
+                break
+            culprit = _first_failing(mod, info, kept, [c for c in convs if c not in kept])
+            if culprit is None:
+                break
+            kept.add(culprit)
+            log.warning("blocked layout: a conv (weight %s) stays NCHW, TVM's ConvertLayout "
+                        "failed with it: %s", convs[culprit], err)
+        log.warning("blocked layout skipped, TVM's ConvertLayout failed: %s", err)
+        return mod
 
     return _pass
 
 
+#: convs left in NCHW before the blocked layout is given up for a whole graph
+MAX_EXCLUDED = 8
+
+
+def _weight_key(call) -> int | None:
+    weight = call.args[1] if len(call.args) > 1 else None
+    return None if weight is None else hash(weight)
+
+
+def _convertible_weights(mod: tvm.IRModule, info) -> dict[int, str]:
+    """``{weight key: its shape}`` of the convs the blocked layout would convert, in order."""
+    found: dict[int, str] = {}
+
+    @relax.expr_functor.visitor
+    class _Collect(relax.PyExprVisitor):
+        def visit_call_(self, call):
+            if isinstance(call.op, tvm.ir.Op) and _blocks(conv_layout_choice(call, info)):
+                key = _weight_key(call)
+                if key is not None:
+                    found.setdefault(key, str(static_shape(call.args[1])))
+            super().visit_call_(call)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            _Collect().visit_expr(func)
+    return found
+
+
+def _convert(mod, info, kept: set, allowed: set | None):
+    """``(converted module, None)`` or ``(None, error)``: ConvertLayout with the convs of
+    ``kept`` in NCHW (and, if ``allowed`` is given, only those converted)."""
+
+    def choice(call):
+        chosen = conv_layout_choice(call, info)
+        key = _weight_key(call) if _blocks(chosen) else None
+        if key is not None and (key in kept or (allowed is not None and key not in allowed)):
+            return {call.op.name: ["NCHW", str(call.attrs.kernel_layout), "NCHW"]}
+        return chosen
+
+    try:
+        return relax.transform.ConvertLayout({}, choice)(mod), None
+    except Exception as err:  # noqa: BLE001 - TVM's layout inference refused the graph
+        return None, last_line(err)
+
+
+def _first_failing(mod, info, kept: set, order: list) -> int | None:
+    """The conv whose conversion, with every conv before it in ``order``, first fails."""
+    lo, hi = 0, len(order)  # order[:lo] converts; order[:hi] fails
+    if _convert(mod, info, kept, set(order))[0] is not None:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _convert(mod, info, kept, set(order[:mid]))[0] is not None:
+            lo = mid
+        else:
+            hi = mid
+    return order[hi - 1]
