@@ -47,6 +47,16 @@ def test_blocked_layout_runs_through_the_graph(name, most):
     assert 0 < layout_transforms(mod) <= most
 
 
+@pytest.mark.parametrize("name,most", [("ppocr_det", 6), ("ppocr_rec", 4)])
+def test_real_paddle_exports_stay_blocked(name, most):
+    """PP-OCR's hard-swish scales and offsets are ``(1,)``-shaped constants: brought to a
+    scalar, the broadcast no longer returns each feature map to NCHW (64 transforms each
+    before)."""
+    wl = get_workload(name)
+    mod = run_until(from_onnx(wl.model, shapes=wl.shapes), host_target(2), "layout")
+    assert layout_transforms(mod) <= most
+
+
 def test_a_failing_conversion_keeps_one_conv_nchw_not_the_whole_graph(monkeypatch, caplog):
     """With the split rewrite off, TVM's ConvertLayout fails on YOLO's C2f split: the
     bisection finds the conv that triggers it and converts all the others."""

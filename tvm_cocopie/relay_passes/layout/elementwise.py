@@ -17,6 +17,11 @@ do carry a layout, they fuse into the conv's epilogue like ReLU:
   returns ``x``; the two differ by less than ``exp(-t)``, under float32's rounding
   at the default ``t = 20``).
 
+Binary element-wise ops between a feature map and a constant of lower rank (the
+``(1,)``-shaped scale and offset of a Paddle export's hard-swish, a ``(C, 1, 1)``
+scale) get the constant as a scalar (one element) or reshaped to rank 4: TVM's
+broadcast layout rule gives up on mixed ranks and returns the feature map to NCHW.
+
 The rewrite runs only on tensors of rank 4 (feature maps); the numbers are the
 same up to rounding (tested against numpy).
 """
@@ -25,10 +30,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax import op as R
 
+from ...exprs import const_np, is_constant
 from .call_rewrite import rewrite_calls
 
 
@@ -86,11 +93,40 @@ def _softplus(bb: relax.BlockBuilder, call):
     return R.add(bb.emit(R.maximum(x, _scalar(0.0, call))), tail)
 
 
+def _full_rank_constant(expr, rank: int):
+    """``expr`` as a scalar or rank-``rank`` constant if it is a lower-rank one, else None."""
+    if not is_constant(expr):
+        return None
+    value = const_np(expr)
+    if value.ndim == 0 or value.ndim >= rank:
+        return None
+    if value.size == 1:
+        return relax.const(value.reshape(()).copy(), str(value.dtype))
+    return relax.const(np.ascontiguousarray(value.reshape((1,) * (rank - value.ndim)
+                                                          + value.shape)))
+
+
+def _binary(bb: relax.BlockBuilder, call):
+    ranks = [getattr(getattr(a, "ty", None), "ndim", -1) for a in call.args]
+    if 4 not in ranks:
+        return None
+    args = [(_full_rank_constant(a, 4) if r != 4 else None) or a
+            for a, r in zip(call.args, ranks)]
+    if all(new.same_as(old) for new, old in zip(args, call.args)):
+        return None
+    return relax.Call(call.op, args, call.attrs)
+
+
+#: binary element-wise operators whose constant operand is brought to full rank
+BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+          "relax.maximum", "relax.minimum", "relax.power")
+
 #: operator -> its rewrite in layout-carrying ops (``None``: keep the call)
 REWRITES = {
     "relax.clip": _clip,
     "relax.nn.leakyrelu": _leakyrelu,
     "relax.nn.softplus": _softplus,
+    **dict.fromkeys(BINARY, _binary),
 }
 
 
