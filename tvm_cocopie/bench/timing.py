@@ -44,6 +44,12 @@ def machine_info(threads: int | None = None) -> dict:
         info["onnxruntime"] = onnxruntime.__version__
     except ImportError:
         info["onnxruntime"] = None
+    try:
+        import openvino
+
+        info["openvino"] = openvino.__version__
+    except ImportError:
+        info["openvino"] = None
     return info
 
 
@@ -179,6 +185,75 @@ def ort_session(model, threads: int, spinning: bool = False):
 def ort_runner(session, inputs: Mapping[str, np.ndarray]) -> Callable[[], list]:
     """A no-argument callable that runs ``session`` on ``inputs`` once (a timing contender)."""
     return lambda: session.run(None, dict(inputs))
+
+
+#: OpenVINO's CPU plugin settings in the side-by-side runs (``INFERENCE_NUM_THREADS`` is
+#: added per call). The precision is fixed: on a CPU with AVX512-BF16 or AMX the plugin
+#: runs float32 models in bfloat16 by default, which ONNX Runtime and TVM do not.
+OPENVINO_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+
+
+def openvino_model(model, threads: int, shapes: Mapping[str, Iterable[int]] | None = None,
+                   precision: str | None = "f32", pinning: bool | None = False):
+    """An OpenVINO ``CompiledModel`` for the CPU plugin from the ONNX ``model`` (a proto,
+    bytes or a path), with ``threads`` inference threads and the latency hint.
+
+    ``shapes`` (``{input name: shape}``) makes the inputs static, as TVM compiles them.
+    ``precision``: the ``INFERENCE_PRECISION_HINT`` (``"f32"``; ``None`` leaves the
+    plugin's default, bfloat16 on CPUs that have it). ``pinning``: ``ENABLE_CPU_PINNING``
+    (``None``: the plugin's default, on under Linux). Off by default, for the reason
+    TVM's pool runs unpinned: side by side with other runtimes on a shared 2-core
+    machine (blocks of 4, 112 px) pinned OpenVINO took 11-12 ms on MobileNetV3-Small and
+    16-20 ms on MobileNetV2 against 2.1 and 3.3-4.1 ms unpinned. Raises what OpenVINO
+    raises when it cannot read or compile the model.
+    """
+    import io
+
+    import openvino as ov
+
+    core = ov.Core()
+    if hasattr(model, "SerializeToString"):
+        model = io.BytesIO(model.SerializeToString())
+    elif isinstance(model, bytes):
+        model = io.BytesIO(model)
+    ov_model = core.read_model(model if isinstance(model, io.BytesIO) else str(model))
+    if shapes:
+        ov_model.reshape({name: list(shape) for name, shape in shapes.items()})
+    config = dict(OPENVINO_CONFIG, INFERENCE_NUM_THREADS=int(threads))
+    if precision is None:
+        del config["INFERENCE_PRECISION_HINT"]
+    else:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    if pinning is not None:
+        config["ENABLE_CPU_PINNING"] = bool(pinning)
+    return core.compile_model(ov_model, "CPU", config)
+
+
+def openvino_config(compiled) -> dict:
+    """The settings an OpenVINO ``compiled`` model runs with (its CPU pinning included,
+    which the plugin turns on by default on Linux), as strings, for the record."""
+    supported = {str(k) for k in compiled.get_property("SUPPORTED_PROPERTIES")}
+    config = {}
+    for key in ("PERFORMANCE_HINT", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
+                "NUM_STREAMS", "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING"):
+        if key in supported:  # not every OpenVINO version has every one
+            value = compiled.get_property(key)
+            config[key] = str(getattr(value, "name", value)).replace("<Type: '", "").rstrip("'>")
+    return config
+
+
+def openvino_runner(compiled, inputs: Mapping[str, np.ndarray]) -> Callable[[], list]:
+    """A no-argument callable that runs the OpenVINO ``compiled`` model on ``inputs``
+    once and returns its outputs (copies) as a list in the model's output order."""
+    request = compiled.create_infer_request()
+    feeds = dict(inputs)
+    outputs = list(compiled.outputs)
+
+    def run():
+        result = request.infer(feeds)
+        return [result[o] for o in outputs]
+
+    return run
 
 
 def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
