@@ -6,9 +6,15 @@ onnx 1.23) and the ``light`` models (AlexNet ... ZFNet-512) for each contender, 
 case in an isolated worker process with a timeout (a TVM segfault costs that case,
 not the run), and counts passes under ONNX's own output comparison.
 
+Contenders: ``cocopie`` (our importer through ``--pipeline``), ``baseline`` (our importer
+through stock TVM's ``default`` pipeline; run by default when ``--pipeline`` is not
+``default``), ``stock`` (TVM's own importer and pipeline) and ``ort`` (ONNX Runtime).
+
 JSON (``--json PATH``, written atomically after every batch): records
 ``{case, kind, group, contender, status, stage, error, ops, opset, seconds}``;
-summary ``cocopie_pass``, ``stock_tvm_pass``, ``ort_pass``,
+summary ``cocopie_pass``, ``baseline_pass``, ``stock_tvm_pass``, ``ort_pass``,
+``pipeline_regressions`` (cases the baseline passes and the cocopie contender fails: what
+the ``--pipeline`` breaks, goal 0; the cases in ``pipeline_regression_cases``),
 ``recurrent_models`` (the zoo's CRNN and GRU keyword spotter compiled with the cocopie
 pipeline: error and median latency next to ONNX Runtime, one thread each),
 ``pass_rate_of_ort_passing`` (cocopie passes among the cases ONNX Runtime passes,
@@ -16,6 +22,8 @@ goal >= 0.95), ``light_models_failed`` (goal 0), and the failing cases grouped b
 op and by error.
 
     python scripts/bench_onnx_suite.py --quick --json onnx_suite.json
+    python scripts/bench_onnx_suite.py --pipeline cocopie --contenders cocopie,baseline \
+        --jobs 2 --no-light --models '' --json pipelines.json   # cocopie vs stock pipeline
     python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json   # all cases
     python scripts/bench_onnx_suite.py --jobs 2 --json onnx_suite.json --resume  # continue
     python scripts/bench_onnx_suite.py --models-only --json models.json   # CRNN, KWS timing
@@ -36,7 +44,8 @@ from collections import Counter, defaultdict
 
 log = logging.getLogger("bench_onnx_suite")
 
-CONTENDER_KEYS = {"cocopie": "cocopie_pass", "stock": "stock_tvm_pass", "ort": "ort_pass"}
+CONTENDER_KEYS = {"cocopie": "cocopie_pass", "baseline": "baseline_pass", "stock": "stock_tvm_pass",
+                  "ort": "ort_pass"}
 
 #: The recurrent zoo models (issue 7): a CRNN text recognizer and a GRU keyword spotter.
 RECURRENT_MODELS = ("crnn", "kws_gru")
@@ -47,8 +56,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="a stratified subset: one case per operator, one light model")
     p.add_argument("--cases", help="comma-separated case names or regexes (re.search)")
-    p.add_argument("--contenders", default="cocopie,stock,ort",
-                   help="comma-separated subset of cocopie,stock,ort")
+    p.add_argument("--contenders", default=None,
+                   help="comma-separated subset of cocopie,baseline,stock,ort (default: "
+                        "cocopie,stock,ort, and baseline when --pipeline is not default)")
     p.add_argument("--no-light", action="store_true", help="skip the light models")
     p.add_argument("--models", default=",".join(RECURRENT_MODELS),
                    help="zoo models timed against ONNX Runtime after the cases "
@@ -60,14 +70,18 @@ def parse_args(argv=None):
     p.add_argument("--light-timeout", type=float, default=900.0,
                    help="seconds per light model (compiling DenseNet-121 takes minutes)")
     p.add_argument("--pipeline", default="default",
-                   help="Relax pipeline of the cocopie contender (default or cocopie)")
+                   help="Relax pipeline of the cocopie contender (default or cocopie; the "
+                        "baseline contender always runs default)")
     p.add_argument("--reuse", metavar="PATH",
                    help="take stock/ort records from this earlier JSON instead of re-running")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records already in --json PATH and run only the rest")
     p.add_argument("-v", "--verbose", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.contenders is None:
+        args.contenders = "cocopie,stock,ort" + (",baseline" if args.pipeline != "default" else "")
+    return args
 
 
 def select_cases(cases, quick: bool, patterns: str | None):
@@ -150,6 +164,13 @@ def summarize(records: list[dict], group_of: dict[str, str]) -> dict:
     summary["stock_pass_rate_of_ort_passing"] = (
         round(sum(stock.get(c) == "pass" for c in ort_passing) / len(ort_passing), 4)
         if ort_passing and stock else None)
+    baseline = status.get("baseline", {})
+    regressions = sorted(c for c, s in baseline.items()
+                         if s == "pass" and c in ours and ours[c] != "pass")
+    summary["pipeline_regressions"] = len(regressions) if baseline and ours else None
+    summary["pipeline_regression_cases"] = regressions
+    summary["pipeline_gains"] = sorted(c for c, s in baseline.items()
+                                       if s != "pass" and ours.get(c) == "pass")
     light = {r["case"] for r in records if r["kind"] == "light"}
     summary["light_models"] = sorted(light)
     summary["light_models_failed"] = sorted(c for c in light if ours.get(c) != "pass")
@@ -217,7 +238,7 @@ def main(argv=None) -> int:
         with open(args.reuse) as fh:
             previous = json.load(fh)["records"]
         names = {c.name for c in selected}
-        reused = [r for r in previous if r["contender"] != "cocopie" and r["case"] in names]
+        reused = [r for r in previous if r["contender"] in ("stock", "ort") and r["case"] in names]
         have = {(r["case"], r["contender"]) for r in reused}
         log.info("reusing %d stock/ort records from %s", len(reused), args.reuse)
     else:
@@ -264,7 +285,9 @@ def main(argv=None) -> int:
     save()
     timed += time_models(model_names, args.quick)
     summary = save()
-    lines = [f"{k}: {summary[k]}" for k in ("cases", "cocopie_pass", "stock_tvm_pass", "ort_pass",
+    lines = [f"{k}: {summary[k]}" for k in ("cases", "cocopie_pass", "baseline_pass",
+                                             "stock_tvm_pass", "ort_pass",
+                                             "pipeline_regressions", "pipeline_regression_cases",
                                              "pass_rate_of_ort_passing",
                                              "light_models_failed", "seconds")]
     print("\n".join(lines))

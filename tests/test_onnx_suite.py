@@ -32,8 +32,13 @@ timeout, so a TVM crash costs one case, not the session. All cases are
 deterministic: the random operators (Bernoulli, RandomUniformLike, training-mode
 Dropout) are listed known failures, since they fail at import or comparison.
 
-A last test drives a handful of cases through ONNX's own runner,
+A test drives a handful of cases through ONNX's own runner,
 ``onnx.backend.test.BackendTest``, in this process.
+
+The last tests hold the cocopie pipeline to the stock one (same importer): one case of each
+class it once failed while the stock pipeline passed (bfloat16 constant stores, MaxPool
+with Indices), plus targeted schedule tests of both root causes. The full comparison is
+``scripts/bench_onnx_suite.py --pipeline cocopie`` (``summary.pipeline_regressions``).
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ import unittest
 import zlib
 from collections import defaultdict
 
+import numpy as np
 import pytest
+import tvm
 
 from tvm_cocopie.bench.conformance import (
     case_ops,
@@ -161,3 +168,140 @@ def test_onnx_backend_test_runner_drives_the_backend():
     assert not result.failures and not result.errors, result.failures + result.errors
     assert not result.unexpectedSuccesses
     assert len(result.expectedFailures) == 1
+
+
+# --------------------------------------------------------- the cocopie pipeline vs the stock one
+#: Node cases of each class the cocopie pipeline failed while the stock ``default`` pipeline
+#: (same importer) passed them (project issue 20); each class's root cause is fixed, and a
+#: case of it runs through both pipelines here. The full comparison is
+#: ``scripts/bench_onnx_suite.py --pipeline cocopie`` (``summary.pipeline_regressions``).
+PIPELINE_REGRESSIONS = {
+    # the fallback schedule vectorized the zero-init of a bfloat16 reduction (a constant
+    # store), which TVM's bfloat16 storage legalization leaves as bfloat16x4 for a uint16
+    # buffer: schedules.base.vector_safe_store keeps such stores scalar
+    "bf16-constant-store": ("test_einsum_batch_matmul_bfloat16",
+                            "test_attention_3d_causal_bf16_expanded"),
+    # MaxPool with Indices is imported as one where(prev < x_k, x_k, prev) step per window
+    # position; the fallback inlined the whole chain (each step reads the last twice: a
+    # 2^25-node expression, compute_inline never returned): a block read twice stays
+    # materialized past MAX_DUPLICATED_NODES
+    "maxpool-indices-chain": ("test_maxpool_with_argmax_2d_precomputed_pads",),
+}
+#: Pipeline regressions whose root cause is outside this task's files: they must fail until
+#: fixed there (strict xfail), then the case moves to PIPELINE_REGRESSIONS.
+PIPELINE_REGRESSIONS_OPEN = {
+    # relay_passes/rewriting/identity.py's invertible() guard calls np.finfo on bfloat16,
+    # which numpy refuses ("not inexact"); ml_dtypes.finfo answers for bfloat16 and every
+    # numpy float type alike
+    "bf16-finfo": ("test_celu_bfloat16",),
+}
+PIPELINE_CASE_TIMEOUT = 300.0
+
+
+@pytest.fixture(scope="module")
+def pipeline_records():
+    """``{(case, contender): record}``: the cases above through our importer with the cocopie
+    pipeline (``cocopie``) and the stock one (``baseline``), in isolated workers."""
+    names = [c for group in (PIPELINE_REGRESSIONS, PIPELINE_REGRESSIONS_OPEN)
+             for cases in group.values() for c in cases]
+    records = run_isolated(node_cases(names), ("cocopie", "baseline"), jobs=2,
+                           timeout=PIPELINE_CASE_TIMEOUT, pipeline="cocopie")
+    return {(r["case"], r["contender"]): r for r in records}
+
+
+def _assert_both_pass(pipeline_records, case):
+    baseline = pipeline_records[(case, "baseline")]
+    assert baseline["status"] == "pass", f"the stock pipeline fails {case}: {baseline}"
+    ours = pipeline_records[(case, "cocopie")]
+    assert ours["status"] == "pass", (
+        f"{case} passes through the stock pipeline, not through cocopie: {ours['status']} at "
+        f"{ours.get('stage')}: {ours.get('error')}")
+
+
+@pytest.mark.parametrize("case", [c for cases in PIPELINE_REGRESSIONS.values() for c in cases])
+def test_cocopie_pipeline_passes_what_the_stock_pipeline_passes(pipeline_records, case):
+    _assert_both_pass(pipeline_records, case)
+
+
+@pytest.mark.xfail(strict=True, reason="np.finfo(bfloat16) in relay_passes/rewriting/identity.py")
+@pytest.mark.parametrize("case", [c for cases in PIPELINE_REGRESSIONS_OPEN.values()
+                                  for c in cases])
+def test_open_pipeline_regressions_still_fail(pipeline_records, case):
+    _assert_both_pass(pipeline_records, case)
+
+
+def test_maxpool_indices_builds_as_fast_as_through_the_stock_pipeline(pipeline_records):
+    """The chain no longer hangs: a few seconds, as through the stock pipeline."""
+    case = PIPELINE_REGRESSIONS["maxpool-indices-chain"][0]
+    ours, stock = pipeline_records[(case, "cocopie")], pipeline_records[(case, "baseline")]
+    assert ours["seconds"] < max(60.0, 10 * stock["seconds"]), (ours, stock)
+
+
+def _fallback_build(func):
+    from tvm_cocopie.schedules import Fallback
+    from tvm_cocopie.target import host_target
+
+    target = host_target(2)
+    sch = Fallback().apply(func, target, False)
+    assert sch is not None
+    return sch, tvm.compile(sch.mod, target=target)
+
+
+def test_a_bfloat16_reduction_builds_with_a_scalar_init():
+    """The fallback's vectorized bfloat16 reduction: its constant init stays scalar, the
+    rest vectorized, and the result is numpy's (in bfloat16)."""
+    import ml_dtypes
+    from tvm import s_tir, te
+
+    from tvm_cocopie.schedules.base import vector_safe_store
+
+    a = te.placeholder((5, 2, 3), "bfloat16", name="a")
+    b = te.placeholder((5, 3, 16), "bfloat16", name="b")
+    k = te.reduce_axis((0, 3), name="k")
+    c = te.compute((5, 2, 16), lambda n, i, j: te.sum(a[n, i, k] * b[n, k, j], axis=k), name="c")
+    d = te.compute((5, 2, 16), lambda n, i, j: c[n, i, j] + a[n, i, 0], name="d")
+    func = te.create_prim_func([a, b, d])
+    plain = s_tir.Schedule(func)
+    init = plain.get(plain.get_sblock("c")).init
+    assert not vector_safe_store(init)  # bfloat16(0) into a bfloat16 buffer
+    sch, lib = _fallback_build(func)
+    assert "T.vectorized" in sch.mod.script()  # the element-wise add still is
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 2, 3)).astype(ml_dtypes.bfloat16)
+    y = rng.standard_normal((5, 3, 16)).astype(ml_dtypes.bfloat16)
+    out = tvm.runtime.tensor(np.zeros((5, 2, 16), ml_dtypes.bfloat16))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y), out)
+    want = np.einsum("nik,nkj->nij", x.astype(np.float32), y.astype(np.float32))
+    want += x[:, :, :1].astype(np.float32)
+    np.testing.assert_allclose(out.numpy().astype(np.float32), want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_select_chain_reading_each_step_twice_builds_in_seconds():
+    """``m_k = where(m_{k-1} < x_k, x_k, m_{k-1})`` with the index of the maximum alongside
+    (what MaxPool with Indices imports to): 25 steps build in seconds and match numpy."""
+    import time
+
+    from tvm import te
+
+    steps, n = 25, 64
+    x = te.placeholder((steps, n), "float32", name="x")
+    best = te.compute((n,), lambda i: x[0, i], name="m0")
+    index = te.compute((n,), lambda i: tvm.tirx.const(0, "int64"), name="i0")
+    def step(s, best, index):  # te.compute takes no default arguments: bind by closure
+        greater = te.compute((n,), lambda i: best[i] < x[s, i], name=f"g{s}")
+        return (te.compute((n,), lambda i: tvm.tirx.Select(greater[i], x[s, i], best[i]),
+                           name=f"m{s}"),
+                te.compute((n,), lambda i: tvm.tirx.Select(
+                    greater[i], tvm.tirx.const(s, "int64"), index[i]), name=f"i{s}"))
+
+    for s in range(1, steps):
+        best, index = step(s, best, index)
+    start = time.perf_counter()
+    _, lib = _fallback_build(te.create_prim_func([x, best, index]))
+    assert time.perf_counter() - start < 60
+    data = np.random.default_rng(0).standard_normal((steps, n)).astype(np.float32)
+    out_m = tvm.runtime.tensor(np.zeros(n, np.float32))
+    out_i = tvm.runtime.tensor(np.zeros(n, np.int64))
+    lib["main"](tvm.runtime.tensor(data), out_m, out_i)
+    np.testing.assert_array_equal(out_m.numpy(), data.max(axis=0))
+    np.testing.assert_array_equal(out_i.numpy(), data.argmax(axis=0))

@@ -7,9 +7,12 @@ The cases are ONNX's own: the node cases of ``onnx.backend.test.case.node``
 under ONNX's own comparison (``Runner.assert_similar_outputs``: same count, shape,
 dtype, and ``allclose`` with the case's ``rtol``/``atol``).
 
-Contenders: ``cocopie`` (our importer, :class:`tvm_cocopie.frontend.backend.TvmCocopieBackend`),
-``stock`` (TVM 0.27's ``relax.frontend.onnx.from_onnx``, default pipeline) and
-``ort`` (ONNX Runtime, CPU). TVM can segfault or hang on odd inputs, so
+Contenders: ``cocopie`` (our importer, :class:`tvm_cocopie.frontend.backend.TvmCocopieBackend`,
+through the pipeline the run names: ``"cocopie"`` or ``"default"``), ``baseline`` (our
+importer through stock TVM's ``"default"`` pipeline whatever the run names: a case it
+passes and ``cocopie`` fails is a regression of the cocopie pipeline), ``stock``
+(TVM 0.27's ``relax.frontend.onnx.from_onnx``, default pipeline) and ``ort`` (ONNX
+Runtime, CPU). TVM can segfault or hang on odd inputs, so
 :class:`IsolatedRunner` runs cases in worker processes with a per-case timeout: a
 crash costs that case (status ``crash``), not the run.
 """
@@ -35,7 +38,7 @@ from ..threads import configure_thread_pool
 
 log = logging.getLogger(__name__)
 
-CONTENDERS = ("cocopie", "stock", "ort")
+CONTENDERS = ("cocopie", "baseline", "stock", "ort")
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
@@ -151,6 +154,10 @@ def _prepare_cocopie(proto: onnx.ModelProto, pipeline: str):
     return TvmCocopieBackend.prepare(proto, "CPU", pipeline=pipeline).run
 
 
+def _prepare_baseline(proto: onnx.ModelProto, pipeline: str):
+    return _prepare_cocopie(proto, "default")
+
+
 def _prepare_stock(proto: onnx.ModelProto, pipeline: str):
     import warnings
 
@@ -183,7 +190,8 @@ def _prepare_ort(proto: onnx.ModelProto, pipeline: str):
     return run
 
 
-_PREPARE = {"cocopie": _prepare_cocopie, "stock": _prepare_stock, "ort": _prepare_ort}
+_PREPARE = {"cocopie": _prepare_cocopie, "baseline": _prepare_baseline, "stock": _prepare_stock,
+            "ort": _prepare_ort}
 
 
 def run_case(case: Case, contender: str, pipeline: str = "default") -> dict:

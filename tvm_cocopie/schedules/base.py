@@ -130,9 +130,41 @@ def try_apply(sch: s_tir.Schedule, fn: Callable[[s_tir.Schedule], object]):
 _NO_VECTOR_INTRINSICS = re.compile(r"T\.(sinh|cosh|clz|popcount)\(")
 
 
+def _unwrap_casts(expr):
+    while isinstance(expr, tirx.Cast):
+        expr = expr.value
+    return expr
+
+
+def vector_safe_store(stmt) -> bool:
+    """Whether a vectorized loop may hold ``stmt`` (a block's body or init) for its dtype.
+
+    TVM 0.27 keeps bfloat16 in ``uint16`` storage and float8/6/4 in ``uint8`` storage
+    before LLVM, and its storage legalization misses two vector forms (checked: a
+    scalar loop builds, the vectorized one does not): a store of a *constant* into a
+    bfloat16 buffer (the zero-init of a bfloat16 reduction, a fill) stays a
+    ``bfloat16x8`` value for a ``uint16`` buffer ("dtype mismatch on BufferStore"),
+    and any store into a float8/6/4 buffer converts lane-wise through a scalar
+    ``if_then_else`` ("can only take scalar condition"). Other stores are safe.
+    """
+    if not isinstance(stmt, tirx.BufferStore):
+        return True
+    dtype = str(stmt.buffer.dtype)
+    if dtype.startswith(("float8", "float6", "float4")):
+        return False
+    if dtype.startswith("bfloat"):
+        return not isinstance(_unwrap_casts(stmt.value), (tirx.FloatImm, tirx.IntImm))
+    return True
+
+
 def vectorizable(sch: s_tir.Schedule, block) -> bool:
-    """Whether the body of ``block`` can be vectorized by TVM's LLVM backend."""
-    return not _NO_VECTOR_INTRINSICS.search(sch.get(block).script())
+    """Whether the body of ``block`` can be vectorized by TVM's LLVM backend: no intrinsic
+    it cannot emit on vectors, no store its narrow-float legalization misses
+    (:func:`vector_safe_store`)."""
+    stmt = sch.get(block)
+    if _NO_VECTOR_INTRINSICS.search(stmt.script()):
+        return False
+    return all(vector_safe_store(s) for s in (stmt.body, stmt.init) if s is not None)
 
 
 def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int, max_full: int = 64) -> bool:

@@ -65,12 +65,85 @@ def is_padding(sch: s_tir.Schedule, block) -> bool:
             and sum(isinstance(b, (tirx.FloatImm, tirx.IntImm)) for b in branches) == 1)
 
 
+#: Most expression nodes a block may carry into its consumers by inlining when they read it
+#: more than once (inlining then copies it). A chain whose every step reads its predecessor
+#: twice doubles with each inlined step: MaxPool with Indices, imported as one
+#: ``where(prev < window[k], window[k], prev)`` step per window position, would build a
+#: 2^25-node expression for a 5x5 window, and ``compute_inline`` never returns. Past this
+#: size such a block stays materialized, which cuts the chain every few steps (TIR lowering
+#: slows down with longer steps: the 5x5 case builds in 3-6 s on this loaded machine at 64,
+#: stock TVM 2.7 s). A block read once is inlined whatever its size: that copies nothing,
+#: and a chain of those grows linearly. Zoo models affected: CRNN (a 65+-node clip read 19
+#: times), the encoder and YOLO (fast_exp read twice), all as fast or faster materialized.
+MAX_DUPLICATED_NODES = 64
+
+#: Fields of TIR expression nodes that hold sub-expressions.
+_EXPR_FIELDS = ("a", "b", "condition", "true_value", "false_value", "value", "body", "args",
+                "indices", "base", "stride")
+
+
+def _walk(expr, limit: int):
+    """The nodes of the TIR expression ``expr`` as a tree (a shared sub-expression once per
+    use), at most ``limit`` of them."""
+    stack = [expr]
+    seen = 0
+    while stack and seen < limit:
+        node = stack.pop()
+        if isinstance(node, (list, tuple)) or type(node).__name__ in ("Array", "List"):
+            stack.extend(node)
+            continue
+        if not isinstance(node, ir.expr.Expr):
+            continue
+        seen += 1
+        yield node
+        for name in _EXPR_FIELDS:
+            child = getattr(node, name, None)
+            if child is not None and not isinstance(child, (int, float, str)):
+                stack.append(child)
+
+
+def expr_nodes(expr, limit: int = 1 << 20) -> int:
+    """The number of nodes of the TIR expression ``expr`` as a tree (a shared
+    sub-expression counts each time it is used), at most ``limit``."""
+    return sum(1 for _ in _walk(expr, limit))
+
+
+def _stored_value(sch: s_tir.Schedule, block):
+    return getattr(sch.get(block).body, "value", None)
+
+
+def inline_copies(sch: s_tir.Schedule, block) -> tuple[int, int]:
+    """``(nodes, reads)``: the expression nodes ``block`` stores (its producers already
+    inlined into it; at most :data:`MAX_DUPLICATED_NODES` + 1) and how many times its
+    consumers read it, so how many copies of it inlining makes. A body that is not a single
+    store counts as small, a consumer that is not as one read."""
+    value = _stored_value(sch, block)
+    nodes = expr_nodes(value, MAX_DUPLICATED_NODES + 1) if value is not None else 0
+    written = [w.source for w in sch.get(block).writes]
+    reads = 0
+    for consumer in sch.get_consumers(block):
+        consumed = _stored_value(sch, consumer)
+        if consumed is None:
+            reads += 1
+            continue
+        reads += sum(1 for n in _walk(consumed, 1 << 16)
+                     if is_load(n) and any(n.source.same_as(b) for b in written))
+    return nodes, reads
+
+
 def inline_spatial_chains(sch: s_tir.Schedule) -> None:
     """Inline spatial blocks into their consumers when all of those are spatial, and
     padding into any consumer (a pooling window re-reads a select, not a pass over a
-    padded copy: 4-5 us against 45 us for a ResNet stem max pool at 64 px)."""
+    padded copy: 4-5 us against 45 us for a ResNet stem max pool at 64 px). A block
+    its consumers read more than once stays materialized once its expression (with what
+    was inlined into it) has grown past :data:`MAX_DUPLICATED_NODES`."""
     for block in root_blocks(sch):
         if not is_spatial(sch, block) or writes_output(sch, block):
+            continue
+        nodes, reads = inline_copies(sch, block)
+        if reads > 1 and nodes > MAX_DUPLICATED_NODES:
+            log.debug("not inlined: %s (%d+ expression nodes) is read %d times",
+                      sch.get(block).name_hint, nodes, reads)
             continue
         consumers = sch.get_consumers(block)
         if not consumers or not (all(is_spatial(sch, c) for c in consumers)
