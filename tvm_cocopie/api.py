@@ -25,7 +25,7 @@ from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
 from .target import parse_target
-from .threads import configure_thread_pool
+from .threads import ThreadGovernor, configure_thread_pool
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,14 @@ class CompiledModel:
     ``model(x)``, ``model(x, y)`` or ``model(input=x)``; one output comes back as an
     array, several as a list. ``.vm`` is the ``relax.VirtualMachine``,
     ``.executable`` the built library (``export_library`` writes a ``.so``).
+    ``.governor`` (with ``adaptive_threads``) picks the thread count of each call from
+    measured latency (:class:`~tvm_cocopie.threads.ThreadGovernor`): on a machine
+    where another process holds a core, one thread instead of a fork-join that waits
+    for the preempted worker.
     """
 
     def __init__(self, executable, inputs: list[InputSpec], target: tvm.target.Target,
-                 pipeline: str, compile_seconds: float):
+                 pipeline: str, compile_seconds: float, adaptive_threads: bool = True):
         self.executable = executable
         self.inputs = inputs
         self.target = target
@@ -72,6 +76,8 @@ class CompiledModel:
         self.device = tvm.cpu(0)
         self.vm = relax.VirtualMachine(executable, self.device)
         self._main = self.vm["main"]
+        cores = int(target.attrs.get("num-cores") or 0) or _pool_threads()
+        self.governor = ThreadGovernor(cores) if adaptive_threads and cores > 1 else None
 
     @property
     def input_names(self) -> list[str]:
@@ -123,7 +129,13 @@ class CompiledModel:
 
     def __call__(self, *args, **kwargs):
         arrays = self._arrange(args, kwargs)
-        result = self._main(*[tvm.runtime.tensor(a, self.device) for a in arrays])
+        tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
+        if self.governor is None:
+            return _to_numpy(self._main(*tensors))
+        self.governor.before_call()
+        start = time.perf_counter()
+        result = self._main(*tensors)
+        self.governor.after_call(time.perf_counter() - start)
         return _to_numpy(result)
 
     def export_library(self, path: str | os.PathLike) -> Path:
@@ -152,6 +164,12 @@ def _python_scalar(spec: InputSpec, value: float) -> np.ndarray:
     return arr
 
 
+def _pool_threads() -> int:
+    """Threads of TVM's pool as configured (``TVM_NUM_THREADS``), else the cores we may use."""
+    configured = os.environ.get("TVM_NUM_THREADS", "")
+    return int(configured) if configured.isdigit() else len(os.sched_getaffinity(0))
+
+
 def _to_numpy(value):
     """A VM result as numpy: a tensor (0-d included) as an array of its shape, a scalar the VM
     returns as a Python number (a Relax ``PrimValue``) as a 0-d array, a shape as an int64
@@ -173,6 +191,7 @@ def compile_model(
     shapes: Mapping[str, Sequence[int]] | None = None,
     pipeline: str = "cocopie",
     options: PipelineOptions | Mapping | None = None,
+    adaptive_threads: bool = True,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` and return a :class:`CompiledModel`.
 
@@ -181,6 +200,8 @@ def compile_model(
     ``Target`` (default: this machine). ``pipeline``: ``"cocopie"`` (default) or any
     registered Relax pipeline name (``"default"`` is stock TVM). ``options``: switches
     of the cocopie pipeline (:class:`~tvm_cocopie.pipeline.PipelineOptions`).
+    ``adaptive_threads``: let the model choose its thread count per call from measured
+    latency (:class:`~tvm_cocopie.threads.ThreadGovernor`); ``False`` keeps the pool's.
     """
     tgt = parse_target(target)
     register_pipeline()
@@ -212,4 +233,4 @@ def compile_model(
         ) from err
     seconds = time.perf_counter() - start
     log.info("compiled with %s for %s in %.1fs", pipeline, tgt.export().get("mcpu"), seconds)
-    return CompiledModel(executable, inputs, tgt, pipeline, seconds)
+    return CompiledModel(executable, inputs, tgt, pipeline, seconds, adaptive_threads)

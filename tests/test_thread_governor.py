@@ -1,0 +1,77 @@
+"""The thread governor of a compiled model: it keeps the thread count whose measured
+latency is lower, probes the other one less often while its choice holds, and a model
+called through it gives the same numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import conv_relu_model
+
+import tvm_cocopie
+from tvm_cocopie.target import host_target
+from tvm_cocopie.threads import ThreadGovernor
+
+
+class _Pool:
+    def __init__(self, threads):
+        self.threads = threads
+        self.switches = 0
+
+    def apply(self, n):
+        self.threads = n
+        self.switches += 1
+
+    def current(self):
+        return self.threads
+
+
+def _run(governor, pool, latency, calls):
+    used = []
+    for _ in range(calls):
+        n = governor.before_call()
+        assert pool.threads == n
+        used.append(n)
+        governor.after_call(latency(n))
+    return used
+
+
+def test_busy_core_moves_it_to_one_thread_and_back_when_quiet():
+    pool = _Pool(2)
+    gov = ThreadGovernor(2, interval=8, probe_calls=3, apply=pool.apply, current=pool.current)
+    # another process holds a core: a 2-thread call waits for the preempted worker
+    used = _run(gov, pool, lambda n: 5e-3 if n == 2 else 2e-3, 60)
+    assert gov.best == 1 and used[-10:].count(1) >= 9
+    # the machine is quiet again: two threads are twice as fast
+    _run(gov, pool, lambda n: 1e-3 if n == 2 else 2e-3, 200)
+    assert gov.best == 2
+
+
+def test_a_confirmed_choice_is_probed_less_and_less_often():
+    pool = _Pool(2)
+    gov = ThreadGovernor(2, interval=8, probe_calls=3, max_interval=128, apply=pool.apply,
+                         current=pool.current)
+    used = _run(gov, pool, lambda n: 1e-3 if n == 2 else 2e-3, 2000)
+    assert gov.best == 2 and gov.interval == 128
+    assert used.count(1) < 0.04 * len(used)  # probes: a few calls in a hundred at most
+
+
+def test_another_model_changing_the_pool_is_noticed():
+    pool = _Pool(2)
+    gov = ThreadGovernor(2, apply=pool.apply, current=pool.current)
+    gov.before_call()
+    pool.threads = 1  # another governor (another model of the process) set it
+    assert gov.before_call() == 2 and pool.threads == 2
+
+
+def test_compiled_model_runs_through_the_governor():
+    model = conv_relu_model(batch=1)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    adaptive = tvm_cocopie.compile(model, host_target(2))
+    fixed = tvm_cocopie.compile(model, host_target(2), adaptive_threads=False)
+    assert adaptive.governor is not None and fixed.governor is None
+    expected = fixed(x)
+    for _ in range(40):  # through probes and switches
+        got = adaptive(x)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert sum(len(s) for s in adaptive.governor.samples.values()) > 0
