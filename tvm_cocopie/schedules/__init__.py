@@ -6,6 +6,8 @@ not apply; rules are tried in order and the first that applies wins.
 ``default_rules(target)`` is the ordered list the cocopie pipeline applies after
 fusion:
 
+0. :class:`~.cpu.winograd.Winograd`: Winograd F(m,3) convs (transforms, batched
+   GEMM, output transform with the fused epilogue);
 1. :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
@@ -26,9 +28,10 @@ from ..target import is_hexagon
 from .cpu.conv2d_nchwc import Conv2dNCHWc
 from .cpu.fallback import Fallback
 from .cpu.matmul_packed import MatmulPacked
+from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
-__all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "default_rules"]
+__all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "Winograd", "default_rules"]
 
 
 def default_rules(target: tvm.target.Target) -> list:
@@ -37,4 +40,4 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Conv2dNCHWc(), MatmulPacked(), Fallback()]
+    return [Winograd(), Conv2dNCHWc(), MatmulPacked(), Fallback()]

@@ -27,6 +27,7 @@ from ...target import CpuInfo
 from . import conv2d_nchwc as cn
 from . import dense_packed as dp
 from . import depthwise_nchwc as dw
+from . import winograd as wg
 from .fast_math import LEGALIZE
 from .tiling import channel_block, conv_tile, depthwise_tile, matmul_tile
 
@@ -158,6 +159,10 @@ def legalize_conv2d(info: CpuInfo, fallback):
                 lambda w: dw.pack_weight(w, tile.ob), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
+        elif (wtile := wg.choose(geo, tile, info, is_constant(call.args[1]))) is not None:
+            kernel = relax.const(wg.transform_weight_numpy(const_np(call.args[1]), wtile))
+            compute, tile = wg.conv2d_winograd_nchwc, wtile
+            name = "conv2d_winograd_nchwc"
         else:
             kernel = _packed_weight(
                 bb, call.args[1], lambda w: cn.pack_weight_numpy(w, geo, tile),

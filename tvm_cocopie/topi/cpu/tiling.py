@@ -197,3 +197,14 @@ def matmul_tile(m: int, n: int, info: CpuInfo) -> MatmulTile:
         if best is None or score < best[0]:
             best = (score, tm)
     return MatmulTile(best[1], r * lanes)
+
+
+def winograd_gemm_tile(o: int, ob: int, info: CpuInfo) -> tuple[int, int]:
+    """``(r, tp)`` of the Winograd GEMM: ``r`` output chunks x ``tp`` tiles of accumulators.
+
+    The matmul budget (:func:`matmul_tile`): two weight vectors when the output chunks
+    pair up (a 6 x 16 tile on AVX2), else one and twice the tiles.
+    """
+    vecs = max(1, -(-ob // info.f32_lanes))
+    r = 2 if (o // ob) % 2 == 0 and vecs == 1 else 1
+    return r, max(1, _acc_budget(info, r * vecs) // (r * vecs))

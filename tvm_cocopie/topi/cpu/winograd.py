@@ -1,0 +1,308 @@
+"""Winograd minimal-filtering convolution F(m x m, 3 x 3) in the blocked NCHW[x]c layout.
+
+Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (CVPR 2016), section
+4: an ``m x m`` output tile of a 3x3, stride-1 conv is ``Y = A^T [U . V] A`` with the
+transformed filter ``U = G g G^T`` and the transformed input tile
+``V = B^T d B`` (``alpha x alpha`` with ``alpha = m + 2``). Summed over input
+channels, the element-wise products become ``alpha^2`` independent GEMMs
+(section 4.1)::
+
+    M[xi, nu][k, p] = sum_c U[xi, nu][k, c] V[xi, nu][c, p]
+
+which do ``alpha^2 / (m^2 9)`` of the direct conv's multiplies: 0.44 for F(2,3)
+(alpha 4), 0.25 for F(4,3) (alpha 6), plus the transforms.
+
+The matrices come from Toom-Cook interpolation (:func:`winograd_matrices`): ``A^T``
+evaluates at the points ``0, +-1, +-2, ...`` and infinity, ``G`` scales by the
+Lagrange denominators, and ``B^T`` is solved in float64 from the bilinear identity
+itself, then checked exact, so the code carries no hand-typed table.
+
+Stages (each a TE block; :mod:`tvm_cocopie.schedules.cpu.winograd` schedules them):
+
+* ``data_pad``: the input zero-padded to ``TH*m + 2`` rows and ``TW*m + 2`` columns
+  (``TH x TW`` tiles cover the output; partial tiles read zeros);
+* ``winograd_V``: ``V[xi, nu, p, cb, ci]``, one input tile per ``p`` (``P'`` tiles,
+  padded to the GEMM's register tile by repeating the last tile), the channel chunk
+  ``ci`` innermost (vectorized): only the non-zero terms of ``B^T`` appear;
+* ``winograd_M`` (annotated ``cocopie.winograd``): the batched GEMM,
+  ``M[xi, nu, kb, p, ki] = sum_c V[xi, nu, p, c] U[xi, nu, k // wb, c, k % wb]``,
+  ``U`` packed at compile time as ``(alpha, alpha, K / wb, C, wb)``;
+* ``winograd_Y``: the output transform on the exact ``(N, K/ob, OH, OW, ob)`` result,
+  the block the epilogue (bias, activation, residual add) is fused into.
+
+Only constant weights (transformed once, in numpy, in float64) take this path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
+
+import numpy as np
+from tvm import te, tirx
+
+from ...errors import CompilationError
+from .conv2d_nchwc import ConvGeometry, pad_nchwc
+
+#: block annotation of the batched GEMM: the tile sizes the schedule uses
+ANNOTATION = "cocopie.winograd"
+
+
+@cache
+def winograd_matrices(m: int, r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A^T, G, B^T)`` of F(m, r) in float64: ``(m, alpha)``, ``(alpha, r)``, ``(alpha, alpha)``.
+
+    Points ``0, 1, -1, 2, -2, ...`` (the smallest magnitudes: the best conditioned
+    integer choice) and infinity. Raises :class:`CompilationError` if the solved
+    ``B^T`` does not reproduce the 1-D correlation exactly.
+    """
+    alpha = m + r - 1
+    points = [Fraction(0)]
+    k = 1
+    while len(points) < alpha - 1:
+        points += [Fraction(k), Fraction(-k)]
+        k += 1
+    points = points[: alpha - 1]
+    at = np.zeros((m, alpha))
+    g = np.zeros((alpha, r))
+    for j, p in enumerate(points):
+        denom = math.prod((p - q for q in points if q != p), start=Fraction(1))
+        for i in range(m):
+            at[i, j] = float(p**i)
+        for c in range(r):
+            g[j, c] = float(p**c / denom)
+    at[m - 1, alpha - 1] = 1.0  # the point at infinity: the leading coefficients
+    g[alpha - 1, r - 1] = 1.0
+    # y_i = sum_c g_c d_{i+c}  <=>  sum_j AT[i,j] G[j,c] BT[j,l] = [l == i + c]
+    rows, rhs = [], []
+    for i in range(m):
+        for c in range(r):
+            for col in range(alpha):
+                eq = np.zeros((alpha, alpha))
+                eq[:, col] = at[i] * g[:, c]
+                rows.append(eq.ravel())
+                rhs.append(1.0 if col == i + c else 0.0)
+    sol, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    bt = np.round(sol.reshape(alpha, alpha) * 24) / 24  # rationals of small denominators
+    check = np.einsum("ij,jc,jl->icl", at, g, bt)
+    want = np.zeros((m, r, alpha))
+    for i in range(m):
+        for c in range(r):
+            want[i, c, i + c] = 1.0
+    if not np.allclose(check, want, atol=1e-12):
+        raise CompilationError(f"no exact Winograd F({m},{r}) transform from these points")
+    # a row of B^T and of G may change sign together: make each B^T row start positive
+    sign = np.array([np.sign(row[np.flatnonzero(row)[0]]) for row in bt])
+    return at + 0.0, g * sign[:, None] + 0.0, bt * sign[:, None] + 0.0
+
+
+@dataclass(frozen=True)
+class WinogradTile:
+    """Blocking of a Winograd conv: output tile ``m``, layout blocks, GEMM register tile."""
+
+    m: int  # output tile (2: F(2,3), 4: F(4,3))
+    ib: int  # input channel chunk (layout)
+    ob: int  # output channel chunk (layout)
+    r: int  # output chunks per GEMM register tile: wb = r * ob lanes
+    tp: int  # tiles per GEMM register tile (broadcast rows)
+
+    @property
+    def alpha(self) -> int:
+        """Transformed tile size ``m + 2``."""
+        return self.m + 2
+
+    @property
+    def wb(self) -> int:
+        """Output channels per GEMM register tile."""
+        return self.r * self.ob
+
+
+def supports(geo: ConvGeometry) -> bool:
+    """Whether Winograd F(m, 3) computes this conv: 3x3, stride 1, dilation 1, groups 1."""
+    return (geo.kh == geo.kw == 3 and geo.stride == (1, 1) and geo.dilation == (1, 1)
+            and geo.groups == 1)
+
+
+def tiles(geo: ConvGeometry, m: int) -> tuple[int, int]:
+    """Output tiles ``(TH, TW)`` of size ``m`` covering ``OH x OW``."""
+    return -(-geo.oh // m), -(-geo.ow // m)
+
+
+def padded_tiles(geo: ConvGeometry, tile: WinogradTile) -> int:
+    """``P'``: all tiles of the batch, rounded up to the GEMM's ``tp``."""
+    th, tw = tiles(geo, tile.m)
+    return -(-(geo.n * th * tw) // tile.tp) * tile.tp
+
+
+def transform_weight_numpy(weight: np.ndarray, tile: WinogradTile) -> np.ndarray:
+    """OIHW 3x3 weight -> ``U`` packed ``(alpha, alpha, K / wb, C, wb)`` (float64 math)."""
+    o, c, kh, kw = weight.shape
+    if (kh, kw) != (3, 3) or o % tile.wb:
+        raise CompilationError(f"Winograd needs a 3x3 weight with outputs a multiple of "
+                               f"{tile.wb}, got {weight.shape}")
+    _, g, _ = winograd_matrices(tile.m)
+    u = np.einsum("xa,ocab,yb->xyoc", g, weight.astype(np.float64), g)  # (a, a, O, C)
+    a = tile.alpha
+    u = u.reshape(a, a, o // tile.wb, tile.wb, c).transpose(0, 1, 2, 4, 3)
+    return np.ascontiguousarray(u.astype(weight.dtype))
+
+
+def _linear(coeffs, terms):
+    """``sum_j coeffs[j] * terms(j)`` over the non-zero coefficients (no multiply by 1)."""
+    out = None
+    for j, cf in enumerate(coeffs):
+        if cf == 0:
+            continue
+        t = terms(j)
+        if cf == -1:
+            out = -t if out is None else out - t
+            continue
+        if cf != 1:
+            t = t * tirx.const(float(cf), "float32")
+        out = t if out is None else out + t
+    return out if out is not None else tirx.const(0.0, "float32")
+
+
+def _select(index, values):
+    """``values[index]`` for a loop variable ``index`` (a chain the unrolled loop folds)."""
+    out = values[-1]
+    for i in range(len(values) - 2, -1, -1):
+        out = tirx.Select(index == i, values[i], out)
+    return out
+
+
+def _input_transform(dpad: te.Tensor, geo: ConvGeometry, tile: WinogradTile,
+                     ptiles: int) -> te.Tensor:
+    """``V[xi, nu, p, cb, ci] = (B^T d_p B)[xi, nu]`` per tile ``p``, channel ``(cb, ci)``."""
+    _, _, bt = winograd_matrices(tile.m)
+    a, m = tile.alpha, tile.m
+    th, tw = tiles(geo, m)
+    last = geo.n * th * tw - 1
+    cb_count, ib = int(dpad.shape[1]), tile.ib
+
+    def fcompute(xi, nu, p, cb, ci):
+        pc = tirx.min(p, last) if ptiles > last + 1 else p
+        n, rest = pc // (th * tw), pc % (th * tw)
+        y0, x0 = rest // tw * m, rest % tw * m
+
+        def row(i):  # (d B)[i, nu] for each nu; then B^T on the left
+            return [_linear(bt[v], lambda j, i=i: dpad[n, cb, y0 + i, x0 + j, ci])
+                    for v in range(a)]
+
+        rows = [row(i) for i in range(a)]
+        per_xi = [_select(nu, [_linear(bt[x], lambda i, v=v: rows[i][v]) for v in range(a)])
+                  for x in range(a)]
+        return _select(xi, per_xi)
+
+    return te.compute((a, a, ptiles, cb_count, ib), fcompute, name="winograd_V")
+
+
+def _output_transform(mmat: te.Tensor, geo: ConvGeometry, tile: WinogradTile,
+                      out_dtype: str) -> te.Tensor:
+    """``Y[n, kb, y, x, ki] = (A^T M_p A)[y % m, x % m]`` for the tile ``p`` of ``(y, x)``."""
+    at, _, _ = winograd_matrices(tile.m)
+    m = tile.m
+    th, tw = tiles(geo, m)
+
+    def fcompute(n, kb, y, x, ki):
+        p = (n * th + y // m) * tw + x // m
+
+        def inner(yy, xx):
+            return _linear(at[yy], lambda xi: _linear(
+                at[xx], lambda nu: mmat[xi, nu, kb, p, ki]))
+
+        per_y = [_select(x % m, [inner(yy, xx) for xx in range(m)]) for yy in range(m)]
+        return _select(y % m, per_y).astype(out_dtype)
+
+    return te.compute((geo.n, geo.o // tile.ob, geo.oh, geo.ow, tile.ob), fcompute,
+                      name="winograd_Y")
+
+
+def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
+                          tile: WinogradTile, out_dtype: str = "float32") -> te.Tensor:
+    """``(N, C/ib, H, W, ib) x U -> (N, K/ob, OH, OW, ob)`` by Winograd F(m, 3).
+
+    ``packed`` is :func:`transform_weight_numpy`'s output (a constant).
+    """
+    if not supports(geo):
+        raise CompilationError("Winograd F(m,3) needs a 3x3, stride-1, undilated, ungrouped conv")
+    if geo.o % tile.wb or tile.wb % tile.ob or geo.c % tile.ib:
+        raise CompilationError(f"channels {geo.c}->{geo.o} do not fit blocks {tile}")
+    a, m = tile.alpha, tile.m
+    th, tw = tiles(geo, m)
+    dpad = pad_nchwc(data, geo, th * m + 2, tw * m + 2)
+    ptiles = padded_tiles(geo, tile)
+    v = _input_transform(dpad, geo, tile, ptiles)
+    rc = te.reduce_axis((0, geo.c), "rc")
+    ib, ob, wb = tile.ib, tile.ob, tile.wb
+    attrs = {"m": m, "r": tile.r, "tp": tile.tp}
+    mmat = te.compute(
+        (a, a, geo.o // ob, ptiles, ob),
+        lambda xi, nu, kb, p, ki: te.sum(
+            v[xi, nu, p, rc // ib, rc % ib].astype(out_dtype)
+            * packed[xi, nu, kb * ob // wb, rc, (kb * ob) % wb + ki].astype(out_dtype),
+            axis=[rc]),
+        name="winograd_M", attrs={ANNOTATION: attrs})
+    return _output_transform(mmat, geo, tile, out_dtype)
+
+
+def winograd_flops(geo: ConvGeometry, m: int) -> int:
+    """Multiply-adds x 2 of the GEMM stage (the transforms not counted)."""
+    th, tw = tiles(geo, m)
+    return 2 * (m + 2) ** 2 * geo.n * th * tw * geo.c * geo.o
+
+
+__all__ = [
+    "ANNOTATION",
+    "WinogradTile",
+    "conv2d_winograd_nchwc",
+    "padded_tiles",
+    "supports",
+    "tiles",
+    "transform_weight_numpy",
+    "winograd_flops",
+    "winograd_matrices",
+]
+
+
+# ------------------------------------------------------------------ the choice
+
+#: environment switch: ``auto`` (the measured heuristic, default), ``off``, or ``2`` /
+#: ``4`` to force F(2,3) / F(4,3) on every eligible conv (measurements, tests)
+MODE_ENV = "TVM_COCOPIE_WINOGRAD"
+
+
+def mode() -> str:
+    """The Winograd switch: ``"auto"``, ``"off"``, ``"2"`` or ``"4"`` (see :data:`MODE_ENV`)."""
+    value = os.environ.get(MODE_ENV, "auto").strip().lower()
+    if value in ("0", "off", "false", "no", "none"):
+        return "off"
+    if value in ("2", "4", "auto"):
+        return value
+    raise CompilationError(f"{MODE_ENV}={value!r}: use auto, off, 2 (F(2,3)) or 4 (F(4,3))")
+
+
+def preferred_m(geo: ConvGeometry) -> int | None:
+    """The measured heuristic: the output tile that beats the direct conv, or ``None``."""
+    return None  # not measured yet: the direct conv everywhere unless forced
+
+
+def choose(geo: ConvGeometry, direct, info, constant_weight: bool) -> WinogradTile | None:
+    """The Winograd tile for a conv the direct kernel would run with tile ``direct``, or
+    ``None`` to keep the direct conv (unsupported shape, non-constant weight, the switch
+    off, or the heuristic says the direct conv is faster)."""
+    from .tiling import winograd_gemm_tile
+
+    if not constant_weight or not supports(geo) or info.arch == "hexagon":
+        return None
+    setting = mode()
+    if setting == "off":
+        return None
+    m = preferred_m(geo) if setting == "auto" else int(setting)
+    if m is None:
+        return None
+    r, tp = winograd_gemm_tile(geo.o, direct.ob, info)
+    return WinogradTile(m, direct.ib, direct.ob, r, tp)
