@@ -6,9 +6,13 @@ layouts (``layout=0``: ``X[seq, batch, input]``; ``layout=1``: batch first), ini
 states, ``sequence_lens``, peepholes (``P``), ``clip``, ``input_forget``,
 ``linear_before_reset`` and the activation list with its alphas and betas.
 
-The recurrence is unrolled over the (static) sequence length. The input projection
-``X @ W^T + bias`` of all time steps is one batched matmul; each step then adds
-``H @ R^T`` and applies the gates. With ``sequence_lens``, step ``t`` of batch
+In the common case (float32, static sizes, the default activations, no ``clip``, no
+``input_forget``, no ``sequence_lens`` or a constant one equal to the sequence length
+everywhere) a layer is one batched input-projection matmul ``X @ W^T + bias`` over all
+steps and directions, then one loop kernel (:mod:`tvm_cocopie.topi.cpu.recurrent`)
+that walks the time steps, its directions in parallel. Every other case is unrolled
+over the (static) sequence length, and that path stays the reference: the same input
+projection per direction, then per step ``H @ R^T`` and the gates. With ``sequence_lens``, step ``t`` of batch
 entry ``b`` only updates the state when ``t < sequence_lens[b]`` and writes zeros to
 ``Y`` otherwise, so ``Y_h``/``Y_c`` hold each entry's last valid state. A reverse
 direction walks ``t`` from the end down, and the same mask makes entry ``b`` start
@@ -19,12 +23,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 
 from ...errors import ModelError
-from .common import attr_str, attr_strs, dtype_of, is_empty, scalar, shape_of
+from ...topi.cpu import recurrent as loop_kernel
+from .common import attr_str, attr_strs, const_value, dtype_of, is_empty, scalar, shape_of
 from .registry import register
+
+#: Whether the common case becomes one loop kernel per layer (``False``: always unroll,
+#: the reference path; tests switch it).
+USE_LOOP_KERNEL = True
 
 #: Default alpha/beta of each activation (those of the ONNX op of the same name).
 _ACTIVATION_DEFAULTS = {
@@ -127,8 +137,105 @@ class _Recurrent(OnnxOpConverter):
         if "hidden_size" in attr and int(attr["hidden_size"]) != hidden:
             raise ModelError(f"hidden_size={attr['hidden_size']} but W holds {hidden} per gate")
         names = attr_strs(attr, "activations") or list(cls.spec.activations) * len(dirs)
-        per_dir = len(cls.spec.activations)
         funcs = activation_functions(attr, names, dtype)
+        if cls._loop_applies(attr, names, dirs, dtype, shape, hidden, lens):
+            y, y_h, y_c = cls._loop(bb, x, w, r, bias, init_h, init_c, peep, dirs, hidden, attr)
+        else:
+            y, y_h, y_c = cls._unrolled(bb, x, w, r, bias, lens, init_h, init_c, peep, dirs,
+                                        hidden, funcs, attr)
+        if layout == 1:
+            y = op.permute_dims(y, [2, 0, 1, 3])
+            y_h = op.permute_dims(y_h, [1, 0, 2])
+            y_c = None if y_c is None else op.permute_dims(y_c, [1, 0, 2])
+        outs = [y, y_h, y_c][: 1 + cls.spec.states]
+        return relax.Tuple([bb.emit(o) for o in outs])
+
+    @classmethod
+    def _loop_applies(cls, attr, names, dirs, dtype, shape, hidden, lens) -> bool:
+        """Whether the layer is the common case the loop kernel implements."""
+        if not USE_LOOP_KERNEL or dtype != "float32":
+            return False
+        if not all(isinstance(v, int) for v in shape[:2]) or not isinstance(hidden, int):
+            return False
+        defaults = [a.lower() for a in cls.spec.activations] * len(dirs)
+        if [n.lower() for n in names] != defaults:
+            return False
+        if attr.get("clip") is not None or int(attr.get("input_forget", 0)):
+            return False
+        if lens is not None:  # only lengths that are all the full sequence
+            value = const_value(lens)
+            return value is not None and bool(np.all(value == shape[0]))
+        return True
+
+    @classmethod
+    def _loop(cls, bb, x, w, r, bias, init_h, init_c, peep, dirs, hidden, attr):
+        """One input-projection matmul for all steps and directions, then the loop
+        kernel; returns ``Y[T, D, B, H]``, ``Y_h``, ``Y_c`` (``None`` but for LSTM)."""
+        op = relax.op
+        steps, batch = shape_of(x)[:2]
+        n_dirs, gh = len(dirs), cls.spec.gates * hidden
+        inputs = shape_of(w)[2]
+        spec = loop_kernel.LoopSpec(
+            cell=cls.__name__.lower(), steps=steps, batch=batch, hidden=hidden,
+            reverse=tuple(name == "reverse" for name in dirs),
+            init_h=init_h is not None, init_c=init_c is not None, peepholes=peep is not None,
+            linear_before_reset=bool(int(attr.get("linear_before_reset", 0))))
+        wt = _folded(bb, w, lambda a: a.reshape(n_dirs * gh, inputs).T,
+                     lambda e: op.permute_dims(op.reshape(e, [n_dirs * gh, inputs]), [1, 0]))
+        xw = bb.emit(op.matmul(x, wt))  # [steps, batch, dirs * gates * hidden]
+        rbh = None
+        if bias is not None:
+            xb, rbh = cls._loop_biases(bb, bias, n_dirs, hidden, spec)
+            xw = bb.emit(op.add(xw, xb))
+        args = {"xw": xw, "h0": init_h, "c0": init_c, "p": peep}
+        for k, (first, gates) in enumerate(spec.weight_groups()):
+            args[f"rt{k}"] = _packed_weights(bb, r, first * hidden, gates * hidden, hidden)
+        if spec.cell == "gru" and spec.linear_before_reset:
+            args["rbh"] = rbh if rbh is not None else relax.const(
+                np.zeros((n_dirs, hidden), "float32"))
+        out_ty = [relax.TensorType(list(s), "float32") for s in spec.output_shapes()]
+        func = loop_kernel.recurrent_loop(spec)
+        gv = bb.add_func(func, f"{spec.cell}_loop")
+        call = bb.emit(relax.call_tir(gv, [args[n] for n, _ in spec.input_shapes()], out_ty))
+        outs = [bb.emit(relax.TupleGetItem(call, i)) for i in range(len(out_ty))]
+        return outs[0], outs[1], outs[2] if len(outs) > 2 else None
+
+    @classmethod
+    def _loop_biases(cls, bb, bias, n_dirs, hidden, spec):
+        """``Wb + Rb`` as ``[D * G * H]`` for the input projection, and GRU's ``Rbh``
+        ``[D, H]`` when ``linear_before_reset`` keeps it inside ``r * (...)``."""
+        gh = spec.gates * hidden
+        split = spec.cell == "gru" and spec.linear_before_reset
+        keep = np.ones(gh, "float32")
+        if split:
+            keep[2 * hidden:] = 0.0
+
+        def xb_np(a):
+            b = a.reshape(n_dirs, 2, gh)
+            return (b[:, 0] + b[:, 1] * keep).reshape(-1)
+
+        def xb_relax(e):
+            op = relax.op
+            wb = op.strided_slice(e, [1], [0], [gh])
+            rb = op.strided_slice(e, [1], [gh], [2 * gh])
+            return op.reshape(op.add(wb, op.multiply(rb, relax.const(keep))), [n_dirs * gh])
+
+        xb = _folded(bb, bias, xb_np, xb_relax)
+        if not split:
+            return xb, None
+        rbh = _folded(bb, bias, lambda a: a[:, gh + 2 * hidden:],
+                      lambda e: relax.op.strided_slice(e, [1], [gh + 2 * hidden], [2 * gh]))
+        return xb, rbh
+
+    @classmethod
+    def _unrolled(cls, bb, x, w, r, bias, lens, init_h, init_c, peep, dirs, hidden, funcs,
+                  attr):
+        """The reference path: every time step its own matmul and gate ops."""
+        op = relax.op
+        dtype = dtype_of(x)
+        shape = shape_of(x)
+        steps = shape[0]
+        per_dir = len(cls.spec.activations)
         clip = attr.get("clip")
         mask_lens = None
         if lens is not None:
@@ -163,12 +270,7 @@ class _Recurrent(OnnxOpConverter):
         y = bb.emit(op.stack(ys, 1))  # [steps, dirs, batch, hidden]
         y_h = bb.emit(op.stack(hs, 0))  # [dirs, batch, hidden]
         y_c = bb.emit(op.stack(cs, 0))
-        if layout == 1:
-            y = op.permute_dims(y, [2, 0, 1, 3])
-            y_h = op.permute_dims(y_h, [1, 0, 2])
-            y_c = op.permute_dims(y_c, [1, 0, 2])
-        outs = [y, y_h, y_c][: 1 + cls.spec.states]
-        return relax.Tuple([bb.emit(o) for o in outs])
+        return y, y_h, y_c
 
     @classmethod
     def _direction_weights(cls, bb, w, r, bias, peep, d, hidden, dtype) -> dict:
@@ -302,3 +404,35 @@ class LSTM(_Recurrent):
         o = bb.emit(act[0](cls._clip(o, clip, dtype)))
         new_h = bb.emit(op.multiply(o, act[2](new_c)))
         return {"h": new_h, "c": new_c}
+
+
+def _folded(bb, expr, np_fn, relax_fn) -> relax.Expr:
+    """``np_fn`` of ``expr``'s value as a constant when it is one, else ``relax_fn``'s
+    ops (weights given at run time)."""
+    value = const_value(expr)
+    if value is not None:
+        return relax.const(np.ascontiguousarray(np_fn(value)))
+    return bb.emit(relax_fn(expr))
+
+
+def _packed_weights(bb, r, start: int, columns: int, hidden: int) -> relax.Expr:
+    """Rows ``start:start+columns`` of ``R[D, G*H, H]`` transposed and packed for the
+    loop kernel's GEMV: ``[D, NJ, H, JT]``, columns zero-padded to ``NJ * JT``."""
+    jt = loop_kernel.column_tile(columns)
+    tiles = -(-columns // jt)
+    pad = tiles * jt - columns
+
+    def np_fn(a):
+        rt = a[:, start:start + columns, :].transpose(0, 2, 1)  # [D, H, columns]
+        rt = np.pad(rt, [(0, 0), (0, 0), (0, pad)])
+        return rt.reshape(a.shape[0], hidden, tiles, jt).transpose(0, 2, 1, 3)
+
+    def relax_fn(e):
+        op = relax.op
+        rt = op.permute_dims(op.strided_slice(e, [1], [start], [start + columns]), [0, 2, 1])
+        if pad:
+            rt = op.nn.pad(rt, [0, 0, 0, 0, 0, pad])
+        dirs = shape_of(e)[0]
+        return op.permute_dims(op.reshape(rt, [dirs, hidden, tiles, jt]), [0, 2, 1, 3])
+
+    return _folded(bb, r, np_fn, relax_fn)
