@@ -38,6 +38,7 @@ from ..base import (
     inline_consumers,
     inline_prologue,
     parallel_spatial,
+    try_apply,
     vectorizable,
     vectorize_inner,
 )
@@ -47,26 +48,41 @@ def _block(sch: s_tir.Schedule, name: str):
     return sch.get_sblock(name)
 
 
-def schedule_input_transform(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
-    """Tiles x chunks parallel, the alpha x alpha outputs unrolled, lanes vectorized."""
-    xi, nu, p, cb, ci = sch.get_loops(block)
+def schedule_input_transform(sch: s_tir.Schedule, block, info: CpuInfo, prologue: list,
+                             parallel: bool) -> None:
+    """Tiles x chunks (parallel unless inside a cache block), the alpha x alpha outputs
+    unrolled, lanes vectorized.
+
+    The padded input (``prologue``) is computed per tile, the ``alpha x alpha`` window
+    it reads, in L1 (neighbouring tiles redo their overlap: copies, cheap beside the
+    transform), instead of as a pass of its own over memory.
+    """
+    xi, nu, p, cb, ci = sch.get_loops(block)[-5:]
     sch.reorder(p, cb, xi, nu, ci)
-    fuse_parallel(sch, [p, cb], info, block_work(sch, block))
+    outer = fuse_parallel(sch, [p, cb], info, block_work(sch, block)) if parallel else p
+    for pro in reversed(prologue):
+        try:
+            sch.compute_at(pro, outer, preserve_unit_loops=True)
+            vectorize_inner(sch, sch.get_loops(pro)[-1], info.f32_lanes)
+        except Exception:  # noqa: BLE001 - an opaque producer: a pass of its own
+            parallel_spatial(sch, pro, info)
     sch.unroll(xi)
     sch.unroll(nu)
     sch.vectorize(ci)
 
 
-def schedule_gemm(sch: s_tir.Schedule, anchor, info: CpuInfo, r: int, tp: int, ib: int) -> None:
+def schedule_gemm(sch: s_tir.Schedule, anchor, info: CpuInfo, r: int, tp: int, ib: int,
+                  parallel: bool) -> None:
     """The register-tiled batched GEMM of the module docstring."""
     work = block_work(sch, anchor)
     acc = sch.cache_write(anchor, 0, "local")
-    xi, nu, kb, p, ki, rc = sch.get_loops(anchor)
+    xi, nu, kb, p, ki, rc = sch.get_loops(anchor)[-6:]
     kbo, kbr = sch.split(kb, [None, r])
     po, pi = sch.split(p, [None, tp])
     rco, rci = sch.split(rc, [None, ib])
     sch.reorder(xi, nu, kbo, po, rco, rci, kbr, pi, ki)
-    fuse_parallel(sch, [xi, nu, kbo], info, work, MIN_PARALLEL_MACS)
+    if parallel:
+        fuse_parallel(sch, [xi, nu, kbo], info, work, MIN_PARALLEL_MACS)
     sch.reverse_compute_at(acc, po)
     vectorize_inner(sch, sch.get_loops(acc)[-1], info.f32_lanes)
     sch.unroll(rci)
@@ -76,41 +92,66 @@ def schedule_gemm(sch: s_tir.Schedule, anchor, info: CpuInfo, r: int, tp: int, i
     sch.decompose_reduction(anchor, rco)
 
 
-def schedule_output_transform(sch: s_tir.Schedule, block, info: CpuInfo, m: int) -> None:
-    """One ``m x m`` output tile per iteration, its rows/columns unrolled, lanes vectorized."""
-    n, kb, y, x, ki = sch.get_loops(block)
-    ty, yi = sch.split(y, [None, m])
-    tx, xi = sch.split(x, [None, m])
-    sch.reorder(n, kb, ty, tx, yi, xi, ki)
-    fuse_parallel(sch, [n, kb, ty, tx], info, block_work(sch, block))
+def schedule_output_tiles(sch: s_tir.Schedule, block, info: CpuInfo, pb: int, fused: bool):
+    """Output transform, tile-major: ``(blocks, tiles, K chunks)`` outer, ``m x m``
+    unrolled, lanes vectorized. Returns the block loop (the cache block)."""
+    p, kb, yi, xi, ki = sch.get_loops(block)
+    b, pin = sch.split(p, [None, pb])
     sch.unroll(yi)
     sch.unroll(xi)
+    sch.vectorize(ki)
+    if fused:
+        if info.num_cores > 1:
+            sch.parallel(b)
+        return b
+    fuse_parallel(sch, [b, pin, kb], info, block_work(sch, block))
+    return None
+
+
+def schedule_untile(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
+    """The gather to ``(N, K/ob, OH, OW, ob)`` with the epilogue: parallel rows, vector lanes."""
+    loops = sch.get_loops(block)
     if vectorizable(sch, block):
-        sch.vectorize(ki)
+        vectorize_inner(sch, loops[-1], info.f32_lanes)
+    fuse_parallel(sch, loops[:-2], info, block_work(sch, block))
 
 
 def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Schedule:
-    """Schedule the whole Winograd PrimFunc around its GEMM block ``anchor``."""
+    """Schedule the whole Winograd PrimFunc around its GEMM block ``anchor``.
+
+    With enough cache blocks for the cores (``FUSE_MIN_BLOCKS`` per core) the input
+    transform, GEMM and output transform of a block of ``pb`` tiles run one after the
+    other inside one parallel loop, their intermediates in L2; otherwise (few tiles:
+    small images) each stage is a parallel pass of its own over all tiles.
+    """
     ann = sch.get(anchor).annotations[ANNOTATION]
-    m, r, tp = int(ann["m"]), int(ann["r"]), int(ann["tp"])
+    r, tp, pb = int(ann["r"]), int(ann["tp"]), int(ann["pb"])
     vblock = _block(sch, "winograd_V")
+    prologue = inline_prologue(sch, vblock)
     yblock = _block(sch, "winograd_Y")
-    for block in inline_prologue(sch, vblock):
-        parallel_spatial(sch, block, info)
     final = inline_consumers(sch, yblock)
-    separate = None
-    if final is not None:
-        try:
-            sch.reverse_compute_inline(final)  # the epilogue in the output transform
-        except Exception:  # noqa: BLE001 - a layout change back to NCHW: its own pass
-            separate = final
+    if final is not None and try_apply(sch, lambda s: s.reverse_compute_inline(
+            s.get_sblock(sch.get(final).name_hint))) is not None:
+        sch.reverse_compute_inline(final)  # the epilogue in the gather
+        final = None
     ib = int(sch.get(vblock).iter_vars[-1].dom.extent)
-    schedule_input_transform(sch, _block(sch, "winograd_V"), info)
-    schedule_gemm(sch, anchor, info, r, tp, ib)
-    schedule_output_transform(sch, _block(sch, "winograd_Y"), info, m)
-    if separate is not None:
-        parallel_spatial(sch, separate, info)
+    ytiles = _block(sch, "winograd_Yt")
+    blocks = int(sch.get(ytiles).iter_vars[0].dom.extent) // pb
+    fused = blocks >= FUSE_MIN_BLOCKS * max(1, info.num_cores)
+    loop = schedule_output_tiles(sch, ytiles, info, pb, fused)
+    if fused:
+        sch.compute_at(anchor, loop, preserve_unit_loops=True)
+        sch.compute_at(_block(sch, "winograd_V"), loop, preserve_unit_loops=True)
+    schedule_gemm(sch, anchor, info, r, tp, ib, parallel=not fused)
+    schedule_input_transform(sch, _block(sch, "winograd_V"), info, prologue, parallel=not fused)
+    schedule_untile(sch, _block(sch, "winograd_Y"), info)
+    if final is not None:
+        parallel_spatial(sch, final, info)
     return sch
+
+
+#: cache blocks per core from which the three stages run fused (load balance)
+FUSE_MIN_BLOCKS = 2
 
 
 class Winograd(CpuRule):

@@ -108,6 +108,12 @@ class WinogradTile:
     ob: int  # output channel chunk (layout)
     r: int  # output chunks per GEMM register tile: wb = r * ob lanes
     tp: int  # tiles per GEMM register tile (broadcast rows)
+    pb: int = 0  # tiles per cache block (a multiple of tp; 0: tp)
+
+    @property
+    def block(self) -> int:
+        """Tiles per cache block: the unit the three stages run on, fused."""
+        return self.pb or self.tp
 
     @property
     def alpha(self) -> int:
@@ -132,9 +138,9 @@ def tiles(geo: ConvGeometry, m: int) -> tuple[int, int]:
 
 
 def padded_tiles(geo: ConvGeometry, tile: WinogradTile) -> int:
-    """``P'``: all tiles of the batch, rounded up to the GEMM's ``tp``."""
+    """``P'``: all tiles of the batch, rounded up to the cache block."""
     th, tw = tiles(geo, tile.m)
-    return -(-(geo.n * th * tw) // tile.tp) * tile.tp
+    return -(-(geo.n * th * tw) // tile.block) * tile.block
 
 
 def transform_weight_numpy(weight: np.ndarray, tile: WinogradTile) -> np.ndarray:
@@ -202,23 +208,29 @@ def _input_transform(dpad: te.Tensor, geo: ConvGeometry, tile: WinogradTile,
 
 def _output_transform(mmat: te.Tensor, geo: ConvGeometry, tile: WinogradTile,
                       out_dtype: str) -> te.Tensor:
-    """``Y[n, kb, y, x, ki] = (A^T M_p A)[y % m, x % m]`` for the tile ``p`` of ``(y, x)``."""
+    """``Yt[p, kb, yi, xi, ki] = (A^T M_p A)[yi, xi]``: the output tiles, tile-major."""
     at, _, _ = winograd_matrices(tile.m)
     m = tile.m
-    th, tw = tiles(geo, m)
+    ptiles = int(mmat.shape[3])
 
-    def fcompute(n, kb, y, x, ki):
-        p = (n * th + y // m) * tw + x // m
-
+    def fcompute(p, kb, yi, xi, ki):
         def inner(yy, xx):
-            return _linear(at[yy], lambda xi: _linear(
-                at[xx], lambda nu: mmat[xi, nu, kb, p, ki]))
+            return _linear(at[yy], lambda a: _linear(at[xx], lambda b: mmat[a, b, kb, p, ki]))
 
-        per_y = [_select(x % m, [inner(yy, xx) for xx in range(m)]) for yy in range(m)]
-        return _select(y % m, per_y).astype(out_dtype)
+        per_y = [_select(xi, [inner(yy, xx) for xx in range(m)]) for yy in range(m)]
+        return _select(yi, per_y).astype(out_dtype)
 
-    return te.compute((geo.n, geo.o // tile.ob, geo.oh, geo.ow, tile.ob), fcompute,
-                      name="winograd_Y")
+    return te.compute((ptiles, geo.o // tile.ob, m, m, tile.ob), fcompute, name="winograd_Yt")
+
+
+def _untile(ytiles: te.Tensor, geo: ConvGeometry, tile: WinogradTile) -> te.Tensor:
+    """``Y[n, kb, y, x, ki]`` gathered from the tiles: the block the epilogue joins."""
+    m = tile.m
+    th, tw = tiles(geo, m)
+    return te.compute(
+        (geo.n, geo.o // tile.ob, geo.oh, geo.ow, tile.ob),
+        lambda n, kb, y, x, ki: ytiles[(n * th + y // m) * tw + x // m, kb, y % m, x % m, ki],
+        name="winograd_Y")
 
 
 def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
@@ -238,7 +250,7 @@ def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
     v = _input_transform(dpad, geo, tile, ptiles)
     rc = te.reduce_axis((0, geo.c), "rc")
     ib, ob, wb = tile.ib, tile.ob, tile.wb
-    attrs = {"m": m, "r": tile.r, "tp": tile.tp}
+    attrs = {"m": m, "r": tile.r, "tp": tile.tp, "pb": tile.block}
     mmat = te.compute(
         (a, a, geo.o // ob, ptiles, ob),
         lambda xi, nu, kb, p, ki: te.sum(
@@ -246,7 +258,7 @@ def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
             * packed[xi, nu, kb * ob // wb, rc, (kb * ob) % wb + ki].astype(out_dtype),
             axis=[rc]),
         name="winograd_M", attrs={ANNOTATION: attrs})
-    return _output_transform(mmat, geo, tile, out_dtype)
+    return _untile(_output_transform(mmat, geo, tile, out_dtype), geo, tile)
 
 
 def winograd_flops(geo: ConvGeometry, m: int) -> int:
@@ -305,4 +317,21 @@ def choose(geo: ConvGeometry, direct, info, constant_weight: bool) -> WinogradTi
     if m is None:
         return None
     r, tp = winograd_gemm_tile(geo.o, direct.ob, info)
-    return WinogradTile(m, direct.ib, direct.ob, r, tp)
+    return WinogradTile(m, direct.ib, direct.ob, r, tp,
+                        cache_block(geo, m, tp, max(1, info.num_cores)))
+
+
+#: bytes of transformed input + GEMM result + output tiles one cache block may hold
+#: (half of a 512 KiB L2, the smallest per-core L2 among the x86 CPUs we target)
+BLOCK_BYTES = 256 * 1024
+
+
+def cache_block(geo: ConvGeometry, m: int, tp: int, cores: int) -> int:
+    """Tiles per cache block: a multiple of ``tp`` whose intermediates fit
+    :data:`BLOCK_BYTES`, leaving at least 4 blocks per core."""
+    a = m + 2
+    per_tile = 4 * (a * a * (geo.c + geo.o) + m * m * geo.o)
+    th, tw = tiles(geo, m)
+    by_cache = BLOCK_BYTES // (per_tile * tp)
+    by_cores = geo.n * th * tw // (tp * 4 * cores)
+    return tp * max(1, min(by_cache, by_cores))
