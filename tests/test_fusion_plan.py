@@ -110,6 +110,19 @@ def test_random_graphs_give_the_same_numbers_fused_and_unfused(tmp_path_factory,
             np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)
 
 
+def test_two_blocks_of_the_same_kernels_get_two_functions(tmp_path):
+    """Found by the random graphs: two blocks fusing the same kernels (concat + slice of
+    x with itself, and of x with relu(x)) were both called through the first one's name,
+    with the second one's arguments."""
+    steps = [("unary", 0, 0, 0), ("unary", 0, 0, 0), ("concat", 0, 0, 0), ("concat", 0, 1, 0)]
+    model = _random_model(steps, 0)
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "fusion.sqlite"))
+    got = tvm_cocopie.compile(model, options=opts)(x=x)
+    for a, r in zip(got, ort_run(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6)
+
+
 def _yellow_model():
     """A row maximum broadcast back (Many-to-Many then One-to-Many: a yellow pair)."""
     nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[2], keepdims=1),

@@ -48,11 +48,12 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
     hidden = {n.var for b in fused for n in b.nodes if n is not b.output}
     bb = relax.BlockBuilder(mod)
     calls = {}
+    taken = {gv.name_hint for gv in mod.get_global_vars()}
     for block in fused:
         inputs = _block_inputs(block, bindings)
         params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(inputs)]
         env = dict(zip(inputs, params))
-        name = "fused_" + "_".join(n.kernel for n in block.nodes)[:120]
+        name = _unique("fused_" + "_".join(n.kernel for n in block.nodes)[:120], taken)
         with bb.function(name, params, attrs={"Primitive": True}, private=True):
             with bb.dataflow():
                 for node in block.nodes:
@@ -69,6 +70,18 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
     log.info("DNNFusion: %d calls fused into %d kernels", sum(len(b.nodes) for b in fused),
              len(fused))
     return out
+
+
+def _unique(name: str, taken: set) -> str:
+    """``name``, or ``name_1``, ``name_2``... if two blocks fuse the same kernels (the
+    block builder would rename the second function, and a look-up by the first name
+    would then call the first one with the second's arguments)."""
+    candidate, k = name, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}_{k}"
+    taken.add(candidate)
+    return candidate
 
 
 def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
