@@ -131,14 +131,51 @@ def inline_copies(sch: s_tir.Schedule, block) -> tuple[int, int]:
     return nodes, reads
 
 
+def _select_parts(value) -> tuple | None:
+    """``(condition, [branches])`` of an ``if_then_else`` or ``Select``, else ``None``."""
+    if isinstance(value, ir.Call) and getattr(value.op, "name", "") == "prim.if_then_else":
+        return value.args[0], list(value.args[1:])
+    if isinstance(value, tirx.Select):
+        return value.condition, [value.true_value, value.false_value]
+    return None
+
+
+def is_concatenation(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` selects between reads of two buffers by position (a concatenation:
+    ``if_then_else(4 <= j, b[j - 4], a[j])``; a condition that reads a buffer, as ONNX
+    ``Where`` does, is not one).
+
+    Such a block stays materialized. Inlined into its consumer, the branch not taken
+    indexes out of its buffer (``b[-4]`` at ``j = 0``), and through a consumer's reshape
+    arithmetic TVM 0.27 miscompiled that once its indices were narrowed to 32 bits: ONNX's
+    RotaryEmbedding with a 3-D input (reshape, slices, products, concatenation, reshape
+    fused into one function) returned garbage for every other head, right with
+    ``tirx.NarrowDataType`` or the late ``tirx.StmtSimplify`` disabled, and right with the
+    concatenation materialized, as stock TVM (which inlines nothing) leaves it.
+    """
+    parts = _select_parts(_stored_value(sch, block))
+    if parts is None:
+        return False
+    condition, branches = parts
+
+    def reads(expr) -> bool:
+        return any(is_load(n) for n in _walk(expr, 1 << 12))
+
+    return not reads(condition) and all(reads(b) for b in branches)
+
+
 def inline_spatial_chains(sch: s_tir.Schedule) -> None:
     """Inline spatial blocks into their consumers when all of those are spatial, and
     padding into any consumer (a pooling window re-reads a select, not a pass over a
     padded copy: 4-5 us against 45 us for a ResNet stem max pool at 64 px). A block
     its consumers read more than once stays materialized once its expression (with what
-    was inlined into it) has grown past :data:`MAX_DUPLICATED_NODES`."""
+    was inlined into it) has grown past :data:`MAX_DUPLICATED_NODES`; so does a
+    concatenation (:func:`is_concatenation`)."""
     for block in root_blocks(sch):
         if not is_spatial(sch, block) or writes_output(sch, block):
+            continue
+        if is_concatenation(sch, block):
+            log.debug("not inlined: %s is a concatenation", sch.get(block).name_hint)
             continue
         nodes, reads = inline_copies(sch, block)
         if reads > 1 and nodes > MAX_DUPLICATED_NODES:
