@@ -13,7 +13,7 @@ Three parallel passes, each vectorized over a channel chunk (Lavin & Gray 2016, 
 
       parallel  xi, nu, K / wb          (fused: alpha^2 x K / wb independent panels)
         serial  P' / tp                 <- the accumulators are written back here
-          C / ib, ib (unrolled)         one input channel: one broadcast per tile
+          C               (rolled)      one input channel: one broadcast per tile
             r, tp    (unrolled)         r x tp accumulators in vector registers
               ki     (vectorized)       FMA
 
@@ -85,7 +85,6 @@ def schedule_gemm(sch: s_tir.Schedule, anchor, info: CpuInfo, r: int, tp: int, i
         fuse_parallel(sch, [xi, nu, kbo], info, work, MIN_PARALLEL_MACS)
     sch.reverse_compute_at(acc, po)
     vectorize_inner(sch, sch.get_loops(acc)[-1], info.f32_lanes)
-    sch.unroll(rci)
     sch.unroll(kbr)
     sch.unroll(pi)
     sch.vectorize(ki)

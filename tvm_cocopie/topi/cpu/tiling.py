@@ -203,8 +203,18 @@ def winograd_gemm_tile(o: int, ob: int, info: CpuInfo) -> tuple[int, int]:
     """``(r, tp)`` of the Winograd GEMM: ``r`` output chunks x ``tp`` tiles of accumulators.
 
     The matmul budget (:func:`matmul_tile`): two weight vectors when the output chunks
-    pair up (a 6 x 16 tile on AVX2), else one and twice the tiles.
+    pair up (a 6 x 16 tile on AVX2), else one and twice the tiles; and at most
+    :data:`STACK_ACCUMULATOR_BYTES` of accumulators (8 x 32 on AVX-512, where the
+    register file would allow 14 x 32).
     """
     vecs = max(1, -(-ob // info.f32_lanes))
     r = 2 if (o // ob) % 2 == 0 and vecs == 1 else 1
-    return r, max(1, _acc_budget(info, r * vecs) // (r * vecs))
+    by_registers = _acc_budget(info, r * vecs) // (r * vecs)
+    by_stack = STACK_ACCUMULATOR_BYTES // (4 * r * vecs * info.f32_lanes)
+    return r, max(1, min(by_registers, by_stack))
+
+
+#: TVM allocates a ``local`` buffer of 1024 bytes or more (``kMaxStackAlloca``) through
+#: the workspace allocator instead of the stack, and LLVM then keeps it in memory: a
+#: 14 x 32 AVX-512 accumulator tile (1792 bytes) did a load and a store around every FMA
+STACK_ACCUMULATOR_BYTES = 1024 - 64
