@@ -20,6 +20,12 @@ outside the kernel); ORT's single-node model NCHW, which its optimizer may reord
 its own blocked layout inside the measured run, so its figure includes what a
 one-op graph costs it there.
 
+For the 3x3 stride-1 convs, two more builds of the same graph are timed alongside:
+the direct conv (``TVM_COCOPIE_WINOGRAD=off``) and Winograd F(4,3) (``=4``), as
+``direct_ms`` and ``winograd_ms`` (``winograd_gflops`` counts the direct conv's
+FLOPs: an effective rate), with ``winograd_over_direct_speed``; the ``cocopie``
+column is the pipeline's own per-layer choice (``winograd_chosen``).
+
 Each record gives GFLOP/s, the fraction of the peak measured alongside it, and the
 ratio to ONNX Runtime. The summary gives, per class, the geometric mean of the
 per-layer peak fractions: ``conv3x3_peak_fraction`` (3x3 convs with C >= 64),
@@ -185,7 +191,13 @@ def conv_contenders(spec, target, threads, info):
     ref = sess.run(None, {"x": x})[0]
     ours_nchw = ours.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
     err = float(np.max(np.abs(ours_nchw - ref)))
-    return tvm_timer, _ort_timer(sess, {"x": x}), flops, err
+    extra = {}
+    if k == 3 and s == 1 and groups == 1:  # the direct conv and Winograd F(4,3) side by side
+        for key, mode in (("direct", "off"), ("winograd", "4")):
+            timer, out = _tvm_timer(bb.get(), target, [xb], winograd=mode)
+            out = out.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
+            extra[key] = (timer, float(np.max(np.abs(out - ref))))
+    return tvm_timer, _ort_timer(sess, {"x": x}), flops, err, extra
 
 
 def matmul_contenders(spec, target, threads):
@@ -211,11 +223,22 @@ def matmul_contenders(spec, target, threads):
     return tvm_timer, _ort_timer(sess, {"a": a}), 2 * m * n * k, float(np.max(np.abs(ours - ref)))
 
 
-def _tvm_timer(mod, target, args):
+def _tvm_timer(mod, target, args, winograd=None):
     import tvm
     from tvm import relax
 
-    ex = tvm.compile(mod, target=target, relax_pipeline="cocopie")
+    from tvm_cocopie.topi.cpu.winograd import MODE_ENV
+
+    saved = os.environ.get(MODE_ENV)
+    if winograd is not None:
+        os.environ[MODE_ENV] = winograd
+    try:
+        ex = tvm.compile(mod, target=target, relax_pipeline="cocopie")
+    finally:
+        if winograd is not None and saved is None:
+            os.environ.pop(MODE_ENV, None)
+        elif winograd is not None:
+            os.environ[MODE_ENV] = saved
     vm = relax.VirtualMachine(ex, tvm.cpu())
     inputs = [tvm.runtime.tensor(a) for a in args]
     out = vm["main"](*inputs).numpy()
@@ -223,6 +246,18 @@ def _tvm_timer(mod, target, args):
     number = max(1, int(0.02 / max(once, 1e-6)))
     ev = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
     return (lambda: ev(*inputs).mean), out
+
+
+def _winograd_chosen(spec, info) -> bool:
+    """Whether the pipeline's own choice (TVM_COCOPIE_WINOGRAD, default auto) is Winograd."""
+    from tvm_cocopie.topi.cpu import winograd as wg
+    from tvm_cocopie.topi.cpu.conv2d_nchwc import ConvGeometry, ConvTile
+    from tvm_cocopie.topi.cpu.tiling import channel_block
+
+    _, c, hw, o, k, s, *rest = spec
+    geo = ConvGeometry(1, c, hw, hw, o, k, k, (s, s), (k // 2,) * 4, (1, 1), rest[0] if rest else 1)
+    tile = ConvTile(channel_block(c, info), channel_block(o, info), 1, 1, 1)
+    return wg.choose(geo, tile, info, True) is not None
 
 
 def _ort_timer(sess, feeds):
@@ -271,19 +306,32 @@ def _single_node_matmul(bmat, m):
 # ---------------------------------------------------------------------- main
 
 
-def measure(peak: PeakMeter, cocopie, ort, flops: int, rounds: int) -> dict:
-    """Interleave peak / cocopie / ORT for ``rounds``; medians and fractions."""
+def measure(peak: PeakMeter, cocopie, ort, flops: int, rounds: int, extra=None) -> dict:
+    """Interleave peak / cocopie / ORT (and the ``extra`` ``{name: (timer, err)}`` builds)
+    for ``rounds``; medians and fractions."""
     from tvm_cocopie.bench.timing import median
 
+    extra = extra or {}
     peaks, ours, theirs = [], [], []
+    others = {name: [] for name in extra}
     for _ in range(rounds):
         peaks.append(peak.gflops())
         ours.append(cocopie())
+        for name, (timer, _) in extra.items():
+            others[name].append(timer())
         theirs.append(ort())
     peaks.append(peak.gflops())
     local_peak = median(peaks)
     cocopie_s, ort_s = median(ours), median(theirs)
-    return {
+    more = {}
+    for name, times in others.items():
+        sec = median(times)
+        more[f"{name}_ms"] = sec * 1e3
+        more[f"{name}_gflops"] = flops / sec / 1e9
+        more[f"{name}_max_abs_err"] = extra[name][1]
+    if "winograd" in others and "direct" in others:
+        more["winograd_over_direct_speed"] = more["direct_ms"] / more["winograd_ms"]
+    return {**more, 
         "flops": flops,
         "peak_gflops": local_peak,
         "cocopie_ms": cocopie_s * 1e3,
@@ -332,6 +380,10 @@ def summarize(records: list, all_peaks: list) -> dict:
         "ort_matmul_peak_fraction": frac(ismm, "ort_peak_fraction"),
         "geomean_speed_over_ort": geomean(r["cocopie_over_ort_speed"] for r in records),
         "max_abs_err": max((r["max_abs_err"] for r in records), default=None),
+        "winograd_over_direct_speed": {r["op"]: r["winograd_over_direct_speed"]
+                                       for r in records if "winograd_over_direct_speed" in r},
+        "winograd_max_abs_err": max((r["winograd_max_abs_err"] for r in records
+                                     if "winograd_max_abs_err" in r), default=None),
         "aggregation": "geometric mean over layers of GFLOP/s / peak measured alongside",
     }
     return summary
@@ -372,15 +424,16 @@ def main(argv=None) -> int:
                                                         args.threads))
 
     for spec in convs:
-        ours, ort, flops, err = conv_contenders(spec, target, args.threads, info)
-        rec = measure(peak, ours, ort, flops, rounds)
+        ours, ort, flops, err, extra = conv_contenders(spec, target, args.threads, info)
+        rec = measure(peak, ours, ort, flops, rounds, extra)
         all_peaks += rec.pop("_peaks")
         name, c, hw, o, k, s, *rest = spec
         groups = rest[0] if rest else 1
         kind = "conv" if groups == 1 else "depthwise" if groups == c else "grouped_conv"
         records.append({"op": name, "kind": kind, "in_channels": c, "size": hw,
                         "out_channels": o, "kernel": k, "stride": s, "groups": groups,
-                        "max_abs_err": err, **rec})
+                        "max_abs_err": err, "winograd_chosen": _winograd_chosen(spec, info),
+                        **rec})
         _print(records[-1])
         save()
     for spec in mms:
@@ -408,9 +461,13 @@ def _fmt(v):
 
 
 def _print(r):
+    wino = ""
+    if "winograd_ms" in r:
+        wino = (f"  direct {r['direct_ms']:.3f} ms  winograd {r['winograd_ms']:.3f} ms "
+                f"(x{r['winograd_over_direct_speed']:.2f}, err {r['winograd_max_abs_err']:.1e})")
     print(f"{r['op']:<16} {r['cocopie_gflops']:7.1f} GFLOP/s ({r['peak_fraction']:.2f} of "
           f"{r['peak_gflops']:.0f})  ORT {r['ort_gflops']:7.1f} ({r['ort_peak_fraction']:.2f})  "
-          f"x{r['cocopie_over_ort_speed']:.2f}  err {r['max_abs_err']:.1e}", flush=True)
+          f"x{r['cocopie_over_ort_speed']:.2f}  err {r['max_abs_err']:.1e}{wino}", flush=True)
 
 
 if __name__ == "__main__":

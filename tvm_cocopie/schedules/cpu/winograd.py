@@ -1,26 +1,26 @@
 """Schedule of the Winograd F(m, 3) convolution (:mod:`tvm_cocopie.topi.cpu.winograd`).
 
-Three parallel passes, each vectorized over a channel chunk (Lavin & Gray 2016, sec. 4):
+Lavin & Gray 2016, sec. 4, on a CPU: the tiles are cut into cache blocks of ``pb``
+tiles (the annotation's ``pb``, sized so that a block's intermediates stay in L2),
+and each block runs the three stages one after the other inside one parallel loop::
 
-* input transform ``winograd_V``::
+    parallel  cache blocks of pb tiles
+      input transform  winograd_V       per tile: its padded alpha x alpha window
+        tile, input chunk                 (computed here, in L1), then
+          xi, nu  (unrolled)              the transformed values: non-zero B^T terms only
+            ci    (vectorized)
+      batched GEMM  winograd_M          (annotated ``cocopie.winograd``)
+        xi, nu, K / wb, pb / tp           <- the accumulators are written back here
+          C               (rolled)        one input channel: one broadcast per tile
+            r, tp         (unrolled)      r x tp accumulators in vector registers
+              ki          (vectorized)    FMA
+      output transform  winograd_Yt     tile-major, m x m unrolled, lanes vectorized
+    parallel  rows of the output        winograd_Y: the tiles gathered to NCHW[x]c with
+                                        the conv's consumers (bias, batch-norm,
+                                        ReLU/SiLU/clip, residual add) inlined
 
-      parallel  tiles x input chunks   (fused)
-        xi, nu  (unrolled)             the alpha x alpha transformed values
-          ci    (vectorized)           non-zero B^T terms only, constants folded
-
-* batched GEMM ``winograd_M`` (annotated ``cocopie.winograd``), register-tiled like
-  the packed matmul: ``r`` vectors of transformed weights times ``tp`` tiles::
-
-      parallel  xi, nu, K / wb          (fused: alpha^2 x K / wb independent panels)
-        serial  P' / tp                 <- the accumulators are written back here
-          C               (rolled)      one input channel: one broadcast per tile
-            r, tp    (unrolled)         r x tp accumulators in vector registers
-              ki     (vectorized)       FMA
-
-* output transform ``winograd_Y`` over the exact output, one ``m x m`` tile per
-  iteration (``yi, xi`` unrolled, the lanes vectorized), with the conv's consumers
-  (bias, batch-norm, ReLU/SiLU/clip, residual add) inlined into it, so the result is
-  written once, after the epilogue.
+With fewer than ``FUSE_MIN_BLOCKS`` blocks per core (small images) each stage is a
+parallel pass of its own instead (the GEMM parallel over ``xi, nu, K / wb``).
 """
 
 from __future__ import annotations
