@@ -10,9 +10,9 @@ inference. Here a whole layer is one TIR PrimFunc:
 - per step a GEMV ``g[b, j] = sum_k h[b, k] * R^T[k, j]`` over a register tile of
   ``b`` rows and ``JT`` columns (``j`` innermost and vectorized, ``h[b, k]``
   broadcast: no horizontal sums), reading the recurrent weights packed
-  column-tile-major (``[D, NJ, H, JT]``, zero-padded: :func:`pack_recurrent_weights`,
-  which folds at compile time for constant weights) so that every tile streams
-  through memory in order;
+  column-tile-major (``[D, NJ, H, JT]``, zero-padded; the converter packs them, at
+  compile time for constant weights) so that every tile streams through memory in
+  order, the tiles in snake order over the steps (:data:`SNAKE`);
 - then the gates (ONNX order ``i, o, f, c`` for LSTM, ``z, r, h`` for GRU) with the
   polynomial ``exp`` / ``tanh`` of ``topi.fast_exp`` / ``topi.fast_tanh``
   (bit-identical; LLVM would make one libm call per lane of ``exp``/``tanh``).
@@ -36,6 +36,11 @@ from tvm.script.ir_builder import tirx as T
 #: of 4 accumulators + 3 broadcasts fit AVX2's 16 registers.
 COLUMN_TILE = 32
 MAX_ROW_TILE = 3
+#: Walk the GEMV's column tiles backwards every other step ("snake" order): a step
+#: then first reads the weights the step before read last, still in cache when they
+#: do not all fit (1 MB per direction at H=256, this machine's L2 per core). Measured
+#: there, bidirectional H=256 T=40: 2.05-2.11 ms against 2.27-2.41 ms (medians).
+SNAKE = True
 #: Lanes of the gates' vector loops.
 GATE_LANES = 8
 
@@ -193,13 +198,14 @@ def _store(buf, value, *idx) -> None:
     T.buffer_store(buf, value, list(idx))
 
 
-def _gemv(acc_out, h_in, rt, d, batch: int, hidden: int) -> None:
+def _gemv(acc_out, h_in, rt, d, batch: int, hidden: int, flip=None) -> None:
     """``acc_out[b, j] = sum_k h_in[b, k] * rt[d, j // JT, k, j % JT]`` for all padded
     ``j``: per column tile and row tile, the accumulators stay in registers over
-    ``k``."""
+    ``k``. ``flip`` (an expression, 0 or 1): walk the column tiles backwards."""
     _, tiles, _, jt = (int(v) for v in rt.shape)
     rows = _row_tile(batch)
-    with T.serial(0, tiles) as jo, T.serial(0, batch // rows) as bo:
+    with T.serial(0, tiles) as jw, T.serial(0, batch // rows) as bo:
+        jo = jw if flip is None else T.Bind(jw + flip * (tiles - 1 - 2 * jw))
         acc = T.decl_buffer((rows, jt), "float32", scope="local")
         for bi in range(rows):
             with T.vectorized(0, jt) as ji:
@@ -239,15 +245,19 @@ def _kernel(spec: LoopSpec, ins: dict, outs: list):
                 walks = [S - 1 - s if r else s for r in spec.reverse]
                 t = T.Bind(walks[0] if len(set(spec.reverse)) == 1
                            else tirx.Select(d == 0, walks[0], walks[1]))
-                _gemv(gbufs[0], hs, ins["rt0"], d, B, H)
+                flip = T.Bind(s % 2) if SNAKE else None
+                _gemv(gbufs[0], hs, ins["rt0"], d, B, H, flip)
                 base = d * (G * H)
+
+                def x_row(b, t=t, base=base):  # the input projection of step t, entry b
+                    return lambda gate, j: xw[t, b, base + gate * H + j]
+
                 with T.serial(0, B) as b:
-                    def x_at(gate, j, b=b):
-                        return xw[t, b, base + gate * H + j]
+                    x_at = x_row(b)
                     if spec.cell == "lstm":
                         _lstm_gates(spec, ins, gbufs[0], x_at, hs, cs, y, t, d, b)
                     elif spec.cell == "rnn":
-                        def rnn(j, b=b):
+                        def rnn(j, b=b, x_at=x_at):
                             h_new = _tanh(gbufs[0][b, j] + x_at(0, j))
                             _store(hs, h_new, b, j)
                             _store(y, h_new, t, d, b, j)
@@ -255,11 +265,10 @@ def _kernel(spec: LoopSpec, ins: dict, outs: list):
                     else:
                         _gru_zr(spec, gbufs[0], x_at, hs, rh, b)
                 if spec.cell == "gru":
-                    _gemv(gbufs[1], hs if spec.linear_before_reset else rh, ins["rt1"], d, B, H)
+                    _gemv(gbufs[1], hs if spec.linear_before_reset else rh, ins["rt1"], d, B, H,
+                          flip)
                     with T.serial(0, B) as b:
-                        def x_at(gate, j, b=b):
-                            return xw[t, b, base + gate * H + j]
-                        _gru_h(spec, ins, gbufs, rh, x_at, hs, y, t, d, b)
+                        _gru_h(spec, ins, gbufs, rh, x_row(b), hs, y, t, d, b)
             with T.serial(0, B) as b:
                 def final(j, b=b):
                     _store(y_h, hs[b, j], d, b, j)
