@@ -48,12 +48,11 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
     hidden = {n.var for b in fused for n in b.nodes if n is not b.output}
     bb = relax.BlockBuilder(mod)
     calls = {}
-    taken = {gv.name_hint for gv in mod.get_global_vars()}
     for block in fused:
         inputs = _block_inputs(block, bindings)
         params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(inputs)]
         env = dict(zip(inputs, params))
-        name = _unique("fused_" + "_".join(n.kernel for n in block.nodes)[:120], taken)
+        name = "fused_" + "_".join(n.kernel for n in block.nodes)[:120]
         with bb.function(name, params, attrs={"Primitive": True}, private=True):
             with bb.dataflow():
                 for node in block.nodes:
@@ -62,26 +61,17 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
                     new = relax.call_tir(call.args[0], args, call.ty_args[0])
                     env[node.var] = (bb.emit_output(new) if node is block.output
                                      else bb.emit(new))
-            bb.emit_func_output(env[block.output.var])
-        calls[block.output.var] = (bb.get().get_global_var(name), inputs)
+            # the builder's own GlobalVar: an identical function is shared, one of the same
+            # name but another body (other inputs) is renamed, so a look-up by name would
+            # call the first with the second's arguments
+            gvar = bb.emit_func_output(env[block.output.var])
+        calls[block.output.var] = (gvar, inputs)
     new_main = _rewrite_main(main, by_output, hidden, calls)
     out = bb.get()
     out["main"] = new_main
     log.info("DNNFusion: %d calls fused into %d kernels", sum(len(b.nodes) for b in fused),
              len(fused))
     return out
-
-
-def _unique(name: str, taken: set) -> str:
-    """``name``, or ``name_1``, ``name_2``... if two blocks fuse the same kernels (the
-    block builder would rename the second function, and a look-up by the first name
-    would then call the first one with the second's arguments)."""
-    candidate, k = name, 0
-    while candidate in taken:
-        k += 1
-        candidate = f"{name}_{k}"
-    taken.add(candidate)
-    return candidate
 
 
 def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,

@@ -323,6 +323,8 @@ def block_type(block, constants: tuple = ()) -> MappingType:
         return MappingType.MANY_TO_MANY
     if any(int(iv.iter_type) != _DATA_PAR for iv in block.iter_vars):
         return MappingType.MANY_TO_MANY  # opaque or ordered iterators: no element map
+    if not block.iter_vars:
+        return MappingType.MANY_TO_MANY  # an opaque block (hand-written loops): no element map
     dom = {iv.var: iv.dom for iv in block.iter_vars}
     analyzer = Analyzer()
     for var, rng in dom.items():
@@ -346,6 +348,10 @@ def classify(func: tirx.PrimFunc, constant_params: tuple = ()) -> MappingType | 
     is One-to-One, only the data's element map counts: reading a per-channel constant
     for many outputs does not make the operator One-to-Many.
     """
+    if func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False)):
+        # written as it runs (the recurrent loop kernel): a whole computation, not an
+        # element map to fuse with its neighbours
+        return MappingType.MANY_TO_MANY
     blocks = _blocks(func)
     if not blocks:
         return None
