@@ -18,6 +18,8 @@ import pytest
 from conftest import assert_close, ort_run
 from test_kernels_common import (
     AVX2,
+    AVX512,
+    NEON,
     assert_allclose,
     build_graph,
     conv2d_reference,
@@ -132,6 +134,22 @@ def test_f43_error_against_float64_is_small_at_many_channels(monkeypatch):
     out = run(mod, [data])
     rel = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
     assert rel < 5e-5, rel
+
+
+@pytest.mark.parametrize("info", [AVX2, AVX512, NEON], ids=["avx2", "avx512", "neon"])
+@pytest.mark.parametrize("o, ob", [(128, 0), (24, 8), (12, 12)])
+def test_gemm_tile_stays_in_registers(info, o, ob):
+    """r x tp accumulators fit the register file beside the weights and a broadcast,
+    at most 16 of them, under 1 KiB (see tiling.STACK_ACCUMULATOR_BYTES)."""
+    from tvm_cocopie.topi.cpu.tiling import vector_registers, winograd_gemm_tile
+
+    ob = ob or info.f32_lanes
+    r, tp = winograd_gemm_tile(o, ob, info)
+    vecs = -(-ob // info.f32_lanes)
+    assert (o // ob) % r == 0
+    assert r * vecs * (tp + 1) + 1 <= vector_registers(info)
+    assert r * vecs * tp <= 16
+    assert 4 * r * vecs * info.f32_lanes * tp < 1024
 
 
 def _geo(c, hw, o, stride=1, dilation=1, groups=1, k=3):

@@ -211,7 +211,8 @@ def winograd_gemm_tile(o: int, ob: int, info: CpuInfo) -> tuple[int, int]:
     r = 2 if (o // ob) % 2 == 0 and vecs == 1 else 1
     by_registers = _acc_budget(info, r * vecs) // (r * vecs)
     by_stack = STACK_ACCUMULATOR_BYTES // (4 * r * vecs * info.f32_lanes)
-    return r, max(1, min(by_registers, by_stack))
+    by_spills = MAX_WINOGRAD_ACCUMULATORS // (r * vecs)
+    return r, max(1, min(by_registers, by_stack, by_spills))
 
 
 #: Accumulator bytes of one Winograd GEMM register tile. Checked in the assembly on
@@ -220,3 +221,6 @@ def winograd_gemm_tile(o: int, ob: int, info: CpuInfo) -> tuple[int, int]:
 #: spilled to the stack: 28 accumulators, 2 weight vectors and the broadcasts do not fit
 #: 32 registers); 7 x 32 (14 accumulators) stays in registers, 3-4x faster.
 STACK_ACCUMULATOR_BYTES = 1024 - 64
+#: and at most this many accumulator registers on 32-register machines (NEON included:
+#: not measured there, the same register file as AVX-512)
+MAX_WINOGRAD_ACCUMULATORS = 16
