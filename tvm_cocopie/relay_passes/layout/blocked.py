@@ -48,7 +48,7 @@ def conv_layout_choice(call, info) -> dict:
         return keep
     ib = channel_block(dshape[1], info)
     ob = channel_block(wshape[0], info)
-    if ib == 1:  # TVM's layout parser takes no block factor of 1 ("NCHW1c"): keep NCHW
+    if ib == 1 or ob == 1:  # TVM's layout parser takes no block factor of 1 ("NCHW1c")
         return keep
     if conv2d_plan(call, info, data_block=ib, out_block=ob) is None:
         return keep
