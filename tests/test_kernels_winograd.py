@@ -51,6 +51,8 @@ CASES = {
     # enough tiles for cache blocks per core: the three stages fused in one parallel loop
     "cache-blocks-odd": (1, 16, 41, 38, 48, (1, 1, 1, 1)),
     "cache-blocks-batch2": (2, 32, 30, 30, 32, (1, 1, 1, 1)),
+    # whole tiles: the gather and epilogue also run inside the cache-block loop
+    "cache-blocks-whole-tiles": (1, 16, 40, 40, 32, (1, 1, 1, 1)),
 }
 
 
@@ -115,10 +117,11 @@ EPILOGUES = {
 }
 
 
+@pytest.mark.parametrize("size", [(11, 13), (32, 32)], ids=["few-tiles", "cache-blocks"])
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
-def test_winograd_fused_epilogues(epilogue, forced):
+def test_winograd_fused_epilogues(epilogue, size, forced):
     build_epi, ref_epi = EPILOGUES[epilogue]
-    case = (1, 16, 11, 13, 16, (1, 1, 1, 1))  # residual: as many outputs as inputs
+    case = (1, 16, *size, 16, (1, 1, 1, 1))  # residual: as many outputs as inputs
     mod, data, ref, bias = _model(case, build_epi)
     funcs = prim_funcs(scheduled(mod))
     assert any("winograd" in name for name in funcs)

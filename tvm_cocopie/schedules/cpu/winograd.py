@@ -115,6 +115,23 @@ def schedule_untile(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     fuse_parallel(sch, loops[:-2], info, block_work(sch, block))
 
 
+def untile_in_block(sch: s_tir.Schedule, block, loop, m: int, info: CpuInfo) -> None:
+    """Iterate the gather (and its epilogue) tile by tile, ``(p, kb, yi, xi, ki)``, and
+    compute it under the cache-block ``loop``, right after the block's output transform:
+    no pass of its own over memory. Needs whole tiles (``m`` divides the output)."""
+    n, _, oh, ow, _ = (int(iv.dom.extent) for iv in sch.get(block).iter_vars)
+    if oh % m or ow % m:
+        raise ValueError(f"{oh}x{ow} output is not made of whole {m}x{m} tiles")
+    th, tw = oh // m, ow // m
+    sch.transform_block_layout(
+        block, lambda b, kb, y, x, ki: ((b * th + y // m) * tw + x // m, kb, y % m, x % m, ki))
+    sch.reverse_compute_at(block, loop, preserve_unit_loops=True)
+    loops = sch.get_loops(block)
+    if vectorizable(sch, block):
+        sch.vectorize(loops[-1])
+    del n
+
+
 def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Schedule:
     """Schedule the whole Winograd PrimFunc around its GEMM block ``anchor``.
 
@@ -124,7 +141,7 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
     small images) each stage is a parallel pass of its own over all tiles.
     """
     ann = sch.get(anchor).annotations[ANNOTATION]
-    r, tp, pb = int(ann["r"]), int(ann["tp"]), int(ann["pb"])
+    m, r, tp, pb = int(ann["m"]), int(ann["r"]), int(ann["tp"]), int(ann["pb"])
     vblock = _block(sch, "winograd_V")
     prologue = inline_prologue(sch, vblock)
     yblock = _block(sch, "winograd_Y")
@@ -143,7 +160,12 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
         sch.compute_at(_block(sch, "winograd_V"), loop, preserve_unit_loops=True)
     schedule_gemm(sch, anchor, info, r, tp, ib, parallel=not fused)
     schedule_input_transform(sch, _block(sch, "winograd_V"), info, prologue, parallel=not fused)
-    schedule_untile(sch, _block(sch, "winograd_Y"), info)
+    yname = "winograd_Y"
+    if not fused or try_apply(sch, lambda s: untile_in_block(
+            s, s.get_sblock(yname), s.get_loops(s.get_sblock("winograd_Yt"))[0], m, info)) is None:
+        schedule_untile(sch, _block(sch, yname), info)
+    else:
+        untile_in_block(sch, _block(sch, yname), loop, m, info)
     if final is not None:
         parallel_spatial(sch, final, info)
     return sch
