@@ -184,6 +184,10 @@ def test_switch(monkeypatch):
     monkeypatch.setenv(wg.MODE_ENV, "winograd please")
     with pytest.raises(CompilationError, match="auto, off"):
         _choice(_geo(64, 56, 64))
+    monkeypatch.setenv(wg.MODE_ENV, "4")  # an explicit setting (an option) beats the variable
+    tile = ConvTile(8, 8, 2, 1, 4)
+    assert wg.choose(_geo(64, 56, 64), tile, AVX2, True, setting="off") is None
+    assert wg.choose(_geo(64, 56, 64), tile, AVX2, True, setting="2").m == 2
 
 
 def test_measured_heuristic(monkeypatch):

@@ -22,12 +22,14 @@ Stages (each a TE block; :mod:`tvm_cocopie.schedules.cpu.winograd` schedules the
 * ``data_pad``: the input zero-padded to ``TH*m + 2`` rows and ``TW*m + 2`` columns
   (``TH x TW`` tiles cover the output; partial tiles read zeros);
 * ``winograd_V``: ``V[xi, nu, p, cb, ci]``, one input tile per ``p`` (``P'`` tiles,
-  padded to the GEMM's register tile by repeating the last tile), the channel chunk
-  ``ci`` innermost (vectorized): only the non-zero terms of ``B^T`` appear;
-* ``winograd_M`` (annotated ``cocopie.winograd``): the batched GEMM,
+  padded to whole cache blocks by repeating the last tile), the channel chunk ``ci``
+  innermost (vectorized): only the non-zero terms of ``B^T`` appear;
+* ``winograd_M`` (annotated ``cocopie.winograd`` with the GEMM tile ``r x tp`` and
+  the cache block ``pb``): the batched GEMM,
   ``M[xi, nu, kb, p, ki] = sum_c V[xi, nu, p, c] U[xi, nu, k // wb, c, k % wb]``,
   ``U`` packed at compile time as ``(alpha, alpha, K / wb, C, wb)``;
-* ``winograd_Y``: the output transform on the exact ``(N, K/ob, OH, OW, ob)`` result,
+* ``winograd_Yt``: the output transform, tile-major ``(P', K/ob, m, m, ob)``;
+* ``winograd_Y``: the tiles gathered into the exact ``(N, K/ob, OH, OW, ob)`` result,
   the block the epilogue (bias, activation, residual add) is fused into.
 
 Only constant weights (transformed once, in numpy, in float64) take this path.
@@ -347,17 +349,21 @@ def preferred_m(geo: ConvGeometry) -> int | None:
     return 4 if size >= F43_MIN_SIZE else 2
 
 
-def choose(geo: ConvGeometry, direct, info, constant_weight: bool) -> WinogradTile | None:
+def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
+           setting: str | None = None) -> WinogradTile | None:
     """The Winograd tile for a conv the direct kernel would run with tile ``direct``, or
     ``None`` to keep the direct conv (unsupported shape, non-constant weight, the switch
-    off, or the heuristic says the direct conv is faster)."""
+    off, or the heuristic says the direct conv is faster). ``setting`` overrides the
+    environment switch (:func:`mode`; same values)."""
     from .tiling import winograd_gemm_tile
 
     if not constant_weight or not supports(geo) or info.arch == "hexagon":
         return None
-    setting = mode()
+    setting = mode() if setting is None else str(setting).lower()
     if setting == "off":
         return None
+    if setting not in ("auto", "2", "4"):
+        raise CompilationError(f"Winograd setting {setting!r}: use auto, off, 2 or 4")
     m = preferred_m(geo) if setting == "auto" else int(setting)
     if m is None:
         return None
