@@ -191,15 +191,14 @@ PIPELINE_REGRESSIONS = {
     # (32-bit narrowed indices) wrong for every other head, with garbage that varied from
     # run to run: schedules.cpu.fallback.is_concatenation keeps it materialized
     "concatenation-inline": ("test_rotary_embedding_3d_input",),
-}
-#: Pipeline regressions whose root cause is outside this task's files: they must fail until
-#: fixed there (strict xfail), then the case moves to PIPELINE_REGRESSIONS.
-PIPELINE_REGRESSIONS_OPEN = {
-    # relay_passes/rewriting/identity.py's invertible() guard calls np.finfo on bfloat16,
+    # relay_passes/rewriting/identity.py's invertible() guard called np.finfo on bfloat16,
     # which numpy refuses ("not inexact"); ml_dtypes.finfo answers for bfloat16 and every
     # numpy float type alike
     "bf16-finfo": ("test_celu_bfloat16",),
 }
+#: Pipeline regressions whose root cause is outside this task's files: they must fail until
+#: fixed there (strict xfail), then the case moves to PIPELINE_REGRESSIONS.
+PIPELINE_REGRESSIONS_OPEN: dict[str, tuple[str, ...]] = {}
 PIPELINE_CASE_TIMEOUT = 300.0
 
 
@@ -225,13 +224,6 @@ def _assert_both_pass(pipeline_records, case):
 
 @pytest.mark.parametrize("case", [c for cases in PIPELINE_REGRESSIONS.values() for c in cases])
 def test_cocopie_pipeline_passes_what_the_stock_pipeline_passes(pipeline_records, case):
-    _assert_both_pass(pipeline_records, case)
-
-
-@pytest.mark.xfail(strict=True, reason="np.finfo(bfloat16) in relay_passes/rewriting/identity.py")
-@pytest.mark.parametrize("case", [c for cases in PIPELINE_REGRESSIONS_OPEN.values()
-                                  for c in cases])
-def test_open_pipeline_regressions_still_fail(pipeline_records, case):
     _assert_both_pass(pipeline_records, case)
 
 

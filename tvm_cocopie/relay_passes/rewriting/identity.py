@@ -8,6 +8,7 @@ the original, so ``X * ones(bigger shape)`` is never rewritten to ``X``.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from tvm import relax
 
@@ -41,7 +42,7 @@ def invertible(name: str):
         c = m.np(name).astype(np.float64)
         with np.errstate(all="ignore"):
             r = (1.0 / c).astype(m.dtype(name))
-        tiny = np.finfo(m.dtype(name)).tiny
+        tiny = ml_dtypes.finfo(m.dtype(name)).tiny  # numpy's finfo refuses bfloat16
         return bool(np.all(np.isfinite(r)) and np.all(np.abs(r) >= tiny))
     pred.__name__ = f"invertible({name})"
     return pred
