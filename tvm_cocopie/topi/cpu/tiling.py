@@ -100,10 +100,13 @@ def conv_tile(geo: ConvGeometry, ib: int, ob: int, info: CpuInfo) -> ConvTile:
     qmin = min(qmax, max(1, -(-8 // (r * vec_per_chunk))))
     oh, ow = geo.oh, geo.ow
     if oh * ow < qmin:  # a few pixels (after global pooling): widen the weight tile instead
+        # one row or one column: the whole image as a row-aligned tile (flattening a
+        # single column makes p = y + x, which TVM's block layout check refuses)
+        th, tw, flat = (oh, ow, False) if 1 in (oh, ow) else (1, oh * ow, True)
         for wide in (4, 3, 2, 1):
             if ob % lanes == 0 and vec_per_chunk == 1 and _weight_tile_ok(geo, ib, ob, wide):
-                return ConvTile(ib, ob, wide, 1, oh * ow, True)
-        return ConvTile(ib, ob, 1, 1, oh * ow, True)
+                return ConvTile(ib, ob, wide, th, tw, flat)
+        return ConvTile(ib, ob, 1, th, tw, flat)
     flat = _best_flat(geo, ib, ob, r, qmin, qmax)
     if geo.cpg >= DEEP_CHANNELS and waste(geo, flat) < 1.05:
         return flat
