@@ -48,19 +48,35 @@ def _block(sch: s_tir.Schedule, name: str):
     return sch.get_sblock(name)
 
 
+def _inline_if_possible(sch: s_tir.Schedule, block) -> bool:
+    """``compute_inline(block)`` when it applies; whether it did."""
+    name = sch.get(block).name_hint
+    if try_apply(sch, lambda s: s.compute_inline(s.get_sblock(name))) is None:
+        return False
+    sch.compute_inline(block)
+    return True
+
+
 def schedule_input_transform(sch: s_tir.Schedule, block, info: CpuInfo, prologue: list,
                              parallel: bool) -> None:
     """Tiles x chunks (parallel unless inside a cache block), the alpha x alpha outputs
     unrolled, lanes vectorized.
 
-    The padded input (``prologue``) is computed per tile, the ``alpha x alpha`` window
-    it reads, in L1 (neighbouring tiles redo their overlap: copies, cheap beside the
-    transform), instead of as a pass of its own over memory.
+    Per tile, its padded ``alpha x alpha`` window (``winograd_window``, the padding
+    inlined, and any ``prologue`` block left) is gathered in L1 (neighbouring tiles redo
+    their overlap: copies, cheap beside the transform) instead of a pass of its own over
+    memory, and per channel chunk the first half of the transform (``winograd_dB``).
     """
     xi, nu, p, cb, ci = sch.get_loops(block)[-5:]
     sch.reorder(p, cb, xi, nu, ci)
     outer = fuse_parallel(sch, [p, cb], info, block_work(sch, block)) if parallel else p
-    for pro in reversed(prologue):
+    half = sch.get_sblock("winograd_dB")
+    sch.compute_at(half, sch.get_loops(block)[-4], preserve_unit_loops=True)
+    *_, i, nu2, ci2 = sch.get_loops(half)
+    sch.unroll(i)
+    sch.unroll(nu2)
+    sch.vectorize(ci2)
+    for pro in [sch.get_sblock("winograd_window"), *reversed(prologue)]:
         try:
             sch.compute_at(pro, outer, preserve_unit_loops=True)
             vectorize_inner(sch, sch.get_loops(pro)[-1], info.f32_lanes)
@@ -143,7 +159,8 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
     ann = sch.get(anchor).annotations[ANNOTATION]
     m, r, tp, pb = int(ann["m"]), int(ann["r"]), int(ann["tp"]), int(ann["pb"])
     vblock = _block(sch, "winograd_V")
-    prologue = inline_prologue(sch, vblock)
+    prologue = [b for b in inline_prologue(sch, _block(sch, "winograd_window"))
+                if not _inline_if_possible(sch, b)]  # the padding, into the window
     yblock = _block(sch, "winograd_Y")
     final = inline_consumers(sch, yblock)
     if final is not None and try_apply(sch, lambda s: s.reverse_compute_inline(
