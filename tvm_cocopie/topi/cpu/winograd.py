@@ -34,17 +34,19 @@ Stages (each a TE block; :mod:`tvm_cocopie.schedules.cpu.winograd` schedules the
 
 Only constant weights (transformed once, in numpy, in float64) take this path.
 
-Where it wins (:func:`preferred_m`; measured on 2 shared znver4 cores, AVX-512, batch
-1, conv + bias + ReLU in NCHW16c, ``interleaved_times(block=4)``, medians of 1-3 runs
-of 10-20 rounds at load 5-7), speed over the direct conv of F(4,3) / F(2,3):
+Where it wins (:func:`preferred_m`; measured on 2 znver4 cores, AVX-512, batch 1, conv
++ bias + ReLU in NCHW16c, ``interleaved_times(block=4)``, 10 rounds, medians, load
+1.6-1.8; earlier runs at load 5-7 agreed within their noise), speed over the direct
+conv of F(4,3) / F(2,3):
 
-* ResNet 64@56 3.8 / 1.9, 128@28 3.3 / 1.6, 256@14 1.6 / 3.8, 512@7 1.3 / 1.4;
-* VGG-16 64@224 2.2 / 1.6, 128@112 3.1 / 1.8, 256@56 3.1 / 2.1, 512@28 2.3 / 1.8,
-  512@14 1.7 / 1.9;
-* YOLO-style 32@80 1.6 / 0.7, 32@52 1.9 / 1.3, 32@26 1.3 / 1.2, 64@40 3.8 / 2.2,
-  64@26 1.8 / 1.4, 128@13 1.1 / 1.6;
-* few channels, kept direct: 16@52 1.12 / 0.91, 16@104 1.07 / 0.96, 16@208 0.94 /
-  0.61, 8@104 0.81 / 0.81, 8@208 0.89 / 0.76.
+* ResNet 64@56 2.4 / 1.7, 128@28 2.7 / 2.0, 256@14 1.7 / 2.0, 512@7 0.94 / 1.00
+  (a tie: kept direct; loaded runs 1.1-1.7 / 0.6-1.5);
+* VGG-16 64@224 2.7 / 1.8, 128@112 3.2 / 2.0, 256@56 3.4 / 2.1, 512@28 2.3 / 2.0,
+  512@14 1.3 / 1.1;
+* YOLO-style 32@80 1.8 / 1.3, 32@52 1.5 / 1.3, 64@40 2.2 / 1.5, 64@26 1.4 / 1.2,
+  128@13 0.82 / 1.24;
+* few channels, kept direct: 16@104 1.14 / 1.06 (0.94-1.30 over five runs; 16@208
+  0.94 / 0.61), 8@104 0.98 / 0.86 (8@208 0.89 / 0.76).
 
 F(4,3)'s float32 error against float64 grows with the channel count: 5e-6 of the
 output's range at 64 channels, 1.6e-5 at 512 (F(2,3) and the direct conv: 3e-7 to
@@ -323,22 +325,24 @@ def mode() -> str:
 
 
 #: Below this many input or output channels the transforms cost as much as the GEMM
-#: saves (16 channels: F(4,3) 0.94-1.12x the direct conv, 8 channels 0.81-0.89x).
+#: saves (16 channels: F(4,3) 0.94-1.30x the direct conv, 8 channels 0.81-0.98x).
 MIN_CHANNELS = 32
 #: From this output size on F(4,3) (36 products per 16 outputs) beats F(2,3) (16 per
 #: 4); below it F(2,3) won: less tile padding (14 = 7 x 2 but 16 = 4 x 4) and a
 #: transformed weight 1.8x (not 4x) the direct conv's, read from memory once per call.
-#: Measured F(4,3) ahead at 26 and above, F(2,3) at 14 and below; 20 splits the gap.
+#: Measured F(4,3) ahead at 26 and above, F(2,3) at 13-14 on 256@14 and 128@13 (not
+#: on 512@14: 1.27x vs 1.12x, both wins); 20 splits the gap.
 F43_MIN_SIZE = 20
-#: Below this output size the direct conv is kept (not measured: a few tiles).
-MIN_SIZE = 7
+#: Below this output size the direct conv is kept: 512@7 was a tie (F(2,3) 1.00x,
+#: F(4,3) 0.94x on a quiet machine); smaller maps are a few tiles, not measured.
+MIN_SIZE = 8
 
 #: ``(channels, output size)`` of the C -> C layers measured faster with the tile
 #: :func:`preferred_m` picks (module docstring), and of those measured no faster
-MEASURED_WINS = [(64, 56), (128, 28), (256, 14), (512, 7), (64, 224), (128, 112),
+MEASURED_WINS = [(64, 56), (128, 28), (256, 14), (64, 224), (128, 112),
                  (256, 56), (512, 28), (512, 14), (32, 80), (32, 52), (32, 26), (64, 40),
                  (64, 26), (128, 13)]
-MEASURED_LOSSES = [(16, 52), (16, 104), (16, 208), (8, 104), (8, 208)]
+MEASURED_LOSSES = [(512, 7), (16, 52), (16, 104), (16, 208), (8, 104), (8, 208)]
 
 
 def preferred_m(geo: ConvGeometry) -> int | None:
