@@ -21,7 +21,7 @@ its own blocked layout inside the measured run, so its figure includes what a
 one-op graph costs it there.
 
 For the 3x3 stride-1 convs, two more builds of the same graph are timed alongside:
-the direct conv (``TVM_COCOPIE_WINOGRAD=off``) and Winograd F(4,3) (``=4``), as
+the direct conv (``PipelineOptions(winograd="off")``) and Winograd F(4,3) (``"4"``), as
 ``direct_ms`` and ``winograd_ms`` (``winograd_gflops`` counts the direct conv's
 FLOPs: an effective rate), with ``winograd_over_direct_speed``; the ``cocopie``
 column is the pipeline's own per-layer choice (``winograd_chosen``).
@@ -223,22 +223,13 @@ def matmul_contenders(spec, target, threads):
     return tvm_timer, _ort_timer(sess, {"a": a}), 2 * m * n * k, float(np.max(np.abs(ours - ref)))
 
 
-def _tvm_timer(mod, target, args, winograd=None):
+def _tvm_timer(mod, target, args, winograd="auto"):
     import tvm
     from tvm import relax
 
-    from tvm_cocopie.topi.cpu.winograd import MODE_ENV
+    from tvm_cocopie.pipeline import cocopie_pipeline
 
-    saved = os.environ.get(MODE_ENV)
-    if winograd is not None:
-        os.environ[MODE_ENV] = winograd
-    try:
-        ex = tvm.compile(mod, target=target, relax_pipeline="cocopie")
-    finally:
-        if winograd is not None and saved is None:
-            os.environ.pop(MODE_ENV, None)
-        elif winograd is not None:
-            os.environ[MODE_ENV] = saved
+    ex = tvm.compile(mod, target=target, relax_pipeline=cocopie_pipeline(winograd=winograd))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     inputs = [tvm.runtime.tensor(a) for a in args]
     out = vm["main"](*inputs).numpy()
@@ -249,7 +240,7 @@ def _tvm_timer(mod, target, args, winograd=None):
 
 
 def _winograd_chosen(spec, info) -> bool:
-    """Whether the pipeline's own choice (TVM_COCOPIE_WINOGRAD, default auto) is Winograd."""
+    """Whether the pipeline's own choice (``PipelineOptions.winograd``: auto) is Winograd."""
     from tvm_cocopie.topi.cpu import winograd as wg
     from tvm_cocopie.topi.cpu.conv2d_nchwc import ConvGeometry, ConvTile
     from tvm_cocopie.topi.cpu.tiling import channel_block

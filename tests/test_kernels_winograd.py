@@ -57,9 +57,8 @@ CASES = {
 
 
 @pytest.fixture(params=["2", "4"], ids=["F23", "F43"])
-def forced(request, monkeypatch):
-    """Force Winograd F(m,3) on every eligible conv; yields ``m`` as the switch's text."""
-    monkeypatch.setenv(wg.MODE_ENV, request.param)
+def forced(request):
+    """Winograd F(m,3) forced on every eligible conv: ``m`` as the option's text."""
     return request.param
 
 
@@ -78,8 +77,8 @@ def _model(case, epilogue=None, seed=0):
     return build_graph([x], body), data, conv2d_reference(data, weight, (1, 1), pad), bias
 
 
-def _is_winograd(mod) -> bool:
-    return any("winograd" in name for name in prim_funcs(scheduled(mod)))
+def _is_winograd(mod, winograd="auto") -> bool:
+    return any("winograd" in name for name in prim_funcs(scheduled(mod, winograd=winograd)))
 
 
 def test_transform_matrices_compute_the_correlation():
@@ -97,14 +96,14 @@ def test_transform_matrices_compute_the_correlation():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_winograd_matches_float64(name, forced):
     mod, data, ref, _ = _model(CASES[name])
-    assert _is_winograd(mod)
-    assert_allclose(run(mod, [data]), ref, RTOL[forced])
+    assert _is_winograd(mod, forced)
+    assert_allclose(run(mod, [data], winograd=forced), ref, RTOL[forced])
 
 
 def test_winograd_without_layout_pass(forced):
     """Layout stage off: the kernel packs NCHW in and unpacks NCHW out itself."""
     mod, data, ref, _ = _model(CASES["unaligned-channels"])
-    assert_allclose(run(mod, [data], layout=False), ref, RTOL[forced])
+    assert_allclose(run(mod, [data], layout=False, winograd=forced), ref, RTOL[forced])
 
 
 EPILOGUES = {
@@ -123,18 +122,17 @@ def test_winograd_fused_epilogues(epilogue, size, forced):
     build_epi, ref_epi = EPILOGUES[epilogue]
     case = (1, 16, *size, 16, (1, 1, 1, 1))  # residual: as many outputs as inputs
     mod, data, ref, bias = _model(case, build_epi)
-    funcs = prim_funcs(scheduled(mod))
+    funcs = prim_funcs(scheduled(mod, winograd=forced))
     assert any("winograd" in name for name in funcs)
     assert len(funcs) <= 3, sorted(funcs)  # the epilogue fused: no kernel of its own
     expected = ref_epi(ref, bias.astype(np.float64), data.astype(np.float64))
-    assert_allclose(run(mod, [data]), expected, RTOL[forced])
+    assert_allclose(run(mod, [data], winograd=forced), expected, RTOL[forced])
 
 
-def test_f43_error_against_float64_is_small_at_many_channels(monkeypatch):
+def test_f43_error_against_float64_is_small_at_many_channels():
     """The float32 error of F(4,3) over a 256-channel sum: stated, and bounded."""
-    monkeypatch.setenv(wg.MODE_ENV, "4")
     mod, data, ref, _ = _model((1, 256, 8, 8, 16, (1, 1, 1, 1)))
-    out = run(mod, [data])
+    out = run(mod, [data], winograd="4")
     rel = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
     assert rel < 5e-5, rel
 
@@ -160,60 +158,48 @@ def _geo(c, hw, o, stride=1, dilation=1, groups=1, k=3):
                         (dilation, dilation), groups)
 
 
-def _choice(geo, constant=True):
+def _choice(geo, constant=True, setting="auto"):
     tile = ConvTile(8, 8, 2, 1, 4)
-    chosen = wg.choose(geo, tile, AVX2, constant)
+    chosen = wg.choose(geo, tile, AVX2, constant, setting)
     return chosen.m if chosen else None
 
 
-def test_choice_only_for_3x3_stride1_constant_weights(monkeypatch):
-    monkeypatch.setenv(wg.MODE_ENV, "4")
-    assert _choice(_geo(64, 56, 64)) == 4
-    assert _choice(_geo(64, 56, 64, stride=2)) is None
-    assert _choice(_geo(64, 56, 64, dilation=2)) is None
-    assert _choice(_geo(64, 56, 64, groups=2)) is None
-    assert _choice(_geo(64, 56, 64, k=1)) is None
-    assert _choice(_geo(64, 56, 64), constant=False) is None
+def test_choice_only_for_3x3_stride1_constant_weights():
+    assert _choice(_geo(64, 56, 64), setting="4") == 4
+    assert _choice(_geo(64, 56, 64, stride=2), setting="4") is None
+    assert _choice(_geo(64, 56, 64, dilation=2), setting="4") is None
+    assert _choice(_geo(64, 56, 64, groups=2), setting="4") is None
+    assert _choice(_geo(64, 56, 64, k=1), setting="4") is None
+    assert _choice(_geo(64, 56, 64), constant=False, setting="4") is None
 
 
-def test_switch(monkeypatch):
-    monkeypatch.setenv(wg.MODE_ENV, "off")
-    assert _choice(_geo(64, 56, 64)) is None
-    monkeypatch.setenv(wg.MODE_ENV, "2")
-    assert _choice(_geo(512, 7, 512)) == 2
-    monkeypatch.setenv(wg.MODE_ENV, "winograd please")
+def test_switch():
+    assert _choice(_geo(64, 56, 64), setting="off") is None
+    assert _choice(_geo(512, 7, 512), setting="2") == 2
     with pytest.raises(CompilationError, match="auto, off"):
-        _choice(_geo(64, 56, 64))
-    monkeypatch.setenv(wg.MODE_ENV, "4")  # an explicit setting (an option) beats the variable
-    tile = ConvTile(8, 8, 2, 1, 4)
-    assert wg.choose(_geo(64, 56, 64), tile, AVX2, True, setting="off") is None
-    assert wg.choose(_geo(64, 56, 64), tile, AVX2, True, setting="2").m == 2
+        _choice(_geo(64, 56, 64), setting="winograd please")
 
 
-def test_measured_heuristic(monkeypatch):
+def test_measured_heuristic():
     """Where the measurements (module docstring of topi.cpu.winograd) say Winograd wins."""
-    monkeypatch.setenv(wg.MODE_ENV, "auto")
     for c, hw in wg.MEASURED_WINS:
         assert _choice(_geo(c, hw, c)) is not None, (c, hw)
     for c, hw in wg.MEASURED_LOSSES:
         assert _choice(_geo(c, hw, c)) is None, (c, hw)
 
 
-def test_auto_picks_winograd_in_the_pipeline(monkeypatch):
-    monkeypatch.setenv(wg.MODE_ENV, "auto")
+def test_auto_picks_winograd_in_the_pipeline():
     c, hw = wg.MEASURED_WINS[0]
     mod, _, _, _ = _model((1, c, hw, hw, c, (1, 1, 1, 1)))
-    assert _is_winograd(mod)
-    monkeypatch.setenv(wg.MODE_ENV, "off")
-    assert not _is_winograd(mod)
+    assert _is_winograd(mod)  # PipelineOptions' default: auto
+    assert not _is_winograd(mod, winograd="off")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", ["auto", "4"])
-def test_resnet18_matches_onnxruntime(setting, monkeypatch):
+def test_resnet18_matches_onnxruntime(setting):
     from tvm_cocopie.models.workloads import get_workload
 
-    monkeypatch.setenv(wg.MODE_ENV, setting)
     wl = get_workload("resnet18", image_size=64)
-    compiled = tvm_cocopie.compile(wl.model, shapes=wl.shapes)
+    compiled = tvm_cocopie.compile(wl.model, shapes=wl.shapes, options={"winograd": setting})
     assert_close(compiled(**wl.inputs), ort_run(wl.model, wl.inputs))

@@ -49,6 +49,9 @@ class PipelineOptions:
     rewrite: bool = True
     layout: bool = True
     custom_legalize: bool = True
+    #: Winograd for 3x3 stride-1 convs: ``"auto"`` (where measured faster), ``"off"``, or
+    #: ``"2"`` / ``"4"`` to force F(2,3) / F(4,3) (:mod:`.topi.cpu.winograd`)
+    winograd: str = "auto"
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
     fusion: str = "stock"
@@ -64,7 +67,8 @@ class PipelineOptions:
 
 
 def _legalize_stage(target, options: PipelineOptions) -> list:
-    overrides = topi.legalize_overrides(target) if options.custom_legalize else {}
+    overrides = (topi.legalize_overrides(target, options.winograd)
+                 if options.custom_legalize else {})
     return [
         relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
         relax.transform.AnnotateTIROpPattern(),

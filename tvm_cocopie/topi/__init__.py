@@ -23,9 +23,10 @@ from ..target import cpu_info, is_hexagon
 from .cpu.legalize import overrides
 
 
-def legalize_overrides(target: tvm.target.Target) -> dict:
-    """Relax op name -> legalize function for ``target`` (empty: TVM's own legalization)."""
+def legalize_overrides(target: tvm.target.Target, winograd: str = "auto") -> dict:
+    """Relax op name -> legalize function for ``target`` (empty: TVM's own legalization);
+    ``winograd``: Winograd for 3x3 stride-1 convs (``auto``, ``off``, ``2``, ``4``)."""
     if target.kind.name != "llvm" or is_hexagon(target):
         return {}
 
-    return overrides(cpu_info(target))
+    return overrides(cpu_info(target), winograd)

@@ -145,8 +145,9 @@ def _packed_weight(bb, weight, pack_numpy, pack_te, name: str):
     return bb.emit(bb.call_te(pack_te, weight, primfunc_name_hint=name))
 
 
-def legalize_conv2d(info: CpuInfo, fallback):
-    """The ``relax.nn.conv2d`` legalization for a CPU described by ``info``."""
+def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto"):
+    """The ``relax.nn.conv2d`` legalization for a CPU described by ``info``; ``winograd``:
+    Winograd for 3x3 stride-1 convs (:data:`.winograd.SETTINGS`)."""
 
     def _legalize(bb: relax.BlockBuilder, call) -> relax.Expr:
         plan = conv2d_plan(call, info)
@@ -159,7 +160,8 @@ def legalize_conv2d(info: CpuInfo, fallback):
                 lambda w: dw.pack_weight(w, tile.ob), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
-        elif (wtile := wg.choose(geo, tile, info, is_constant(call.args[1]))) is not None:
+        elif (wtile := wg.choose(geo, tile, info, is_constant(call.args[1]),
+                                 winograd)) is not None:
             kernel = relax.const(wg.transform_weight_numpy(const_np(call.args[1]), wtile))
             compute, tile = wg.conv2d_winograd_nchwc, wtile
             name = "conv2d_winograd_nchwc"
@@ -240,11 +242,11 @@ def default_legalize(op_name: str):
     return tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
 
-def overrides(info: CpuInfo) -> dict:
+def overrides(info: CpuInfo, winograd: str = "auto") -> dict:
     """Relax op name -> legalization, for :func:`tvm_cocopie.topi.legalize_overrides`."""
 
     table = {
-        "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d")),
+        "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d"), winograd),
         "relax.matmul": legalize_matmul(info, default_legalize("relax.matmul")),
     }
     for name, legalize in LEGALIZE.items():

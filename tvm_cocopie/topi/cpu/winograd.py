@@ -52,13 +52,12 @@ F(4,3)'s float32 error against float64 grows with the channel count: 5e-6 of the
 output's range at 64 channels, 1.6e-5 at 512 (F(2,3) and the direct conv: 3e-7 to
 3e-6).
 
-Switch: the environment variable :data:`MODE_ENV` (``auto``, ``off``, ``2``, ``4``).
+Switch: ``PipelineOptions(winograd=...)`` (:data:`SETTINGS`: ``auto``, ``off``, ``2``, ``4``).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
@@ -309,19 +308,10 @@ __all__ = [
 
 # ------------------------------------------------------------------ the choice
 
-#: environment switch: ``auto`` (the measured heuristic, default), ``off``, or ``2`` /
-#: ``4`` to force F(2,3) / F(4,3) on every eligible conv (measurements, tests)
-MODE_ENV = "TVM_COCOPIE_WINOGRAD"
-
-
-def mode() -> str:
-    """The Winograd switch: ``"auto"``, ``"off"``, ``"2"`` or ``"4"`` (see :data:`MODE_ENV`)."""
-    value = os.environ.get(MODE_ENV, "auto").strip().lower()
-    if value in ("0", "off", "false", "no", "none"):
-        return "off"
-    if value in ("2", "4", "auto"):
-        return value
-    raise CompilationError(f"{MODE_ENV}={value!r}: use auto, off, 2 (F(2,3)) or 4 (F(4,3))")
+#: the settings of ``PipelineOptions.winograd``: ``auto`` (the measured heuristic, the
+#: default), ``off``, or ``2`` / ``4`` to force F(2,3) / F(4,3) on every eligible conv
+#: (measurements, tests)
+SETTINGS = ("auto", "off", "2", "4")
 
 
 #: Below this many input or output channels the transforms cost as much as the GEMM
@@ -359,20 +349,21 @@ def preferred_m(geo: ConvGeometry) -> int | None:
 
 
 def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
-           setting: str | None = None) -> WinogradTile | None:
+           setting: str = "auto") -> WinogradTile | None:
     """The Winograd tile for a conv the direct kernel would run with tile ``direct``, or
     ``None`` to keep the direct conv (unsupported shape, non-constant weight, the switch
-    off, or the heuristic says the direct conv is faster). ``setting`` overrides the
-    environment switch (:func:`mode`; same values)."""
+    off, or the heuristic says the direct conv is faster). ``setting``: one of
+    :data:`SETTINGS` (``PipelineOptions.winograd``)."""
     from .tiling import winograd_gemm_tile
 
     if not constant_weight or not supports(geo) or info.arch == "hexagon":
         return None
-    setting = mode() if setting is None else str(setting).lower()
+    setting = str(setting).lower()
     if setting == "off":
         return None
     if setting not in ("auto", "2", "4"):
-        raise CompilationError(f"Winograd setting {setting!r}: use auto, off, 2 or 4")
+        raise CompilationError(f"Winograd setting {setting!r}: PipelineOptions(winograd=...) "
+                               "takes auto, off, 2 (F(2,3)) or 4 (F(4,3))")
     m = preferred_m(geo) if setting == "auto" else int(setting)
     if m is None:
         return None
