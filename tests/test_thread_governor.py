@@ -37,10 +37,10 @@ def _run(governor, pool, latency, calls):
 
 def test_busy_core_moves_it_to_one_thread_and_back_when_quiet():
     pool = _Pool(2)
-    gov = ThreadGovernor(2, interval=8, probe_calls=3, apply=pool.apply, current=pool.current)
+    gov = ThreadGovernor(2, interval=8, apply=pool.apply, current=pool.current)
     # another process holds a core: a 2-thread call waits for the preempted worker
     used = _run(gov, pool, lambda n: 5e-3 if n == 2 else 2e-3, 60)
-    assert gov.best == 1 and used[-10:].count(1) >= 9
+    assert gov.best == 1 and used[-20:].count(1) >= 14  # probes of two threads aside
     # the machine is quiet again: two threads are twice as fast
     _run(gov, pool, lambda n: 1e-3 if n == 2 else 2e-3, 200)
     assert gov.best == 2
@@ -48,11 +48,11 @@ def test_busy_core_moves_it_to_one_thread_and_back_when_quiet():
 
 def test_a_confirmed_choice_is_probed_less_and_less_often():
     pool = _Pool(2)
-    gov = ThreadGovernor(2, interval=8, probe_calls=3, max_interval=128, apply=pool.apply,
+    gov = ThreadGovernor(2, interval=8, max_interval=128, apply=pool.apply,
                          current=pool.current)
     used = _run(gov, pool, lambda n: 1e-3 if n == 2 else 2e-3, 2000)
     assert gov.best == 2 and gov.interval == 128
-    assert used.count(1) < 0.04 * len(used)  # probes: a few calls in a hundred at most
+    assert used.count(1) < 0.05 * len(used)  # probes: a few calls in a hundred at most
 
 
 def test_another_model_changing_the_pool_is_noticed():

@@ -38,15 +38,19 @@ class ThreadGovernor:
     percentile with 2 threads, and a steady 0.02 ms with 1 thread. ONNX Runtime's pool
     lets the caller take the work of a worker that does not show up; TVM's cannot, so
     the model itself adapts: it runs with ``max_threads`` and every ``interval``
-    calls tries ``probe_calls`` calls with one thread; the count whose recent median
-    latency is lower (by ``margin``) is kept. A probe that confirms the choice doubles
-    the interval (up to ``max_interval``), so a quiet machine spends a few calls in
-    a thousand on probes. Switching costs ~10 µs (``runtime.config_threadpool``). The
+    calls tries ``probe_calls`` calls with one thread (or back); the other count wins
+    only if the probe's median latency is below the current count's recent median by
+    ``margin`` (25%: interleaved with other runtimes on two cores, their spinning
+    threads make single calls swing by 10-20%). The first call after a switch is not a
+    sample (it wakes workers that slept through the other setting). A probe that
+    confirms the choice doubles the interval (up to ``max_interval``), so a quiet
+    machine spends a few calls in a thousand on probes. Switching costs ~10 µs
+    (``runtime.config_threadpool``). The
     pool is the process's: a governor sets it for every model of the process.
     """
 
-    def __init__(self, max_threads: int, interval: int = 16, probe_calls: int = 3,
-                 window: int = 9, margin: float = 0.05, max_interval: int = 1024,
+    def __init__(self, max_threads: int, interval: int = 8, probe_calls: int = 3,
+                 window: int = 9, margin: float = 0.25, max_interval: int = 1024,
                  apply=None, current=None):
         self.max_threads = max(1, int(max_threads))
         self.best = self.max_threads
@@ -59,6 +63,7 @@ class ThreadGovernor:
         self._apply = apply or _config_threadpool
         self._pool_threads = current or _pool_threads
         self._current = None
+        self._switched = False
         self._since_probe = 0
         self._probing = 0
         self._calls = 0
@@ -73,14 +78,18 @@ class ThreadGovernor:
             wanted = self.best
         if wanted != self._pool_threads():  # the pool is the process's: ask, do not remember
             self._apply(wanted)
+            self._switched = True
         self._current = wanted
         return wanted
 
     def after_call(self, seconds: float) -> None:
         """Record the latency of the call that :meth:`before_call` set up."""
         self._calls += 1
-        if self._calls > 1 and self._current is not None:  # the first call pays set-up
+        # the first call pays set-up, and the first after a switch wakes workers that slept
+        # through the other setting: neither is a sample of the setting's speed
+        if self._calls > 1 and self._current is not None and not self._switched:
             self.samples[self._current].append(seconds)
+        self._switched = False
         if self.max_threads == 1:
             return
         if self._probing:
@@ -92,13 +101,14 @@ class ThreadGovernor:
         if self._since_probe >= self.interval:
             self._since_probe = 0
             self._probing = self.probe_calls
+            self.samples[self._other()].clear()  # the probe's own calls decide, not old ones
 
     def _other(self) -> int:
         return 1 if self.best != 1 else self.max_threads
 
     def _decide(self) -> None:
         mine, other = self.samples[self.best], self.samples[self._other()]
-        if len(mine) < 3 or len(other) < 3:
+        if len(mine) < 3 or len(other) < max(1, self.probe_calls - 1):
             return
         if _median(other) < (1.0 - self.margin) * _median(mine):
             self.best = self._other()
