@@ -43,3 +43,11 @@ def rewrite_calls(mod: tvm.IRModule, op_name: str,
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
     return rewriter.builder_.get(), rewriter.count
+
+
+def rewrite_table(mod: tvm.IRModule, table: dict) -> tvm.IRModule:
+    """``mod`` with :func:`rewrite_calls` applied for every ``{op name: rewrite}`` of
+    ``table``, in order."""
+    for op_name, rewrite in table.items():
+        mod, _ = rewrite_calls(mod, op_name, rewrite)
+    return mod

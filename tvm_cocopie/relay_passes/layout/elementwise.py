@@ -36,7 +36,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ...exprs import const_np, is_constant
-from .call_rewrite import rewrite_calls
+from .call_rewrite import rewrite_table
 
 
 def _feature_map(call) -> bool:
@@ -133,6 +133,4 @@ REWRITES = {
 @tvm.transform.module_pass(opt_level=0, name="LayoutCarryingElementwise")
 def layout_carrying_elementwise(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Rewrite the operators of :data:`REWRITES` on feature maps (module docstring)."""
-    for op_name, rewrite in REWRITES.items():
-        mod, _ = rewrite_calls(mod, op_name, rewrite)
-    return mod
+    return rewrite_table(mod, REWRITES)

@@ -22,7 +22,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ...exprs import static_shape
-from .call_rewrite import rewrite_calls
+from .call_rewrite import rewrite_table
 
 
 def _stack(bb: relax.BlockBuilder, call):
@@ -63,6 +63,4 @@ REWRITES = {
 @tvm.transform.module_pass(opt_level=0, name="ConvertibleShapeOps")
 def convertible_shape_ops(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Rewrite the operators of :data:`REWRITES` (module docstring)."""
-    for op_name, rewrite in REWRITES.items():
-        mod, _ = rewrite_calls(mod, op_name, rewrite)
-    return mod
+    return rewrite_table(mod, REWRITES)
