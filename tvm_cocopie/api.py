@@ -76,7 +76,7 @@ class CompiledModel:
         self.device = tvm.cpu(0)
         self.vm = relax.VirtualMachine(executable, self.device)
         self._main = self.vm["main"]
-        cores = int(target.attrs.get("num-cores") or 0) or _pool_threads()
+        cores = int(target.attrs.get("num-cores") or 0) or _configured_threads()
         self.governor = ThreadGovernor(cores) if adaptive_threads and cores > 1 else None
 
     @property
@@ -164,7 +164,7 @@ def _python_scalar(spec: InputSpec, value: float) -> np.ndarray:
     return arr
 
 
-def _pool_threads() -> int:
+def _configured_threads() -> int:
     """Threads of TVM's pool as configured (``TVM_NUM_THREADS``), else the cores we may use."""
     configured = os.environ.get("TVM_NUM_THREADS", "")
     return int(configured) if configured.isdigit() else len(os.sched_getaffinity(0))

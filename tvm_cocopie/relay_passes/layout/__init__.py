@@ -15,7 +15,8 @@ Passes, in the order :func:`layout_passes_for` runs them:
   their concatenation moved inside the blocked layout;
 - :mod:`.constants`: layout transforms of constants folded at compile time.
 
-:mod:`.call_rewrite` is the call-replacing walk that ``lift`` and ``subpixel`` share.
+:mod:`.call_rewrite` is the call-replacing walk that ``lift``, ``subpixel``,
+``elementwise`` and ``shape_ops`` share.
 """
 
 from __future__ import annotations

@@ -162,9 +162,11 @@ def _convert(mod, info, kept: set, allowed: set | None):
 
 
 def _first_failing(mod, info, kept: set, order: list) -> int | None:
-    """The conv whose conversion, with every conv before it in ``order``, first fails."""
+    """The conv whose conversion, with every conv before it in ``order``, first fails
+    (converting all of them is known to fail); ``None`` if the graph fails with none of
+    them converted (the failure is no conv's: a ``stack`` before its shape_ops rewrite)."""
     lo, hi = 0, len(order)  # order[:lo] converts; order[:hi] fails
-    if _convert(mod, info, kept, set(order))[0] is not None:
+    if _convert(mod, info, kept, set())[0] is None:
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2

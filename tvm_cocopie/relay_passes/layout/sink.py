@@ -39,9 +39,15 @@ _PERMUTE = "relax.permute_dims"
 _TRANSFORM = "relax.layout_transform"
 
 
+def _op_name(expr) -> str | None:
+    """The operator a Relax call applies (``None``: not an operator call)."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return str(expr.op.name)
+    return None
+
+
 def _is_op(expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-        expr.op.name == name
+    return _op_name(expr) == name
 
 
 def _scalar(expr) -> bool:
@@ -66,8 +72,7 @@ class _Sink(relax.PyExprMutator):
         super().__init__(mod)
         self.unblocks = {}  # var bound to U(blocked) -> (blocked, U, blocked shape)
         self.values = {}  # var -> the value it was bound to in the input
-        self.sunk = {}  # var of a sunk where -> (its blocked result, T)
-        self.count = 0
+        self.sunk = {}  # var of a sunk operator -> (its blocked result, T)
 
     def visit_var_binding_(self, binding):
         value = binding.value
@@ -78,8 +83,7 @@ class _Sink(relax.PyExprMutator):
                 self.set_var_remap(binding.var, hit[0])  # T(U(wb)) is wb
                 return
             self._note_unblock(binding.var, value)
-        method = _SINKS.get(value.op.name) if isinstance(value, relax.Call) and isinstance(
-            value.op, tvm.ir.Op) else None
+        method = _SINKS.get(_op_name(value))
         if method is not None and isinstance(binding.var, relax.DataflowVar):
             sunk = getattr(self, method)(value)
             if sunk is not None:
@@ -89,7 +93,6 @@ class _Sink(relax.PyExprMutator):
                 self.set_var_remap(binding.var, unblocked)
                 self.sunk[binding.var] = (blocked, unblock.inverse(shape))
                 self.unblocks[binding.var] = (blocked, unblock, shape)
-                self.count += 1
                 return
         super().visit_var_binding_(binding)
 

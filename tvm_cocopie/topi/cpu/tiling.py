@@ -160,9 +160,8 @@ def matmul_blocking(rows: int, n: int, k: int, tile: MatmulTile) -> MatmulBlocki
     kb = k
     if columns_outer and 4 * k * tile.nb > L2_BUDGET // 2:
         kb = max(64, L1_BUDGET // (4 * tile.nb))
-        while k % kb:  # a divisor of k: no partial reduction block
+        while k % kb:  # a divisor of k: no partial reduction block (stops at 1)
             kb //= 2
-        kb = max(kb, 1)
         if kb < 32:
             kb = k
     return MatmulBlocking(columns_outer, kb)
