@@ -4,7 +4,13 @@ called through it gives the same numbers."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
+import pytest
 from conftest import conv_relu_model
 
 import tvm_cocopie
@@ -75,3 +81,42 @@ def test_compiled_model_runs_through_the_governor():
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     assert sum(len(s) for s in adaptive.governor.samples.values()) > 0
+
+
+def _fresh_python(code: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "TVM_BIND_THREADS")}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=300, check=True)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_register_starts_the_pool_on_every_core():
+    """TVM alone starts its pool with half the logical CPUs on x86 and never grows it;
+    after register() a model built with tvm.compile and run in a plain VirtualMachine
+    has a thread per core."""
+    code = """
+        import os, tvm, tvm_cocopie
+        stock = int(tvm.get_global_func("runtime.NumThreads")()) if os.environ.get("STOCK") else 0
+        tvm_cocopie.register()
+        print(stock, int(tvm.get_global_func("runtime.NumThreads")()),
+              tvm_cocopie.threads.usable_cores())
+    """
+    _, ours, cores = map(int, _fresh_python(code).stdout.split())
+    assert ours == cores
+    # a pool that TVM started first cannot grow: register() says so and what to do
+    done = _fresh_python(code, {"STOCK": "1"})
+    stock, ours, cores = map(int, done.stdout.split())
+    if stock < cores:  # TVM halved the CPUs (x86 with an even count)
+        assert ours == stock
+        assert "RuntimeWarning" in done.stderr
+        assert "cannot grow" in done.stderr and "TVM_NUM_THREADS" in done.stderr
+
+
+def test_user_thread_count_wins():
+    code = """
+        import tvm, tvm_cocopie
+        tvm_cocopie.register()
+        print(int(tvm.get_global_func("runtime.NumThreads")()))
+    """
+    assert _fresh_python(code, {"TVM_NUM_THREADS": "1"}).stdout.split() == ["1"]

@@ -4,7 +4,8 @@ Use::
 
     import tvm, tvm_cocopie
     print(tvm_cocopie.register())          # adds relax_pipeline="cocopie" to TVM
-    ex = tvm.compile(mod, target={"kind": "llvm", "num-cores": 2}, relax_pipeline="cocopie")
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})   # a Target: relax.build
+    ex = tvm.compile(mod, target=target, relax_pipeline="cocopie")  # refuses a plain dict
 
 or, from an ONNX file, ``tvm_cocopie.compile("model.onnx")(x)``.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from . import errors
+from . import errors, threads  # noqa: F401 - threads notes the CPUs before TVM pins any
 from .errors import CocopieError
 
 __version__ = "0.1.0"
@@ -53,14 +54,21 @@ class RegistrationSummary:
 
 
 def register() -> RegistrationSummary:
-    """Make stock TVM use tvm-cocopie: register the ``cocopie`` Relax pipeline.
+    """Make stock TVM use tvm-cocopie: register the ``cocopie`` Relax pipeline, and start
+    TVM's thread pool on every core this process may use.
+
+    TVM on x86 would start its pool with half the logical CPUs, for good
+    (:func:`~tvm_cocopie.threads.ensure_thread_pool`): call ``register()`` before
+    running any TVM code. ``TVM_NUM_THREADS`` set by the user wins.
 
     Idempotent: a second call changes nothing and says so. Returns a summary of the
     pipeline's stages and the passes in each, for the host target.
     """
     from .pipeline import PIPELINE_NAME, register_pipeline, stage_passes
     from .target import host_target
+    from .threads import ensure_thread_pool
 
+    ensure_thread_pool()
     new = register_pipeline()
     target = host_target()
     stages = [(name, [_pass_name(p) for p in passes]) for name, passes in stage_passes(target)]

@@ -25,7 +25,7 @@ from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
 from .target import parse_target
-from .threads import ThreadGovernor, configure_thread_pool
+from .threads import ThreadGovernor, ensure_thread_pool, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class CompiledModel:
         self.target = target
         self.pipeline = pipeline
         self.compile_seconds = compile_seconds
-        configure_thread_pool(target.attrs.get("num-cores"))
+        ensure_thread_pool(target.attrs.get("num-cores"))
         self.device = tvm.cpu(0)
         self.vm = relax.VirtualMachine(executable, self.device)
         self._main = self.vm["main"]
@@ -167,7 +167,7 @@ def _python_scalar(spec: InputSpec, value: float) -> np.ndarray:
 def _configured_threads() -> int:
     """Threads of TVM's pool as configured (``TVM_NUM_THREADS``), else the cores we may use."""
     configured = os.environ.get("TVM_NUM_THREADS", "")
-    return int(configured) if configured.isdigit() else len(os.sched_getaffinity(0))
+    return int(configured) if configured.isdigit() else usable_cores()
 
 
 def _to_numpy(value):

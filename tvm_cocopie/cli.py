@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from .errors import CocopieError
-from .threads import configure_thread_pool
+from .threads import configure_thread_pool, usable_cores
 
 log = logging.getLogger("tvm_cocopie.cli")
 
@@ -165,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="compile the embedded default model, compare with ORT")
     demo.add_argument("--model", help="zoo model name (default: resnet18)")
     demo.add_argument("--image-size", type=int, default=None)
-    demo.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    demo.add_argument("--threads", type=int, default=usable_cores())
     demo.add_argument("--repeat", type=int, default=5)
     demo.add_argument("--json", metavar="PATH")
     demo.set_defaults(func=cmd_demo)

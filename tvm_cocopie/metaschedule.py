@@ -23,7 +23,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from .errors import last_line
-from .threads import configure_thread_pool
+from .threads import configure_thread_pool, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def runner_threads(target) -> None:
     the same kernel timed 2x slower than in a worker started after a compile.
     """
     cores = target.attrs.get("num-cores") if target is not None else None
-    configure_thread_pool(int(cores) if cores else len(os.sched_getaffinity(0)))
+    configure_thread_pool(int(cores) if cores else usable_cores())
 
 
 @dataclass

@@ -10,13 +10,13 @@ questions schedule rules ask (SIMD width, core count, Hexagon or not).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from tvm.target import Target, codegen
 
 from .errors import TargetError
+from .threads import usable_cores
 
 #: Target kinds the cocopie pipeline compiles for. Hexagon and Arm are LLVM targets too.
 SUPPORTED_KINDS = ("llvm",)
@@ -34,7 +34,7 @@ AARCH64_NEON = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon
 
 def host_target(num_cores: int | None = None) -> Target:
     """The machine we run on: LLVM's idea of the host CPU, with its core count."""
-    cores = num_cores or len(os.sched_getaffinity(0))
+    cores = num_cores or usable_cores()
     return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": cores})
 
 
@@ -127,7 +127,7 @@ def cpu_info(target: Target) -> CpuInfo:
     """Describe ``target`` for schedule heuristics (SIMD width, cores, FMA)."""
     triple = str(target.attrs.get("mtriple") or codegen.llvm_get_system_triple())
     mattr = [str(a) for a in (target.attrs.get("mattr") or [])]
-    cores = int(target.attrs.get("num-cores") or len(os.sched_getaffinity(0)))
+    cores = int(target.attrs.get("num-cores") or usable_cores())
     if triple.startswith("hexagon"):
         bits = 1024 if any("128b" in a for a in mattr) else 512
         return CpuInfo("hexagon", bits, 1, False)
