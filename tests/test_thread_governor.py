@@ -96,15 +96,19 @@ def test_register_starts_the_pool_on_every_core():
     after register() a model built with tvm.compile and run in a plain VirtualMachine
     has a thread per core."""
     code = """
-        import os, tvm, tvm_cocopie
+        import os, tvm
         stock = int(tvm.get_global_func("runtime.NumThreads")()) if os.environ.get("STOCK") else 0
+        import tvm_cocopie
         tvm_cocopie.register()
         print(stock, int(tvm.get_global_func("runtime.NumThreads")()),
               tvm_cocopie.threads.usable_cores())
     """
     _, ours, cores = map(int, _fresh_python(code).stdout.split())
     assert ours == cores
-    # a pool that TVM started first cannot grow: register() says so and what to do
+    # importing tvm_cocopie is enough for a pool that starts later (stock TVM's too)
+    late = "import tvm_cocopie, tvm; print(int(tvm.get_global_func('runtime.NumThreads')()))"
+    assert _fresh_python(late).stdout.split() == [str(cores)]
+    # a pool that TVM started before tvm_cocopie was imported cannot grow: register() says so and what to do
     done = _fresh_python(code, {"STOCK": "1"})
     stock, ours, cores = map(int, done.stdout.split())
     if stock < cores:  # TVM halved the CPUs (x86 with an even count)

@@ -31,6 +31,11 @@ __all__ = [
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+# TVM reads its thread count once, when its pool starts (on x86: half the logical CPUs,
+# for good): from here on it starts on every physical core, unpinned, unless the user
+# set TVM_NUM_THREADS / TVM_BIND_THREADS. Nothing starts here; register() starts it.
+threads.configure_thread_pool(threads.usable_cores())
+
 
 @dataclass
 class RegistrationSummary:
