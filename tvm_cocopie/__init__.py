@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from . import errors, threads  # noqa: F401 - threads notes the CPUs before TVM pins any
+from . import errors, threads  # threads notes the CPUs before TVM pins any
 from .errors import CocopieError
 
 __version__ = "0.1.0"

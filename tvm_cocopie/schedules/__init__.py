@@ -11,7 +11,9 @@ fusion:
 1. :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
-3. :class:`~.cpu.fallback.Fallback`: parallel + vectorized loops for everything else.
+3. :class:`~.cpu.row_reduction.RowReduction`: row-wise kernels (softmax, layer
+   norm, reductions over the last axis) as one parallel loop over rows;
+4. :class:`~.cpu.fallback.Fallback`: parallel + vectorized loops for everything else.
 
 On Hexagon targets the list is :class:`~.hexagon.int8.HexagonInt8`: the HVX kernel
 of the variant GCD²'s selection chose for each int8 operator.
@@ -28,10 +30,12 @@ from ..target import is_hexagon
 from .cpu.conv2d_nchwc import Conv2dNCHWc
 from .cpu.fallback import Fallback
 from .cpu.matmul_packed import MatmulPacked
+from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
-__all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "Winograd", "default_rules"]
+__all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "RowReduction", "Winograd",
+           "default_rules"]
 
 
 def default_rules(target: tvm.target.Target) -> list:
@@ -40,4 +44,4 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Winograd(), Conv2dNCHWc(), MatmulPacked(), Fallback()]
+    return [Winograd(), Conv2dNCHWc(), MatmulPacked(), RowReduction(), Fallback()]
