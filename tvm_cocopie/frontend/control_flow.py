@@ -9,6 +9,11 @@ that branch is converted (function-expanded graphs guard shape-specific code beh
 such ``If`` s, and the untaken branch often cannot be built for the given shapes).
 A ``Loop`` with a constant trip count and a ``Scan`` over a static axis are unrolled
 into straight-line nodes, renamed per iteration.
+
+An ``If`` whose condition is known only at run time (Silero VAD's on its sample-rate
+input) stays, and each branch is simplified as a model of its own: TVM's importer
+converts branches without folding them, and its ``Pad`` needs constant pads. One of
+its branches that cannot run at the given input shapes becomes a run-time check.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ log = logging.getLogger(__name__)
 
 #: Unroll at most this many loop iterations (graph size grows with the count).
 MAX_UNROLL = 256
+#: The run-time check of an ``If`` condition that replaces a branch which cannot run at
+#: the given input shapes (``GUARD_OP(cond, value) -> value``, attributes ``expected``
+#: and ``message``; converter: :class:`.ops.control.IfGuard`).
+GUARD_DOMAIN = "ai.tvm_cocopie"
+GUARD_OP = "IfGuard"
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -289,17 +299,22 @@ def _rewrite(graph: onnx.GraphProto, counter: list[int], opset: int,
     return changed
 
 
+def _free_names(sub: onnx.GraphProto) -> set[str]:
+    """Outer values that ``sub`` (its nested subgraphs included) reads."""
+    local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+    for inner in sub.node:
+        local.update(inner.output)
+    names = {n for inner in sub.node for n in inner.input if n and n not in local}
+    return names | (captured_names(sub) - local)
+
+
 def captured_names(graph: onnx.GraphProto) -> set[str]:
     """Outer values that the subgraphs of ``graph``'s nodes read."""
     names: set[str] = set()
     for node in graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
-                local = {v.name for v in sub.input} | {t.name for t in sub.initializer}
-                for inner in sub.node:
-                    local.update(inner.output)
-                names |= {n for inner in sub.node for n in inner.input if n and n not in local}
-                names |= captured_names(sub) - local
+                names |= _free_names(sub)
     return names
 
 
@@ -321,8 +336,10 @@ def fold_keeping_captures(model: onnx.ModelProto,
 
 
 def simplify(model: onnx.ModelProto, fold: Callable[[onnx.ModelProto], onnx.ModelProto],
-             max_rounds: int = 8) -> onnx.ModelProto:
-    """Inline constant ``If`` s and unroll constant ``Loop`` s, folding in between."""
+             max_rounds: int = 8, guard: bool = True) -> onnx.ModelProto:
+    """Inline constant ``If`` s and unroll constant ``Loop`` s, folding in between;
+    then simplify the branches of the ``If`` s whose condition is known only at run
+    time (see :func:`_simplify_runtime_branches`; ``guard`` as there)."""
     counter = [0]
     opset = next((int(e.version) for e in model.opset_import if e.domain in ("", "ai.onnx")), 1)
     for _ in range(max_rounds):
@@ -335,9 +352,149 @@ def simplify(model: onnx.ModelProto, fold: Callable[[onnx.ModelProto], onnx.Mode
         except (StopIteration, KeyError, IndexError) as err:
             raise ModelError(f"malformed control-flow node: {err}") from None
         if not changed:
-            return model
+            break
         log.info("resolved %d control-flow node(s) at compile time", changed)
         model = fold_keeping_captures(out, fold)
-    return model
+    return _simplify_runtime_branches(model, fold, guard)
 
 
+def _outer_values(model: onnx.ModelProto) -> tuple[dict, dict]:
+    """The graph's value types (after shape inference) and its initializers."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - shape inference is best effort here
+        log.debug("shape inference failed: %s", err)
+        inferred = model
+    g = inferred.graph
+    types = {v.name: v.type for v in [*g.value_info, *g.input, *g.output]
+             if v.type.WhichOneof("value")}
+    return types, {t.name: t for t in model.graph.initializer}
+
+
+def _branch_as_model(model: onnx.ModelProto, branch: onnx.GraphProto, types: dict,
+                     inits: dict) -> tuple[onnx.ModelProto, set[str], bool]:
+    """``branch`` as a model of its own: the outer values it reads become its inputs
+    (typed as in the outer graph) or, for initializers, its initializers. Returns the
+    model, those names and whether all of them have a known type."""
+    sub = onnx.ModelProto()
+    sub.ir_version = model.ir_version
+    sub.opset_import.extend(model.opset_import)
+    sub.functions.extend(model.functions)
+    sub.graph.CopyFrom(branch)
+    free = _free_names(branch)
+    for name in sorted(free):
+        if name in inits:
+            sub.graph.initializer.append(inits[name])
+        elif name in types:
+            sub.graph.input.append(helper.make_value_info(name, types[name]))
+        else:
+            sub.graph.input.append(helper.make_empty_tensor_value_info(name))
+    return sub, free, free <= set(inits) | set(types)
+
+
+def _shape_check(sub: onnx.ModelProto) -> tuple[bool | None, str, dict[str, float]]:
+    """ONNX's strict shape inference over a branch model: whether the branch can run
+    (``None``: inference itself could not tell), its first complaint, and the element
+    counts of its tensor outputs (``inf`` when unknown)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(sub, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        return False, lines[0] if lines else "shape inference failed", {}
+    except Exception as err:  # noqa: BLE001 - e.g. a model over protobuf's 2 GB
+        log.debug("shape inference of a branch failed: %s", err)
+        return None, "", {}
+    sizes = {}
+    for value in inferred.graph.output:
+        if not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        known = value.type.tensor_type.HasField("shape") and all(
+            d.HasField("dim_value") for d in dims)
+        sizes[value.name] = float(np.prod([d.dim_value for d in dims])) if known else np.inf
+    return True, "", sizes
+
+
+def _guarded_branch(node: onnx.NodeProto, taken: str, reason: str, sizes: dict[str, float],
+                    initializers: list) -> list[onnx.NodeProto]:
+    """The nodes of ``node``'s branch ``taken``, one tensor output (the smallest, of
+    ``sizes``) passed through a :data:`GUARD_OP` that raises at run time if the
+    condition selects the other branch (which cannot run: ``reason``)."""
+    branch = next(a.g for a in node.attribute if a.name == taken)
+    other = "else_branch" if taken == "then_branch" else "then_branch"
+    initializers.extend(branch.initializer)
+    nodes = _copy_nodes(branch, lambda n: n)
+    pairs = [(o.name, out) for o, out in zip(branch.output, node.output) if out]
+    guarded = min((p for p in pairs if p[0] in sizes), key=lambda p: sizes[p[0]])[1]
+    for src, out in pairs:
+        if out != guarded:
+            nodes.append(_identity(src, out))
+            continue
+        message = (f"the condition of If node {node.name!r} selected its {other}, which "
+                   f"cannot run at the input shapes the model was compiled for ({reason})")
+        nodes.append(helper.make_node(GUARD_OP, [node.input[0], src], [out],
+                                      name=f"{node.name or 'If'}_guard", domain=GUARD_DOMAIN,
+                                      expected=int(taken == "then_branch"), message=message))
+    return nodes
+
+
+def _simplify_runtime_branches(model: onnx.ModelProto,
+                               fold: Callable[[onnx.ModelProto], onnx.ModelProto],
+                               guard: bool) -> onnx.ModelProto:
+    """Simplify each branch of the ``If`` s left in the graph (their condition is
+    known only at run time) as a model of its own: compile-time values inside are
+    folded (e.g. a ``Pad``'s pads computed from constants, which TVM's converter needs
+    constant) and the branch's own compile-time ``If`` s and ``Loop`` s resolved.
+
+    TVM's importer builds both branches of an ``If`` for the given input shapes. With
+    ``guard`` (the main graph, whose nodes always run), an ``If`` whose one branch ONNX
+    shape inference proves cannot run at those shapes (while the other can) becomes the
+    other branch and a run-time check of the condition (:data:`GUARD_OP`): the model
+    raises if the condition selects the branch that cannot run, as ONNX Runtime does.
+    """
+    if not any(n.op_type == "If" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    types, inits = _outer_values(out)
+    nodes, extra_inits, simplified, guarded = [], [], 0, 0
+    for node in out.graph.node:
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        checks = {}
+        for attr in node.attribute:
+            if attr.type != onnx.AttributeProto.GRAPH:
+                continue
+            sub, free, typed = _branch_as_model(out, attr.g, types, inits)
+            sub = simplify(fold_keeping_captures(sub, fold), fold, guard=False)
+            if guard:  # a value of unknown type makes strict inference fail anyway
+                checks[attr.name] = _shape_check(sub) if typed else (None, "", {})
+            branch = sub.graph
+            del branch.input[:]  # the outer values stay the outer graph's
+            kept = [t for t in branch.initializer if t.name not in free]
+            del branch.initializer[:]
+            branch.initializer.extend(kept)
+            attr.g.CopyFrom(branch)
+        simplified += 1
+        verdicts = {runs for runs, _, _ in checks.values()}
+        taken = next((name for name, (runs, _, sizes) in checks.items() if runs and sizes), None)
+        if len(checks) == 2 and verdicts == {False, True} and taken:
+            reason = next(reason for runs, reason, _ in checks.values() if not runs)
+            log.warning("If node %r: its %s cannot run at the given input shapes (%s); "
+                        "compiling the %s, with its condition checked at run time",
+                        node.name, "else_branch" if taken == "then_branch" else "then_branch",
+                        reason, taken)
+            nodes += _guarded_branch(node, taken, reason, checks[taken][2], extra_inits)
+            guarded += 1
+        else:
+            nodes.append(node)
+    if guarded:
+        del out.graph.node[:]
+        out.graph.node.extend(nodes)
+        out.graph.initializer.extend(extra_inits)
+        if not any(e.domain == GUARD_DOMAIN for e in out.opset_import):
+            out.opset_import.append(helper.make_opsetid(GUARD_DOMAIN, 1))
+    log.info("simplified the branches of %d If node(s) whose condition is known only at "
+             "run time", simplified)
+    return out

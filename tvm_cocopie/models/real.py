@@ -352,7 +352,9 @@ MAGIKA_LABELS = {"csv": 32, "png": 133, "python": 143}  # indices in its 214 tar
 DDDDOCR_DET_SIZE = 416
 DDDDOCR_OCR_SHAPE = (1, 1, 64, 192)
 
-#: Workload name -> model. ``silero_vad`` does not import (see the tests).
+#: Workload name -> model. ``silero_vad`` at these shapes runs its 16 kHz branch only:
+#: 576 samples do not fit the 8 kHz branch's LSTM (ONNX Runtime fails there too), so the
+#: compiled model raises if ``sr`` selects it (:mod:`tvm_cocopie.frontend.control_flow`).
 WHEEL_MODELS: dict[str, WheelModel] = {
     "silero_vad": WheelModel(
         "silero-vad", "vad",

@@ -28,9 +28,8 @@ from .real import (
 REAL_PREFIX = "ppocr_"
 REAL_WORKLOADS = ("ppocr_det", "ppocr_rec", "ppocr_cls")
 #: Real models of other families (voice activity, file-type classification, a YOLOX
-#: detector, a captcha recognizer), each from its own pinned wheel. ``silero_vad``
-#: does not import yet (TVM's Pad converter refuses the pads computed inside its
-#: sample-rate ``If``); the others compile and match ONNX Runtime.
+#: detector, a captcha recognizer), each from its own pinned wheel; all compile and
+#: match ONNX Runtime.
 WHEEL_WORKLOADS = tuple(WHEEL_MODELS)
 
 
