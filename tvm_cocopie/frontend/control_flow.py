@@ -250,14 +250,18 @@ def _unroll_scan(node, shapes, initializers, tag, opset) -> list[onnx.NodeProto]
     return nodes
 
 
-def _static_shapes(model: onnx.ModelProto) -> dict[str, list]:
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with ONNX's shape inference applied, or as it is if inference fails."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception as err:  # noqa: BLE001 - shape inference is best effort here
         log.debug("shape inference failed: %s", err)
-        inferred = model
+        return model
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list]:
     shapes = {}
-    g = inferred.graph
+    g = _inferred(model).graph
     for value in [*g.value_info, *g.input, *g.output]:
         ttype = value.type.tensor_type
         if ttype.HasField("shape"):
@@ -360,12 +364,7 @@ def simplify(model: onnx.ModelProto, fold: Callable[[onnx.ModelProto], onnx.Mode
 
 def _outer_values(model: onnx.ModelProto) -> tuple[dict, dict]:
     """The graph's value types (after shape inference) and its initializers."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception as err:  # noqa: BLE001 - shape inference is best effort here
-        log.debug("shape inference failed: %s", err)
-        inferred = model
-    g = inferred.graph
+    g = _inferred(model).graph
     types = {v.name: v.type for v in [*g.value_info, *g.input, *g.output]
              if v.type.WhichOneof("value")}
     return types, {t.name: t for t in model.graph.initializer}

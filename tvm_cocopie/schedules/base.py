@@ -77,6 +77,11 @@ def _block_names(func) -> list[str]:
     return [sch.get(b).name_hint for b in root_blocks(sch)]
 
 
+def uses_var(expr, var) -> bool:
+    """Whether the TIR expression ``expr`` reads the variable ``var``."""
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
 def root_blocks(sch: s_tir.Schedule) -> list:
     """The blocks directly under the root block, in program order."""
     return list(sch.get_child_blocks(sch.get_sblock("root")))

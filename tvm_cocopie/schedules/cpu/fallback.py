@@ -35,6 +35,7 @@ from ..base import (
     parallel_spatial,
     root_blocks,
     try_apply,
+    uses_var,
     vectorizable,
     vectorize_inner,
     writes_output,
@@ -43,12 +44,9 @@ from ..base import (
 log = logging.getLogger(__name__)
 
 
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
-
 
 def _contiguous_in(regions, var) -> bool:
-    return any(r.region and _uses(r.region[-1].min, var) for r in regions)
+    return any(r.region and uses_var(r.region[-1].min, var) for r in regions)
 
 
 def is_padding(sch: s_tir.Schedule, block) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 
 from ...errors import last_line
 from ...target import CpuInfo
@@ -42,15 +42,13 @@ from ..base import (
     iter_types,
     root_blocks,
     try_apply,
+    uses_var,
     vectorizable,
     writes_output,
 )
 
 log = logging.getLogger(__name__)
 
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def _is_row_reduction(sch: s_tir.Schedule, block) -> bool:
@@ -66,8 +64,8 @@ def _is_row_reduction(sch: s_tir.Schedule, block) -> bool:
     stmt = sch.get(block)
     inner = stmt.iter_vars[-1].var
     spatial = [iv.var for iv, k in zip(stmt.iter_vars, kinds) if k == DATA_PAR]
-    return any(r.region and _uses(r.region[-1].min, inner)
-               and not any(_uses(r.region[-1].min, v) for v in spatial)
+    return any(r.region and uses_var(r.region[-1].min, inner)
+               and not any(uses_var(r.region[-1].min, v) for v in spatial)
                for r in stmt.reads)  # a pooling window's ``ow * 2 + rw`` is not a row
 
 
@@ -183,7 +181,7 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
             return None
         inner_var = sch.get(final).iter_vars[-1].var
         written = sch.get(final).writes[0].region
-        if not written or not _uses(written[-1].min, inner_var):
+        if not written or not uses_var(written[-1].min, inner_var):
             return None  # its innermost loop is not along the row
     lanes = info.f32_lanes
     row_count = _row_count(sch, reductions[0])  # before rfactor reorders its iterators
