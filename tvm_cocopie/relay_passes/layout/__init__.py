@@ -5,6 +5,7 @@ Passes, in the order :func:`layout_passes_for` runs them:
 - :mod:`.lift`: element-wise TIR calls lifted back to Relax ops, so layout inference
   sees through them;
 - :mod:`.subpixel`: stride-s transposed convs as convs + depth-to-space;
+- :mod:`.conv1d`: 1-D convs as 2-D convs of height 1 (the blocked kernels take them);
 - :mod:`.shape_ops`: ``stack`` and channel ``split``, which TVM's layout inference
   gets wrong, written as ``expand_dims``/``concat`` and slices;
 - :mod:`.elementwise`: activations TVM's layout inference cannot carry (``clip`` of
@@ -15,7 +16,7 @@ Passes, in the order :func:`layout_passes_for` runs them:
   their concatenation moved inside the blocked layout;
 - :mod:`.constants`: layout transforms of constants folded at compile time.
 
-:mod:`.call_rewrite` is the call-replacing walk that ``lift``, ``subpixel``,
+:mod:`.call_rewrite` is the call-replacing walk that ``lift``, ``subpixel``, ``conv1d``,
 ``elementwise`` and ``shape_ops`` share.
 """
 
@@ -27,6 +28,7 @@ from tvm import relax
 from ...target import is_hexagon
 from .blocked import blocked_layout, layout_transforms
 from .constants import fold_layout_constants
+from .conv1d import conv1d_as_conv2d
 from .elementwise import layout_carrying_elementwise
 from .lift import lift_elementwise_tir
 from .shape_ops import convertible_shape_ops
@@ -44,6 +46,7 @@ def layout_passes_for(target: tvm.target.Target) -> list:
     return [
         lift_elementwise_tir,
         subpixel_conv_transpose,
+        conv1d_as_conv2d,
         relax.transform.DecomposeOpsForInference(),
         layout_carrying_elementwise,
         convertible_shape_ops,
