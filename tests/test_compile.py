@@ -80,3 +80,64 @@ def test_options_only_for_cocopie(tiny_model):
 
     with pytest.raises(CompilationError, match="only apply"):
         tvm_cocopie.compile(tiny_model, pipeline="default", options={"fuse": False})
+
+
+def _kernel_names(compiled) -> str:
+    return compiled.executable.stats()
+
+
+def test_symbolic_dims_specialize_per_shape(tiny_model):
+    """A symbolic batch gets TVM's generic conv; each concrete batch a build of its own
+    with our NCHWc conv, compiled on its first call and reused after."""
+    compiled = tvm_cocopie.compile(tiny_model)
+    for batch in (1, 3, 1):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        assert_close(compiled(x), ort_run(tiny_model, {"x": x}))
+    assert sorted(compiled.specializations) == [((1, 3, 16, 16),), ((3, 3, 16, 16),)]
+    special = compiled.specializations[((3, 3, 16, 16),)]
+    assert special.inputs[0].shape == (3, 3, 16, 16) and not special.specializations
+    assert "nchwc" in _kernel_names(special) and "nchwc" not in _kernel_names(compiled)
+
+
+def test_specialization_is_bounded_and_optional(tiny_model, monkeypatch, caplog):
+    import logging
+
+    from tvm_cocopie import api
+
+    monkeypatch.setattr(api, "MAX_SPECIALIZATIONS", 1)
+    compiled = tvm_cocopie.compile(tiny_model)
+    xs = [np.random.default_rng(b).standard_normal((b, 3, 16, 16)).astype(np.float32)
+          for b in (1, 2, 2)]
+    with caplog.at_level(logging.WARNING):
+        for x in xs:
+            assert_close(compiled(x), ort_run(tiny_model, {"x": x}))
+    assert compiled.specializations[((2, 3, 16, 16),)] is None  # ran the symbolic build
+    assert caplog.text.count("run the symbolic build") == 1
+    plain = tvm_cocopie.compile(tiny_model, specialize=False)
+    assert_close(plain(xs[0]), ort_run(tiny_model, {"x": xs[0]}))
+    assert not plain.specializations
+
+
+def test_inputs_staged_and_outputs_copied():
+    """Static inputs go through tensors the model keeps (filled by a numpy copy), outputs
+    come back as copies: a returned array never changes with the next call, even when the
+    output is the input itself, and a caller's array is never written."""
+    from conftest import make_model
+    from onnx import TensorProto, helper
+
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["same"]), helper.make_node("Neg", ["x"], ["neg"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("same", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2, 3])])
+    compiled = tvm_cocopie.compile(model)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = -np.ones((2, 3), np.float32)
+    first = compiled(a)
+    second = compiled(b)
+    np.testing.assert_array_equal(first[0], a)
+    np.testing.assert_array_equal(first[1], -a)
+    np.testing.assert_array_equal(second[0], b)
+    second[0][:] = 7  # the caller's copy
+    np.testing.assert_array_equal(compiled(a)[0], a)
+    np.testing.assert_array_equal(a, np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -29,6 +29,9 @@ from .threads import ThreadGovernor, ensure_thread_pool, usable_cores
 
 log = logging.getLogger(__name__)
 
+#: Concrete input shapes a model with symbolic dims compiles a build of its own for
+MAX_SPECIALIZATIONS = 4
+
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -63,10 +66,21 @@ class CompiledModel:
     measured latency (:class:`~tvm_cocopie.threads.ThreadGovernor`): on a machine
     where another process holds a core, one thread instead of a fork-join that waits
     for the preempted worker.
+
+    A model with symbolic input dims built with a ``specializer`` (see
+    :func:`compile_model`'s ``specialize``) compiles itself again for the concrete
+    shapes of a call the first time it sees them, and runs that build for every later
+    call of those shapes (``.specializations``, at most :data:`MAX_SPECIALIZATIONS`;
+    past that, calls run the symbolic build). The symbolic build stays ``.vm`` /
+    ``.executable``.
     """
 
     def __init__(self, executable, inputs: list[InputSpec], target: tvm.target.Target,
-                 pipeline: str, compile_seconds: float, adaptive_threads: bool = True):
+                 pipeline: str, compile_seconds: float, adaptive_threads: bool = True,
+                 specializer=None):
+        self.specializations: dict[tuple, CompiledModel] = {}
+        self._specializer = specializer
+        self._staged = None  # per input: (its tensor, a numpy view of it) or None
         self.executable = executable
         self.inputs = inputs
         self.target = target
@@ -129,7 +143,45 @@ class CompiledModel:
 
     def __call__(self, *args, **kwargs):
         arrays = self._arrange(args, kwargs)
-        tensors = [tvm.runtime.tensor(a, self.device) for a in arrays]
+        special = self._specialized(arrays)
+        return special._run(arrays) if special is not None else self._run(arrays)
+
+    def _specialized(self, arrays: list[np.ndarray]) -> CompiledModel | None:
+        """The build for these inputs' shapes (compiled on first sight), or ``None``: run
+        this one."""
+        if self._specializer is None:
+            return None
+        key = tuple(a.shape for a in arrays)
+        model = self.specializations.get(key)
+        if model is None and len(self.specializations) < MAX_SPECIALIZATIONS:
+            shapes = {spec.name: list(a.shape) for spec, a in zip(self.inputs, arrays)
+                      if any(isinstance(d, str) for d in spec.shape)}
+            log.info("specializing for input shapes %s (a compile, then cached)", shapes)
+            model = self.specializations[key] = self._specializer(shapes)
+        elif model is None and len(self.specializations) == MAX_SPECIALIZATIONS:
+            log.warning("more than %d input shapes: %s and later new shapes run the "
+                        "symbolic build (generic kernels)", MAX_SPECIALIZATIONS, list(key))
+            self.specializations[key] = None  # warned once; this key runs symbolic
+        return model
+
+    def _input_tensors(self, arrays: list[np.ndarray]) -> list:
+        """The VM's input tensors holding ``arrays``: for an input of static shape a tensor
+        of the model's own, filled through its numpy view (1.4 us for Silero's 576 samples,
+        where ``tvm.runtime.tensor`` takes 68 us: on a 0.3 ms model, the inputs and outputs
+        cost more than the kernels); for symbolic dims a new tensor."""
+        if self._staged is None:
+            self._staged = [_staging(spec, self.device) for spec in self.inputs]
+        tensors = []
+        for staged, arr in zip(self._staged, arrays):
+            if staged is None:
+                tensors.append(tvm.runtime.tensor(arr, self.device))
+            else:
+                np.copyto(staged[1], arr)
+                tensors.append(staged[0])
+        return tensors
+
+    def _run(self, arrays: list[np.ndarray]):
+        tensors = self._input_tensors(arrays)
         if self.governor is None:
             return _to_numpy(self._main(*tensors))
         self.governor.before_call()
@@ -170,12 +222,29 @@ def _configured_threads() -> int:
     return int(configured) if configured.isdigit() else usable_cores()
 
 
+def _staging(spec: InputSpec, device) -> tuple | None:
+    """A tensor of the input's static shape and a writable numpy view of it, or ``None``
+    (symbolic dims, or a dtype numpy cannot view)."""
+    if any(isinstance(d, str) for d in spec.shape):
+        return None
+    tensor = tvm.runtime.empty(spec.shape, spec.dtype, device)
+    try:
+        view = np.from_dlpack(tensor)
+    except (TypeError, ValueError, RuntimeError, BufferError):
+        return None
+    return (tensor, view) if view.flags.writeable else None
+
+
 def _to_numpy(value):
-    """A VM result as numpy: a tensor (0-d included) as an array of its shape, a scalar the VM
-    returns as a Python number (a Relax ``PrimValue``) as a 0-d array, a shape as an int64
-    array, a tuple as a list."""
+    """A VM result as numpy: a tensor (0-d included) as an array of its shape (a copy:
+    ``np.from_dlpack(...).copy()`` takes 2 us where ``Tensor.numpy()`` takes 22), a scalar
+    the VM returns as a Python number (a Relax ``PrimValue``) as a 0-d array, a shape as
+    an int64 array, a tuple as a list."""
     if isinstance(value, tvm.runtime.Tensor):
-        return value.numpy()
+        try:
+            return np.from_dlpack(value).copy()
+        except (TypeError, ValueError, RuntimeError, BufferError):  # dtypes numpy lacks
+            return value.numpy()
     if isinstance(value, tvm.runtime.ShapeTuple):
         return np.array(list(value), dtype=np.int64)
     if isinstance(value, (bool, int, float, np.generic)):
@@ -192,6 +261,7 @@ def compile_model(
     pipeline: str = "cocopie",
     options: PipelineOptions | Mapping | None = None,
     adaptive_threads: bool = True,
+    specialize: bool = True,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` and return a :class:`CompiledModel`.
 
@@ -202,6 +272,13 @@ def compile_model(
     of the cocopie pipeline (:class:`~tvm_cocopie.pipeline.PipelineOptions`).
     ``adaptive_threads``: let the model choose its thread count per call from measured
     latency (:class:`~tvm_cocopie.threads.ThreadGovernor`); ``False`` keeps the pool's.
+    ``specialize``: an ONNX model whose inputs keep symbolic dims (not fixed by
+    ``shapes``) is compiled with them, and again for the concrete shapes of each of its
+    first :data:`MAX_SPECIALIZATIONS` input shapes, on the first call that has them. The
+    cocopie pipeline's fast kernels need static shapes (symbolic ones get TVM's generic
+    computes): ResNet-18 with a symbolic batch ran 918 ms a call on the symbolic build,
+    35.6 ms on the one specialized at its first call (8 s of compiling then; ONNX Runtime
+    49 ms, 2 threads). ``False`` runs every call on the symbolic build.
     """
     tgt = parse_target(target)
     register_pipeline()
@@ -233,4 +310,11 @@ def compile_model(
         ) from err
     seconds = time.perf_counter() - start
     log.info("compiled with %s for %s in %.1fs", pipeline, tgt.export().get("mcpu"), seconds)
-    return CompiledModel(executable, inputs, tgt, pipeline, seconds, adaptive_threads)
+    specializer = None
+    if specialize and names is not None and any(
+            isinstance(d, str) for spec in inputs for d in spec.shape):
+        def specializer(concrete: dict) -> CompiledModel:
+            return compile_model(proto, tgt, {**(shapes or {}), **concrete}, pipeline, options,
+                                 adaptive_threads, specialize=False)
+    return CompiledModel(executable, inputs, tgt, pipeline, seconds, adaptive_threads,
+                         specializer)

@@ -111,8 +111,9 @@ def cmd_run(args) -> int:
     from .frontend.model import load_model
 
     proto = load_model(args.model)
+    # one call: a build specialized to its shapes would cost a second compile for nothing
     compiled = compile_model(proto, target=args.target, shapes=dict(args.shape or []) or None,
-                             pipeline=args.pipeline)
+                             pipeline=args.pipeline, specialize=False)
     given = dict(np.load(args.inputs)) if args.inputs else {}
     for name, _, text in (item.partition("=") for item in args.input or []):
         spec = next((s for s in compiled.inputs if s.name == name), None)
