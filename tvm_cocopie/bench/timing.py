@@ -73,6 +73,7 @@ def interleaved_times(
     max_seconds: float | None = None,
     settle_seconds: float = 0.005,
     block: int = 1,
+    switch_seconds: float = 0.1,
 ) -> dict[str, list[float]]:
     """Run each contender ``repeat`` rounds, round-robin, after ``warmup`` rounds.
 
@@ -87,6 +88,14 @@ def interleaved_times(
     quiet machine): call-by-call alternation put ONNX Runtime at 51 ms against 24 ms
     in blocks, while TVM moved from 29 to 25 ms, so ``block=1`` favours TVM; the e2e
     benchmark uses blocks.
+
+    With blocks, the loop also pauses ``switch_seconds`` (untimed) before each
+    contender's block: ONNX Runtime's intra-op threads go on spinning for tens of
+    milliseconds after its last call, and on two cores they starve TVM's workers, whose
+    fork-join waits for each of them. Measured on MobileNetV3-Small (2 threads, this
+    AVX2 host): cocopie's call right after an ORT block took 50 ms, the next ones 4.4-4.6
+    ms, and 3.9-4.1 ms from a 0.1 s pause on (3.5-4.0 ms with no ORT in the process;
+    ORT's own time is the same either way).
     """
     for _ in range(warmup):
         for fn in contenders.values():
@@ -96,6 +105,8 @@ def interleaved_times(
     for i in range(repeat):
         for name, fn in contenders.items():
             if block > 1:
+                if switch_seconds:
+                    time.sleep(switch_seconds)
                 fn()
             for _ in range(max(1, block - 1)):
                 if settle_seconds:
