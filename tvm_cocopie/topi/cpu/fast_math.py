@@ -15,6 +15,8 @@ import math
 
 from tvm import relax, te, tirx, topi
 
+from ...exprs import static_shape
+
 _SQRT_HALF = math.sqrt(0.5)
 
 
@@ -45,18 +47,63 @@ def _unary(te_func, name):
     return legalize
 
 
-def _softmax(bb: relax.BlockBuilder, call, fallback):
-    if not _is_f32(call):
-        return fallback(bb, call)
-    return bb.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis),
-                      primfunc_name_hint="fast_softmax")
+def row_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
+    """``fast_softmax`` over the last axis with each of its two reductions split in the
+    whole vectors of the row and the tail after them, combined per row.
+
+    The row-reduction schedule (:mod:`tvm_cocopie.schedules.cpu.row_reduction`) splits a
+    reduction into vector lanes only over whole vectors (a split with a remainder puts a
+    predicate on the partial results, which ``compute_at`` lost): ViT's 197-long rows
+    kept one scalar chain each. Here the first ``n - n % lanes`` elements reduce in
+    vector lanes and the few left over in a scalar loop (a masked or clamped read in
+    the vector loop would gather, or read past the tensor).
+    """
+    *lead, n = (int(d) for d in x.shape)
+    whole = n - n % lanes
+
+    def reduce_row(tensor, combine, name):
+        body = te.compute(lead, lambda *i: combine(
+            tensor[(*i, k := te.reduce_axis((0, whole), "k"))], axis=k), name=name + "_body")
+        # a reduce axis from 0 (one from ``whole`` came out of Relax as extent 5 - 192)
+        tail = te.compute(lead, lambda *i: combine(
+            tensor[(*i, (t := te.reduce_axis((0, n - whole), "t")) + whole)], axis=t),
+            name=name + "_tail")
+        return body, tail
+
+    max_body, max_tail = reduce_row(x, te.max, "softmax_maxelem")
+    delta = te.compute(x.shape, lambda *i: x(*i) - tirx.max(max_body(*i[:-1]),
+                                                             max_tail(*i[:-1])),
+                       name="softmax_delta")
+    exp = topi.fast_exp(delta)
+    sum_body, sum_tail = reduce_row(exp, te.sum, "softmax_expsum")
+    return te.compute(x.shape, lambda *i: exp(*i) / (sum_body(*i[:-1]) + sum_tail(*i[:-1])),
+                      name="softmax_norm")
 
 
-LEGALIZE = {
-    "relax.exp": _unary(topi.fast_exp, "fast_exp"),
-    "relax.erf": _unary(topi.fast_erf, "fast_erf"),
-    "relax.tanh": _unary(topi.fast_tanh, "fast_tanh"),
-    "relax.sigmoid": _unary(_sigmoid, "fast_sigmoid"),
-    "relax.nn.gelu": _unary(_gelu, "fast_gelu"),
-    "relax.nn.softmax": _softmax,
-}
+def _softmax(lanes: int):
+    def legalize(bb: relax.BlockBuilder, call, fallback):
+        if not _is_f32(call):
+            return fallback(bb, call)
+        x = call.args[0]
+        axis = int(call.attrs.axis)
+        shape = static_shape(x)
+        if shape and axis in (-1, len(shape) - 1) and shape[-1] % lanes and \
+                shape[-1] >= 2 * lanes:
+            return bb.call_te(lambda t: row_softmax(t, lanes), x,
+                              primfunc_name_hint="fast_softmax")
+        return bb.call_te(topi.nn.fast_softmax, x, axis, primfunc_name_hint="fast_softmax")
+
+    return legalize
+
+
+def legalize_table(lanes: int) -> dict:
+    """Relax op name -> ``legalize(bb, call, fallback)`` of this module, for a CPU with
+    ``lanes`` float32 lanes per vector."""
+    return {
+        "relax.exp": _unary(topi.fast_exp, "fast_exp"),
+        "relax.erf": _unary(topi.fast_erf, "fast_erf"),
+        "relax.tanh": _unary(topi.fast_tanh, "fast_tanh"),
+        "relax.sigmoid": _unary(_sigmoid, "fast_sigmoid"),
+        "relax.nn.gelu": _unary(_gelu, "fast_gelu"),
+        "relax.nn.softmax": _softmax(lanes),
+    }

@@ -28,7 +28,7 @@ from . import conv2d_nchwc as cn
 from . import dense_packed as dp
 from . import depthwise_nchwc as dw
 from . import winograd as wg
-from .fast_math import LEGALIZE
+from .fast_math import legalize_table
 from .tiling import channel_block, conv_tile, depthwise_tile, matmul_tile
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ def overrides(info: CpuInfo, winograd: str = "auto") -> dict:
         "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d"), winograd),
         "relax.matmul": legalize_matmul(info, default_legalize("relax.matmul")),
     }
-    for name, legalize in LEGALIZE.items():
+    for name, legalize in legalize_table(info.f32_lanes).items():
         fallback = default_legalize(name)
         table[name] = lambda bb, call, f=legalize, d=fallback: f(bb, call, d)
     return table
