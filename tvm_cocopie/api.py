@@ -73,6 +73,9 @@ class CompiledModel:
     call of those shapes (``.specializations``, at most :data:`MAX_SPECIALIZATIONS`;
     past that, calls run the symbolic build). The symbolic build stays ``.vm`` /
     ``.executable``.
+
+    One call at a time: inputs of static shape are staged in tensors the model keeps
+    (compile one model per thread to call from several threads at once).
     """
 
     def __init__(self, executable, inputs: list[InputSpec], target: tvm.target.Target,
