@@ -1,5 +1,7 @@
 """The measurement loop behind every benchmark script's ratios."""
 
+from itertools import pairwise
+
 from tvm_cocopie.bench import timing as bm
 
 
@@ -21,7 +23,7 @@ def test_blocks_pause_before_each_switch():
                   "b": lambda: stamps.append(("b", time.perf_counter()))}
     bm.interleaved_times(contenders, repeat=2, warmup=0, settle_seconds=0, block=2,
                          switch_seconds=0.05)
-    gaps = [t2 - t1 for (n1, t1), (n2, t2) in zip(stamps, stamps[1:]) if n1 != n2]
+    gaps = [t2 - t1 for (n1, t1), (n2, t2) in pairwise(stamps) if n1 != n2]
     assert len(gaps) == 3 and min(gaps) >= 0.05
 
 

@@ -71,9 +71,8 @@ def register() -> RegistrationSummary:
     """
     from .pipeline import PIPELINE_NAME, register_pipeline, stage_passes
     from .target import host_target
-    from .threads import ensure_thread_pool
 
-    ensure_thread_pool()
+    threads.ensure_thread_pool()
     new = register_pipeline()
     target = host_target()
     stages = [(name, [_pass_name(p) for p in passes]) for name, passes in stage_passes(target)]

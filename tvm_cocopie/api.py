@@ -25,7 +25,7 @@ from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
 from .target import parse_target
-from .threads import ThreadGovernor, ensure_thread_pool, usable_cores
+from .threads import ThreadGovernor, configured_threads, ensure_thread_pool
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class CompiledModel:
         self.device = tvm.cpu(0)
         self.vm = relax.VirtualMachine(executable, self.device)
         self._main = self.vm["main"]
-        cores = int(target.attrs.get("num-cores") or 0) or _configured_threads()
+        cores = int(target.attrs.get("num-cores") or 0) or configured_threads()
         self.governor = ThreadGovernor(cores) if adaptive_threads and cores > 1 else None
 
     @property
@@ -218,11 +218,6 @@ def _python_scalar(spec: InputSpec, value: float) -> np.ndarray:
             f"input {spec.name!r} is a {spec.dtype} scalar; {value!r} does not fit it")
     return arr
 
-
-def _configured_threads() -> int:
-    """Threads of TVM's pool as configured (``TVM_NUM_THREADS``), else the cores we may use."""
-    configured = os.environ.get("TVM_NUM_THREADS", "")
-    return int(configured) if configured.isdigit() else usable_cores()
 
 
 def _staging(spec: InputSpec, device) -> tuple | None:

@@ -48,6 +48,13 @@ def usable_cores() -> int:
     return max(1, len(cores))
 
 
+def configured_threads(default: int | None = None) -> int:
+    """Threads of TVM's pool as configured (``TVM_NUM_THREADS``), else ``default`` (else
+    :func:`usable_cores`)."""
+    configured = os.environ.get("TVM_NUM_THREADS", "")
+    return int(configured) if configured.isdigit() else int(default or usable_cores())
+
+
 def ensure_thread_pool(cores: int | None = None) -> int:
     """Start TVM's thread pool with ``cores`` threads (default: :func:`usable_cores`)
     unless it already runs; the pool's thread count.
@@ -64,8 +71,7 @@ def ensure_thread_pool(cores: int | None = None) -> int:
     """
     wanted = int(cores or usable_cores())
     configure_thread_pool(wanted)
-    configured = os.environ.get("TVM_NUM_THREADS", "")
-    expected = int(configured) if configured.isdigit() else wanted
+    expected = configured_threads(wanted)
     started = _pool_threads()
     if started < expected:
         warnings.warn(
