@@ -10,15 +10,18 @@ default pipeline (``relax_pipeline="default"``: untuned loops) and the cocopie
 pipeline, run side by side in one process in blocks of 4 calls (the first untimed);
 medians; max abs error of each build against ONNX Runtime. Per cocopie build also
 ``allocations_per_run`` (``vm.builtin.alloc_tensor``/``alloc_storage`` calls in a run
-after the first), ``vm_calls_per_run``, ``kernel_calls_per_run`` (calls that are not
-``vm.builtin.*``), counted on a separate instrumented VM, and ``layout_transforms`` (left
+after the first; ``output_allocations_per_run`` of them make what the model returns,
+``intermediate_allocations_per_run`` the rest), ``vm_calls_per_run``,
+``kernel_calls_per_run`` (calls that are not the VM runtime's), counted on a separate
+instrumented VM, and ``layout_transforms`` (left
 after the layout stage). JSON (``--json PATH``): records ``{model, ort_ms,
 openvino_ms, tvm_ms, cocopie_ms, cocopie_over_ort, cocopie_over_openvino, max_abs_err,
 openvino_max_abs_err, allocations_per_run, ..., cocopie_compile_s (ONNX import +
 tvm.compile), cocopie_build_s (tvm.compile only)}`` (``openvino_error`` / ``tvm_error``
 when that contender could not build the model), summary ``geomean_cocopie_over_ort``,
 ``worst_cocopie_over_ort`` (the largest per-model ratio), ``geomean_cocopie_over_openvino``,
-``geomean_cocopie_over_tvm``, ``max_abs_err``, ``max_compile_s``, ``max_build_s``, ...
+``geomean_cocopie_over_tvm``, ``max_abs_err``, ``max_intermediate_allocations_per_run``,
+``max_compile_s``, ``max_build_s``, ...
 Image models run at 224 px (``yolo_detector`` at 416; the CRNN at its 32x320 text
 line), ``--quick`` at 112 (128 and 32x160). TVM's thread pool runs unpinned
 (``TVM_BIND_THREADS=0`` unless set): pinned workers stall every fork-join on a shared

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from . import errors, threads  # threads notes the CPUs before TVM pins any
+# threads notes the CPUs before TVM pins any; vm_scratch registers the packed function
+# that builds made with static memory call (relay_passes/static_memory.py)
+from . import errors, threads, vm_scratch  # noqa: F401
 from .errors import CocopieError
 
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ from .errors import CompilationError, InputShapeError, TargetError, last_line
 from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
-from .target import parse_target
+from .target import is_host, parse_target
 from .threads import ThreadGovernor, configured_threads, ensure_thread_pool
 
 log = logging.getLogger(__name__)
@@ -194,12 +194,14 @@ class CompiledModel:
         return _to_numpy(result)
 
     def export_library(self, path: str | os.PathLike) -> Path:
-        """Write the compiled library (``.so``), loadable with ``tvm.runtime.load_module``."""
+        """Write the compiled library (``.so``), loadable with ``tvm.runtime.load_module``
+        (a build with static memory, the default, runs in a process that imported
+        ``tvm_cocopie``: see :mod:`tvm_cocopie.vm_scratch`)."""
         path = Path(path)
-        triple = str(self.target.attrs.get("mtriple") or "")
-        if triple and triple != str(tvm.target.codegen.llvm_get_system_triple()):
+        if not is_host(self.target):
             raise TargetError(
-                f"exporting a shared library for {triple} needs that platform's linker; "
+                f"exporting a shared library for {self.target.attrs['mtriple']} needs that "
+                "platform's linker; "
                 "write the object with executable.mod.write_to_file('x.o') instead"
             )
         self.executable.export_library(str(path))

@@ -72,7 +72,8 @@ def cmd_compile(args) -> int:
                              pipeline=args.pipeline)
     out = compiled.export_library(args.output)
     print(f"wrote {out} ({out.stat().st_size} bytes) in {compiled.compile_seconds:.1f}s; "
-          f"load it with tvm.runtime.load_module and relax.VirtualMachine")
+          f"load it with tvm.runtime.load_module and relax.VirtualMachine "
+          f"(after import tvm_cocopie)")
     return 0
 
 

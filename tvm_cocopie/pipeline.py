@@ -13,7 +13,8 @@ legalize ``LegalizeOps`` with our TOPI computes overriding TVM's (:mod:`.topi`),
          ``AnnotateTIROpPattern``, ``FoldConstant`` (pre-packs constant weights)
 fusion   operator fusion (DNNFusion §3.4; until then TVM's ``FuseOps``+``FuseTIR``)
 schedule a MetaSchedule database if given, then our schedule rules (:mod:`.schedules`)
-lower    TVM's dataflow lowering and VM finalization, unchanged
+lower    TVM's dataflow lowering and VM finalization, with the static memory plan
+         allocated once per VM instead of per call (:mod:`.relay_passes.static_memory`)
 ======== ==============================================================================
 
 A stage with nothing registered does what stock TVM does. The stage functions take
@@ -34,7 +35,8 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from . import relay_passes, schedules, topi
 from .errors import TargetError
 from .hexagon.select_stage import HexagonSelect, check_target
-from .target import is_hexagon, parse_target
+from .relay_passes.static_memory import cache_static_allocations, keep_scratch_registers
+from .target import is_hexagon, is_host, parse_target
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,10 @@ class PipelineOptions:
     schedule: bool = True
     #: a MetaSchedule work dir (database_*.json) whose records are applied first
     database: str | None = None
+    #: allocate the static memory plan's intermediates once per VM, not per call
+    #: (:mod:`.relay_passes.static_memory`; host targets only; a library exported with
+    #: it needs ``import tvm_cocopie`` where it is loaded)
+    static_memory: bool = True
 
     def replace(self, **changes) -> PipelineOptions:
         """A copy with ``changes`` applied (the options are frozen)."""
@@ -90,7 +96,15 @@ def _schedule_stage(target, options: PipelineOptions) -> list:
 
 
 def _lower_stage(target, options: PipelineOptions) -> list:
-    return cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
+    passes = cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
+    if not options.static_memory or not is_host(target):
+        return passes  # the scratch is host memory, looked up by a Python function
+    # after the memory plan, before outputs' allocations look like planned ones
+    # (LowerAllocTensor); the kills KillAfterLastUse puts on the kept tensors dropped
+    names = [p.info.name for p in passes]
+    plan, kill = names.index("StaticPlanBlockMemory"), names.index("KillAfterLastUse")
+    return [*passes[:plan + 1], cache_static_allocations, *passes[plan + 1:kill + 1],
+            keep_scratch_registers, *passes[kill + 1:]]
 
 
 _STAGE_BUILDERS = {

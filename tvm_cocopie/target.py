@@ -142,6 +142,12 @@ def cpu_info(target: Target) -> CpuInfo:
     return CpuInfo("other", 128, cores, False)
 
 
+def is_host(target: Target) -> bool:
+    """Whether code for ``target`` runs on this machine (no ``mtriple``, or the host's)."""
+    triple = str(target.attrs.get("mtriple") or "")
+    return not triple or triple == str(codegen.llvm_get_system_triple())
+
+
 def is_hexagon(target: Target) -> bool:
     """Whether ``target`` generates Hexagon code."""
     return str(target.attrs.get("mtriple") or "").startswith("hexagon")

@@ -27,7 +27,8 @@ COLUMNS = [
     ("cocopie_ms", "cocopie ms", "{:.2f}"), ("cocopie_over_ort", "cocopie/ORT", "{:.2f}"),
     ("cocopie_over_openvino", "cocopie/OV", "{:.2f}"),
     ("cocopie_over_tvm", "cocopie/TVM", "{:.3f}"), ("max_abs_err", "max abs err", "{:.2e}"),
-    ("allocations_per_run", "allocs", "{}"), ("kernel_calls_per_run", "kernels", "{}"),
+    ("allocations_per_run", "allocs", "{}"), ("vm_calls_per_run", "VM calls", "{}"),
+    ("kernel_calls_per_run", "kernels", "{}"),
     ("layout_transforms", "layout tf", "{}"),
     ("cocopie_compile_s", "compile s", "{:.1f}"), ("cocopie_build_s", "build s", "{:.1f}"),
 ]
@@ -99,7 +100,9 @@ def compare_workload(wl: Workload, target, threads: int, repeat: int = 10,
         "openvino_max_rel_err": err("openvino", bm.max_rel_error),
         "cocopie_compile_s": round(cocopie_compile, 2),  # ONNX import + tvm.compile
         "cocopie_build_s": round(builds["cocopie"].compile_seconds, 2),  # tvm.compile only
-        **stats,  # allocations_per_run, vm_calls_per_run, kernel_calls_per_run
+        # allocations_per_run (output_/intermediate_allocations_per_run), vm_calls_per_run,
+        # kernel_calls_per_run
+        **stats,
         "layout_transforms": layout,
         "rounds": len(times["ort"]),
     }
@@ -134,6 +137,9 @@ def summarize(records: list[dict]) -> dict:
                                      if r.get("openvino_max_rel_err") is not None), default=None),
         "max_allocations_per_run": max((r["allocations_per_run"] for r in done
                                         if "allocations_per_run" in r), default=None),
+        "max_intermediate_allocations_per_run": max(
+            (r["intermediate_allocations_per_run"] for r in done
+             if "intermediate_allocations_per_run" in r), default=None),
         "total_layout_transforms": sum(r.get("layout_transforms") or 0 for r in done),
         "max_compile_s": max((r["cocopie_compile_s"] for r in done), default=None),
         "max_build_s": max((r.get("cocopie_build_s", 0) for r in done), default=None),

@@ -7,9 +7,14 @@ Two counts the e2e benchmark records beside each cocopie latency:
   counts of a run after the first (the first may set up what later runs reuse).
   :func:`call_stats` turns them into ``allocations_per_run`` (``vm.builtin.alloc_tensor``
   and ``vm.builtin.alloc_storage``), ``vm_calls_per_run`` (all calls) and
-  ``kernel_calls_per_run`` (calls that are not ``vm.builtin.*``: the compiled kernels and
-  any packed functions they call out to). The instrumented VM is thrown away, so the
-  instrument never slows a timed run.
+  ``kernel_calls_per_run`` (calls that are not the VM runtime's: neither ``vm.builtin.*``
+  nor the scratch lookup of :mod:`tvm_cocopie.vm_scratch`; the compiled kernels and any
+  packed functions they call out to). The instrumented VM is thrown away, so the
+  instrument never slows a timed run. :func:`run_stats` adds the split of the
+  allocations into ``output_allocations_per_run`` (what the call returns) and
+  ``intermediate_allocations_per_run``. With the static memory of
+  :mod:`tvm_cocopie.relay_passes.static_memory`, a static-shape model's allocations
+  per run are its outputs' (a storage and a tensor each: outputs are fresh every call).
 * :func:`layout_transform_count`: the ``relax.layout_transform`` calls on tensors left in
   the model after the cocopie pipeline's layout stage, each a kernel per inference.
 """
@@ -21,40 +26,73 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.layout import layout_transforms
+from ..vm_scratch import CACHED_SCRATCH
 
 #: The VM builtins that allocate (a storage block, or a tensor inside one).
 ALLOCATIONS = ("vm.builtin.alloc_tensor", "vm.builtin.alloc_storage")
-#: The prefix of the VM's own builtins; any other call is a kernel.
+#: The prefix of the VM's own builtins
 BUILTIN_PREFIX = "vm.builtin."
+#: Calls of the VM runtime (TVM's builtins, our scratch lookup); any other is a kernel
+RUNTIME_CALLS = (BUILTIN_PREFIX, CACHED_SCRATCH)
 
 
-def vm_call_counts(executable, inputs: Sequence[np.ndarray], device=None,
-                   func: str = "main", runs: int = 2) -> Counter:
-    """``{function name: calls}`` in the last of ``runs`` calls of ``func`` on a fresh VM
-    over ``executable``, fed ``inputs`` (the default, 2, counts a run after the first)."""
+def _profile(executable, inputs: Sequence[np.ndarray], device, func: str,
+             runs: int) -> tuple[Counter, int]:
+    """The call counts of the last of ``runs`` calls on a fresh VM, and how many of that
+    call's allocations made what it returned."""
     device = device or tvm.cpu(0)
     vm = relax.VirtualMachine(executable, device)
     args = [tvm.runtime.tensor(np.asarray(a), device) for a in inputs]
     counts: Counter = Counter()
+    made: list = []  # (allocation, its result, its first argument), held: no reuse
 
-    def instrument(_func, symbol, before_run, _ret, *_args):
+    def instrument(_func, symbol, before_run, ret, *call_args):
         if before_run:
             counts[str(symbol)] += 1
+        elif str(symbol) in ALLOCATIONS:
+            made.append((str(symbol), ret, call_args[0] if call_args else None))
         return 0  # VMInstrumentReturnKind.NO_OP
 
     vm.set_instrument(instrument)
     try:
         for _ in range(max(1, runs)):
             counts.clear()
-            vm[func](*args)
+            made.clear()
+            out = vm[func](*args)
     finally:
         vm.set_instrument(None)
-    return counts
+    return counts, _output_allocations(made, out)
+
+
+def _tensors(value) -> list:
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple, tvm_ffi.Array)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _output_allocations(made: list, out) -> int:
+    """The tensors (and their storages) among ``made`` whose memory ``out`` returns."""
+    returned = {t.data_ptr() for t in _tensors(out)}
+    tensors = [storage for name, result, storage in made
+               if name == "vm.builtin.alloc_tensor" and result.data_ptr() in returned]
+    storages = {result.__chandle__() for name, result, _ in made
+                if name == "vm.builtin.alloc_storage"}
+    return len(tensors) + len({s.__chandle__() for s in tensors} & storages)
+
+
+def vm_call_counts(executable, inputs: Sequence[np.ndarray], device=None,
+                   func: str = "main", runs: int = 2) -> Counter:
+    """``{function name: calls}`` in the last of ``runs`` calls of ``func`` on a fresh VM
+    over ``executable``, fed ``inputs`` (the default, 2, counts a run after the first)."""
+    return _profile(executable, inputs, device, func, runs)[0]
 
 
 def call_stats(counts: Mapping[str, int]) -> dict:
@@ -64,15 +102,27 @@ def call_stats(counts: Mapping[str, int]) -> dict:
         "allocations_per_run": sum(counts.get(name, 0) for name in ALLOCATIONS),
         "vm_calls_per_run": sum(counts.values()),
         "kernel_calls_per_run": sum(n for name, n in counts.items()
-                                    if not name.startswith(BUILTIN_PREFIX)),
+                                    if not name.startswith(RUNTIME_CALLS)),
     }
 
 
+def run_stats(executable, inputs: Sequence[np.ndarray], device=None,
+              func: str = "main") -> dict:
+    """:func:`call_stats` of a run after the first, plus its allocations split in
+    ``output_allocations_per_run`` (the storages and tensors of what ``func`` returns,
+    fresh every call by design) and ``intermediate_allocations_per_run`` (the rest)."""
+    counts, outputs = _profile(executable, inputs, device, func, 2)
+    stats = call_stats(counts)
+    stats["output_allocations_per_run"] = outputs
+    stats["intermediate_allocations_per_run"] = stats["allocations_per_run"] - outputs
+    return stats
+
+
 def compiled_model_stats(compiled, inputs: Mapping[str, np.ndarray]) -> dict:
-    """:func:`call_stats` of a :class:`~tvm_cocopie.api.CompiledModel` run on ``inputs``
+    """:func:`run_stats` of a :class:`~tvm_cocopie.api.CompiledModel` run on ``inputs``
     (``{name: array}``), on a VM of its own."""
     args = [inputs[name] for name in compiled.input_names]
-    return call_stats(vm_call_counts(compiled.executable, args, compiled.device))
+    return run_stats(compiled.executable, args, compiled.device)
 
 
 def layout_transform_count(model, target, shapes: Mapping[str, Sequence[int]] | None = None,

@@ -1,0 +1,218 @@
+"""Static memory allocated once per VM, not once per inference.
+
+``StaticPlanBlockMemory`` plans a function's intermediates into a few storages of
+constant size (``R.memory.alloc_storage``) with tensors placed in them
+(``R.memory.alloc_tensor``), but the VM still runs those allocations on every call:
+two calls per storage and per tensor, and a ``kill`` call after each. ONNX Runtime
+plans its memory once. These two passes, run in the ``lower`` stage, make the plan a
+one-time allocation, in the spirit of TVM's ``RewriteCUDAGraph`` (which lifts static
+storages out of a function for CUDA graphs and caches them per VM):
+
+* ``CacheStaticAllocations`` (:func:`cache_static_allocations`, right after
+  ``StaticPlanBlockMemory``): in each function that no Relax function calls or refers
+  to, the constant-size storages whose tensors all have constant shapes are replaced
+  by one call at the function's start, ``R.call_packed(CACHED_SCRATCH, <the function>,
+  <plan>)``, which allocates the plan once per VM and then returns the kept tuple of
+  tensors (:mod:`tvm_cocopie.vm_scratch`); each tensor binding reads its item of the
+  tuple. Tensors with the same storage, shape and dtype become one item.
+* ``KeepScratchRegisters`` (:func:`keep_scratch_registers`, after
+  ``KillAfterLastUse``): no kill calls on the tuple or its items (the kept tuple holds
+  them anyway).
+
+Per inference a function's intermediates then cost 1 + (distinct tensors) VM calls
+(the lookup, a ``tuple_getitem`` each) instead of 2 x (storages + tensors) calls of
+allocation and about as many kills. Outputs are never in the plan, so they stay fresh
+tensors every call; storages of symbolic size, and storages holding a tensor of
+symbolic shape or one not at offset 0, stay allocated per call. Who shares the scratch (one set per VM, one
+call at a time) is described in :mod:`tvm_cocopie.vm_scratch`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax
+
+from ..vm_scratch import CACHED_SCRATCH, plan_text
+
+log = logging.getLogger(__name__)
+
+_ALLOC_STORAGE = "relax.memory.alloc_storage"
+_ALLOC_TENSOR = "relax.memory.alloc_tensor"
+_KILLS = ("relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object")
+
+
+def _op(expr) -> str | None:
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return str(expr.op.name)
+    return None
+
+
+def _constant_shape(expr) -> tuple[int, ...] | None:
+    if not isinstance(expr, relax.ShapeExpr):
+        return None
+    values = list(expr.values)
+    if not all(isinstance(v, tvm.tirx.IntImm) for v in values):
+        return None
+    return tuple(int(v) for v in values)
+
+
+def _var_bindings(expr):
+    """Every ``VarBinding`` in ``expr``'s binding blocks, those in ``If`` branches too."""
+    if isinstance(expr, relax.SeqExpr):
+        for block in expr.blocks:
+            for binding in block.bindings:
+                if isinstance(binding, relax.VarBinding):
+                    yield binding
+                    yield from _var_bindings(binding.value)
+    elif isinstance(expr, relax.If):
+        yield from _var_bindings(expr.true_branch)
+        yield from _var_bindings(expr.false_branch)
+
+
+def _referenced_functions(mod: tvm.IRModule) -> set[str]:
+    """Names of the Relax functions of ``mod`` that some Relax function calls or refers to."""
+    found: set[str] = set()
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.GlobalVar) and isinstance(mod[expr], relax.Function):
+            found.add(expr.name_hint)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return found
+
+
+class _Plan:
+    """The part of one function's memory plan that moves into its scratch tuple."""
+
+    def __init__(self, func: relax.Function):
+        sizes = {}  # storage var -> bytes, for constant-size host storages
+        for b in _var_bindings(func.body):
+            if _op(b.value) == _ALLOC_STORAGE:
+                shape, _device, scope = b.value.args[:3]
+                dims = _constant_shape(shape)
+                if dims is not None and len(dims) == 1 and str(scope.value) == "global":
+                    sizes[b.var] = dims[0]
+        tensors = {}  # tensor var -> (storage var, shape, dtype)
+        for b in _var_bindings(func.body):
+            if _op(b.value) != _ALLOC_TENSOR or b.value.args[0] not in sizes:
+                continue
+            storage, offset, shape, dtype = b.value.args[:4]
+            dims = _constant_shape(shape)
+            if dims is None or not isinstance(offset, tvm.tirx.IntImm) or int(offset.value):
+                # placed per call (symbolic shape), or not at the start: all per call
+                sizes.pop(storage)
+                continue
+            tensors[b.var] = (storage, dims, str(getattr(dtype, "value", dtype)))
+        self.storages = list(sizes)
+        index = {var: i for i, var in enumerate(self.storages)}
+        self.tensors: list = []  # (storage index, shape, dtype), the tuple's items
+        self.replace: dict = dict.fromkeys(self.storages)  # var -> tuple item, None: dropped
+        for var, (storage, dims, dtype) in tensors.items():
+            if storage not in index:
+                continue
+            item = (index[storage], dims, dtype)
+            if item not in self.tensors:
+                self.tensors.append(item)
+            self.replace[var] = self.tensors.index(item)
+        self.sizes = [sizes[var] for var in self.storages]
+
+    def text(self) -> str:
+        return plan_text(self.sizes, self.tensors)
+
+    def ty(self) -> relax.TupleType:
+        return relax.TupleType([relax.TensorType(list(dims), dtype)
+                                for _, dims, dtype in self.tensors])
+
+
+@relax.expr_functor.mutator
+class _ReadScratch(relax.PyExprMutator):
+    """Each planned binding rebound to its item of the scratch tuple, or dropped."""
+
+    def __init__(self, mod, scratch: relax.Var, replace: dict):
+        super().__init__(mod)
+        self.scratch = scratch
+        self.replace = replace
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.replace:
+            index = self.replace[binding.var]
+            if index is not None:
+                self.builder_.emit_normalized(
+                    relax.VarBinding(binding.var, relax.TupleGetItem(self.scratch, index)))
+            return
+        super().visit_var_binding_(binding)
+
+
+def _with_scratch(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func: relax.Function,
+                  plan: _Plan) -> relax.Function:
+    scratch = relax.Var("scratch", plan.ty())
+    lookup = relax.Call(relax.ExternFunc(CACHED_SCRATCH), [gv, tvm.ir.expr.StringImm(plan.text())],
+                        ty_args=[plan.ty()])
+    body = _ReadScratch(mod, scratch, plan.replace).visit_expr(func.body)
+    first = relax.BindingBlock([relax.VarBinding(scratch, lookup)])
+    seq = relax.SeqExpr([first, *body.blocks], body.body)
+    return relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+
+@tvm.transform.module_pass(opt_level=0, name="CacheStaticAllocations")
+def cache_static_allocations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The first pass: each function's constant-size plan allocated once per VM, through
+    one lookup call at its start (see the module docstring)."""
+    referenced = _referenced_functions(mod)
+    for gv, func in list(mod.functions_items()):
+        if not isinstance(func, relax.Function) or gv.name_hint in referenced:
+            continue
+        plan = _Plan(func)
+        if not plan.tensors:
+            continue
+        mod[gv] = _with_scratch(mod, gv, func, plan)
+        log.debug("%s: %d storages (%d bytes), %d tensors allocated once per VM",
+                  gv.name_hint, len(plan.sizes), sum(plan.sizes), len(plan.tensors))
+    return mod
+
+
+def _is_lookup(value) -> bool:
+    return (isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc)
+            and str(value.op.global_symbol) == CACHED_SCRATCH)
+
+
+def _scratch_vars(func: relax.Function) -> set:
+    """The scratch tuple of ``func`` and the variables bound to its items."""
+    out = set()
+    for b in _var_bindings(func.body):
+        if _is_lookup(b.value) or (isinstance(b.value, relax.TupleGetItem)
+                                   and b.value.tuple_value in out):
+            out.add(b.var)
+    return out
+
+
+@relax.expr_functor.mutator
+class _DropKills(relax.PyExprMutator):
+    def __init__(self, mod, keep: set):
+        super().__init__(mod)
+        self.keep = keep
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if _op(value) in _KILLS and value.args[0] in self.keep:
+            return
+        super().visit_var_binding_(binding)
+
+
+@tvm.transform.module_pass(opt_level=0, name="KeepScratchRegisters")
+def keep_scratch_registers(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The second pass: no kill call on the scratch tuple or its items (the kept tuple
+    holds them; a kill is one more VM call each)."""
+    for gv, func in list(mod.functions_items()):
+        if not isinstance(func, relax.Function):
+            continue
+        keep = _scratch_vars(func)
+        if keep:
+            body = _DropKills(mod, keep).visit_expr(func.body)
+            mod[gv] = relax.Function(func.params, body, func.ret_ty, func.is_pure,
+                                     func.attrs, func.span)
+    return mod
