@@ -17,6 +17,7 @@ import logging
 import tvm
 from tvm import relax
 
+from .locality import ROW_BUDGET_BYTES
 from .plan import ECG, Block, Decide, explore
 
 log = logging.getLogger(__name__)
@@ -98,24 +99,31 @@ def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
 class DNNFusion:
     """The ``fusion`` stage by DNNFusion's plan (:mod:`.plan`), then ``FuseTIR``.
 
-    ``DNNFusion(decide=None, max_ops=16)``: ``decide(mod, nodes, candidate, fused_type)``
-    settles yellow pairs (:class:`.profiler.MeasuredDecision`; none: they stay apart);
-    ``max_ops`` bounds a block. After it ran, ``blocks`` holds the plan of the last
-    module it fused.
+    ``DNNFusion(decide=None, max_ops=16, row_budget=...)``: ``decide(mod, nodes,
+    candidate, fused_type)`` settles yellow pairs (:class:`.profiler.MeasuredDecision`;
+    none: they stay apart) and, if it has a ``merge(mod, first, second)`` method, the
+    joins of two blocks (:func:`.plan.merge_blocks`); ``max_ops`` bounds a block,
+    ``row_budget`` a row read row-locally (:mod:`.locality`). After it ran, ``blocks``
+    holds the plan of the last module it fused.
     """
 
-    def __init__(self, decide: Decide | None = None, max_ops: int = 16):
+    def __init__(self, decide: Decide | None = None, max_ops: int = 16,
+                 row_budget: int = ROW_BUDGET_BYTES):
         self.decide = decide
         self.max_ops = max_ops
+        self.row_budget = row_budget
         self.blocks: list[Block] = []
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         """Plan and fuse ``main``'s kernel calls; the fused module."""
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
-        decide = None
+        decide = merge = None
         if self.decide is not None:
             def decide(nodes, candidate, fused_type):
                 return self.decide(mod, nodes, candidate, fused_type)
-        self.blocks = explore(ECG.of(mod), decide, self.max_ops)
+            if hasattr(self.decide, "merge"):
+                def merge(first, second):
+                    return self.decide.merge(mod, first, second)
+        self.blocks = explore(ECG.of(mod), decide, self.max_ops, merge, self.row_budget)
         return relax.transform.FuseTIR()(fuse_blocks(mod, self.blocks))

@@ -106,12 +106,12 @@ def _is_load(node) -> bool:
     return type(node).__name__ in ("BufferLoad", "TensorLoad")
 
 
-def _buffer(load):
+def load_buffer(load):
     """The buffer a load reads (``TensorLoad.source`` in TVM 0.27, ``BufferLoad.buffer`` before)."""
     return getattr(load, "buffer", None) or load.source
 
 
-def _loads(expr) -> list:
+def loads_in(expr) -> list:
     """Every buffer load in ``expr``, outermost first (loads inside indices included)."""
     found, stack = [], [expr]
     while stack:
@@ -122,7 +122,7 @@ def _loads(expr) -> list:
     return found
 
 
-def _vars(expr) -> set:
+def vars_in(expr) -> set:
     found, stack = set(), [expr]
     while stack:
         node = stack.pop()
@@ -132,7 +132,7 @@ def _vars(expr) -> set:
     return found
 
 
-def _blocks(func: tirx.PrimFunc) -> list:
+def tir_blocks(func: tirx.PrimFunc) -> list:
     """The non-root blocks of ``func``."""
     found, stack = [], [func.body]
     while stack:
@@ -154,7 +154,7 @@ def _blocks(func: tirx.PrimFunc) -> list:
     return found
 
 
-def _stores(stmt) -> list:
+def stores_in(stmt) -> list:
     found, stack = [], [stmt]
     while stack:
         node = stack.pop()
@@ -217,7 +217,7 @@ def _domain(dom: dict, exprs: list):
     points."""
     free = set()
     for e in [*exprs, *(r.min for r in dom.values()), *(r.extent for r in dom.values())]:
-        free |= _vars(e)
+        free |= vars_in(e)
     env = {v: np.int64(SYMBOLIC_PROBE) for v in free if v not in dom}
     bounds = [(int(_evaluate(r.min, env)), int(_evaluate(r.extent, env))) for r in dom.values()]
     if int(np.prod([e for _, e in bounds], dtype=np.int64)) > MAX_ENUMERATED:
@@ -246,7 +246,7 @@ def _same_position(indices, write_idx, ranges: dict) -> bool:
             if not isinstance(r, tirx.IntImm):
                 return False
             continue
-        if not isinstance(w, tirx.Var) or _vars(r) - {w}:
+        if not isinstance(w, tirx.Var) or vars_in(r) - {w}:
             return False
         # r depends on w alone: evaluate it along w's range
         steps = np.diff(np.broadcast_to(_evaluate(r, ranges), ranges[w].shape))
@@ -257,22 +257,22 @@ def _same_position(indices, write_idx, ranges: dict) -> bool:
 
 def _read_type(load, write_idx, write_shape, dom: dict, analyzer: Analyzer) -> MappingType:
     indices = list(load.indices)
-    if any(_loads(i) for i in indices):
+    if any(loads_in(i) for i in indices):
         return MappingType.ONE_TO_MANY  # gather: the index is data
     spatial = {v for v, r in dom.items() if not (isinstance(r.extent, tirx.IntImm)
                                                    and int(r.extent) == 1)}
-    used = set().union(*(_vars(i) for i in indices)) if indices else set()
+    used = set().union(*(vars_in(i) for i in indices)) if indices else set()
     if spatial - used:
         return MappingType.ONE_TO_MANY  # an output dimension the read ignores: broadcast
-    shapes = [*_buffer(load).shape, *write_shape]
+    shapes = [*load_buffer(load).shape, *write_shape]
     try:
         domain = _domain(dom, [*indices, *write_idx, *shapes])
         if domain is not None:
-            return _enumerated_type(indices, _buffer(load).shape, write_idx, write_shape,
+            return _enumerated_type(indices, load_buffer(load).shape, write_idx, write_shape,
                                     *domain)
     except _NotIndexArithmetic as err:
         log.debug("index map not enumerated (%s): decided symbolically", err)
-    return _symbolic_type(indices, _buffer(load).shape, write_idx, write_shape, dom, analyzer)
+    return _symbolic_type(indices, load_buffer(load).shape, write_idx, write_shape, dom, analyzer)
 
 
 def _enumerated_type(indices, read_shape, write_idx, write_shape, points,
@@ -330,10 +330,10 @@ def block_type(block, constants: tuple = ()) -> MappingType:
     for var, rng in dom.items():
         analyzer.bind(var, tvm.ir.Range.from_min_extent(rng.min, rng.extent))
     kind = MappingType.ONE_TO_ONE
-    for store in _stores(block.body):
+    for store in stores_in(block.body):
         write_idx, write_shape = list(store.indices), list(store.buffer.shape)
-        for load in _loads(store.value):
-            if any(_buffer(load).same_as(c) for c in constants):
+        for load in loads_in(store.value):
+            if any(load_buffer(load).same_as(c) for c in constants):
                 continue
             kind = max(kind, _read_type(load, write_idx, write_shape, dom, analyzer))
     return kind
@@ -352,7 +352,7 @@ def classify(func: tirx.PrimFunc, constant_params: tuple = ()) -> MappingType | 
         # written as it runs (the recurrent loop kernel): a whole computation, not an
         # element map to fuse with its neighbours
         return MappingType.MANY_TO_MANY
-    blocks = _blocks(func)
+    blocks = tir_blocks(func)
     if not blocks:
         return None
     constants = tuple(func.params[i] for i in constant_params)

@@ -26,6 +26,7 @@ import tvm
 from tvm import relax
 
 from ...exprs import is_constant, static_shape
+from . import locality
 from .mapping import MappingType, classify
 from .table import Color, opportunity
 
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 #: a yellow pair's decision: ``decide(block nodes, candidate node, fused type) -> fuse?``
 #: (:class:`.apply.DNNFusion` binds the module a ``MeasuredDecision`` also takes)
 Decide = Callable[[list, "Node", MappingType], bool]
+#: two blocks' merge: ``merge(first block's nodes, second block's nodes) -> fuse?``
+#: (:meth:`.profiler.MeasuredDecision.merge`: the fused block against the two)
+Merge = Callable[[list, list], bool]
 
 
 @dataclass(eq=False)
@@ -48,6 +52,9 @@ class Node:
     producers: list = field(default_factory=list)  # nodes whose results it reads
     consumers: list = field(default_factory=list)  # nodes that read its result
     escapes: bool = False  # read by something that is not a node
+    #: producer node -> {its result's dim: this node's result dim} for the dims this node
+    #: reads at its own position (:func:`.locality.row_map`)
+    row_maps: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -60,7 +67,7 @@ class ECG:
     def of(cls, mod: tvm.IRModule) -> ECG:
         """The graph of ``mod["main"]``'s dataflow block(s)."""
         call_tir = tvm.ir.Op.get("relax.call_tir")
-        nodes, by_var = [], {}
+        nodes, by_var, rows_cache = [], {}, {}
         main = mod["main"]
         index = 0
         for block in main.body.blocks:
@@ -73,11 +80,19 @@ class ECG:
                     node = Node(index, binding.var, gv.name_hint,
                                 kind if kind is not None else MappingType.MANY_TO_MANY,
                                 _bytes(binding.var))
-                    for arg in args:
+                    for position, arg in enumerate(args):
                         producer = by_var.get(arg)
-                        if producer is not None and producer not in node.producers:
+                        if producer is None:
+                            continue
+                        if producer not in node.producers:
                             node.producers.append(producer)
                             producer.consumers.append(node)
+                        key = (gv.name_hint, position)
+                        if key not in rows_cache:
+                            rows_cache[key] = locality.row_map(mod[gv], position)
+                        rows = rows_cache[key]
+                        node.row_maps[producer] = locality.intersect(
+                            node.row_maps.get(producer), rows)
                     nodes.append(node)
                     by_var[binding.var] = node
                 else:
@@ -104,7 +119,7 @@ def _mark_escapes(expr, by_var: dict) -> None:
     relax.analysis.post_order_visit(expr, visit)
 
 
-@dataclass
+@dataclass(eq=False)
 class Block:
     """A fusion block: its nodes in program order, its output node and mapping type."""
 
@@ -117,28 +132,117 @@ class Block:
         return max(self.nodes, key=lambda n: n.index)
 
 
-def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16) -> list[Block]:
+def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
+            merge: Merge | None = None,
+            row_budget: int = locality.ROW_BUDGET_BYTES) -> list[Block]:
     """DNNFusion's plan: the blocks of ``graph`` (blocks of one node included), in
-    program order of their outputs."""
+    program order of their outputs.
+
+    Seeds are the thesis' One-to-One nodes first, smallest result first; then, where
+    nodes are left, the moves (Reorganize, Shuffle) and the rest, so that a chain of
+    reshapes and transposes, or a reduction and the transpose after it, also gets its
+    block. Then :func:`merge_blocks` joins neighbouring blocks (``merge`` settles the
+    pairs that need a measurement; ``row_budget`` bounds a row, :mod:`.locality`).
+    """
     owner: dict = {}
     blocks: list[Block] = []
     while True:
-        seeds = [n for n in graph.nodes
-                 if n not in owner and n.kind == MappingType.ONE_TO_ONE]
+        seeds = [n for n in graph.nodes if n not in owner]
         if not seeds:
             break
-        seed = min(seeds, key=lambda n: (n.out_bytes, n.index))
+        seed = min(seeds, key=lambda n: (n.kind != MappingType.ONE_TO_ONE,
+                                         n.kind not in _MOVES, n.out_bytes, n.index))
         block = Block([seed], seed.kind)
         owner[seed] = block
         _grow(block, owner, decide, max_ops)
         blocks.append(block)
-    for node in graph.nodes:
-        if node not in owner:
-            owner[node] = Block([node], node.kind)
-            blocks.append(owner[node])
     for block in blocks:
         block.nodes.sort(key=lambda n: n.index)
+    blocks = merge_blocks(blocks, merge, max_ops, row_budget)
     return sorted(blocks, key=lambda b: b.output.index)
+
+
+_MOVES = (MappingType.REORGANIZE, MappingType.SHUFFLE)
+
+
+def block_rows(nodes: list, source: Node) -> dict[int, int]:
+    """``{dim of source's result: dim of the block's result}``: the dims along which the
+    block of ``nodes`` (one output, the last) reads ``source`` (a node outside it) at its
+    own position, composed through the block's nodes (:mod:`.locality`)."""
+    members = set(nodes)
+    out = max(nodes, key=lambda n: n.index)
+    to_out: dict = {out: {d: d for d in range(_rank(out))}}
+    for node in sorted(nodes, key=lambda n: -n.index):
+        mine = to_out.get(node, {})
+        for producer in node.producers:
+            if producer in members or producer is source:
+                rows = locality.compose(mine, node.row_maps.get(producer, {}))
+                to_out[producer] = locality.intersect(to_out.get(producer), rows)
+    return to_out.get(source, {})
+
+
+def _rank(node: Node) -> int:
+    shape = node.var.ty.shape if hasattr(node.var.ty, "shape") else None
+    return len(shape) if shape is not None else 0
+
+
+def row_local(nodes: list, source: Node, budget: int = locality.ROW_BUDGET_BYTES) -> bool:
+    """Whether the block of ``nodes`` reads ``source`` row by row, a row within
+    ``budget`` bytes: fused, each element of ``source`` is computed once."""
+    rows = block_rows(nodes, source)
+    if not rows:
+        return False
+    size = locality.slice_bytes(static_shape(source.var), str(source.var.ty.dtype), rows)
+    return size is not None and 0 < size <= budget
+
+
+def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
+                 row_budget: int = locality.ROW_BUDGET_BYTES) -> list:
+    """Join a block into the block that reads its whole result, while one qualifies.
+
+    The pair's cell of the table over the two blocks' types decides: green joins; a
+    yellow one joins if ``merge`` says the fused block is faster than the two; a red one
+    (a Many-to-Many block reading another Many-to-Many or One-to-Many block) is
+    reconsidered as yellow when the consumer reads the producer row-locally
+    (:func:`row_local`: a layer norm's two reductions, a softmax after a matmul, a 1x1
+    conv after a depthwise one), because then the fused kernel, computed row by row,
+    computes every element once. The joined block has one output again (the first
+    block's result was read only by the second), so it stays convex.
+    """
+    blocks = list(blocks)
+    rejected: set = set()
+    while True:
+        owner = {n: b for b in blocks for n in b.nodes}
+        joined = False
+        for first in sorted(blocks, key=lambda b: b.output.index):
+            out = first.output
+            if out.escapes or not out.consumers:
+                continue
+            targets = {owner[c] for c in out.consumers}
+            if len(targets) != 1:
+                continue
+            second = targets.pop()
+            key = (tuple(n.index for n in first.nodes), tuple(n.index for n in second.nodes))
+            if key in rejected or len(first.nodes) + len(second.nodes) > max_ops:
+                continue
+            cell = opportunity(first.kind, second.kind)
+            kind = cell.fused
+            if cell.color is not Color.GREEN:
+                if cell.color is Color.RED:
+                    if not row_local(second.nodes, out, row_budget):
+                        rejected.add(key)
+                        continue
+                    kind = MappingType.MANY_TO_MANY
+                if merge is None or not merge(first.nodes, second.nodes):
+                    rejected.add(key)
+                    continue
+            second.nodes = sorted([*first.nodes, *second.nodes], key=lambda n: n.index)
+            second.kind = kind
+            blocks.remove(first)
+            joined = True
+            break
+        if not joined:
+            return blocks
 
 
 #: block types that only move or map elements: such a block is an epilogue waiting for

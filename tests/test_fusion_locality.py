@@ -1,0 +1,130 @@
+"""Row locality (relay_passes/fusion/locality.py): which input dims a kernel reads at its
+own output position, from the TIR; and the plan's use of it (red pairs that are
+row-local become yellow, joined only when measured faster)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_model, ort_run
+from onnx import TensorProto, helper
+from tvm import te, topi
+
+import tvm_cocopie
+from tvm_cocopie.frontend.importer import from_onnx
+from tvm_cocopie.pipeline import PipelineOptions, run_until
+from tvm_cocopie.relay_passes.fusion import locality
+from tvm_cocopie.relay_passes.fusion.apply import DNNFusion
+from tvm_cocopie.relay_passes.fusion.plan import ECG, merge_blocks, row_local
+from tvm_cocopie.target import host_target
+
+X = te.placeholder((4, 16, 32), name="X")
+W1 = te.placeholder((32, 24), name="W1")
+IMG = te.placeholder((1, 8, 10, 10), name="IMG")
+K1 = te.placeholder((4, 8, 1, 1), name="K1")
+K3 = te.placeholder((4, 8, 3, 3), name="K3")
+
+
+def _dense_rows():
+    k = te.reduce_axis((0, 32), "k")
+    return te.compute((4, 16, 24), lambda b, i, j: te.sum(X[b, i, k] * W1[k, j], axis=k))
+
+
+def _func(compute, *inputs):
+    out = compute()
+    return te.create_prim_func([*inputs, out])
+
+
+@pytest.mark.parametrize("name, compute, inputs, expected", [
+    # reductions along the last axis read their own row
+    ("sum_last", lambda: topi.sum(X, axis=2, keepdims=True), (X,), {0: 0, 1: 1}),
+    ("softmax", lambda: topi.nn.softmax(X, axis=2), (X,), {0: 0, 1: 1}),
+    # a matmul reads its left operand at its own row, its right one at no row
+    ("matmul_lhs", lambda: topi.matmul(topi.reshape(X, (64, 32)), W1), (X, W1), {}),
+    ("dense_rows", lambda: _dense_rows(), (X, W1), {0: 0, 1: 1}),
+    # a 1x1 conv reads its input at its own pixel; a 3x3 conv at a window: no row there
+    # (the batch of 1 is no row either: an extent-1 iterator is the constant 0)
+    ("conv1x1", lambda: topi.nn.conv2d_nchw(IMG, K1, 1, 0, 1), (IMG, K1), {2: 2, 3: 3}),
+    ("conv3x3", lambda: topi.nn.conv2d_nchw(IMG, K3, 1, 1, 1), (IMG, K3), {}),
+    # a transpose reads every input dim at the output dim it moves to
+    ("transpose", lambda: topi.transpose(X, (0, 2, 1)), (X,), {0: 0, 1: 2, 2: 1}),
+])
+def test_row_map_from_tir(name, compute, inputs, expected):
+    func = _func(compute, *inputs)
+    assert locality.row_map(func, 0) == expected, name
+
+
+def test_row_map_of_a_weight_and_compose_chains_maps():
+    func = _func(lambda: topi.nn.conv2d_nchw(IMG, K1, 1, 0, 1), IMG, K1)
+    assert locality.row_map(func, 1) == {0: 1}  # a weight row per output channel
+    assert locality.compose({0: 0, 2: 1}, {1: 0, 3: 2, 4: 5}) == {1: 0, 3: 1}
+    assert locality.intersect(None, {0: 1}) == {0: 1}
+    assert locality.intersect({0: 1, 2: 2}, {0: 1, 2: 3}) == {0: 1}
+    assert locality.slice_bytes([4, 16, 32], "float32", {0: 0, 1: 1}) == 128
+
+
+def _layer_norm_model(rows=16, width=64):
+    """LayerNorm decomposed as ONNX exporters write it: two reductions along the row."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1], keepdims=1),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["v"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["y"])]
+    eps = helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-5])
+    return make_model(nodes,
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])],
+                      initializers=[eps])
+
+
+def test_layer_norm_reductions_are_row_local_and_red_without_it():
+    mod = run_until(from_onnx(_layer_norm_model()), host_target(), "legalize")
+    graph = ECG.of(mod)
+    means = [n for n in graph.nodes if n.kernel.startswith("mean")]
+    assert len(means) == 2
+    second = means[1]
+    (square,) = second.producers
+    assert row_local([second], square)
+    assert not row_local([second], square, budget=16)  # a 256-byte row over the budget
+    # without a measurement, nothing red is joined: two reductions stay apart
+    fusion = DNNFusion()
+    fusion(mod)
+    owners = {n.index: i for i, b in enumerate(fusion.blocks) for n in b.nodes}
+    assert owners[means[0].index] != owners[second.index]
+    # a merge that always agrees joins them into one block, red pair or not
+    merged = merge_blocks(fusion.blocks, lambda first, second: True)
+    owners = {n.index: i for i, b in enumerate(merged) for n in b.nodes}
+    assert owners[means[0].index] == owners[second.index]
+    assert len(merged) == 1
+
+
+def test_a_conv_window_is_not_row_local():
+    """3x3 after 3x3: each output pixel reads nine of the producer's: red stays red."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, [8, 8, 3, 3],
+                                rng.standard_normal(8 * 8 * 9).astype(np.float32).tolist())
+             for n in ("w1", "w2")]
+    model = make_model(nodes,
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+                       initializers=inits)
+    mod = run_until(from_onnx(model), host_target(), "legalize")
+    convs = [n for n in ECG.of(mod).nodes if n.kernel.startswith("conv")]
+    assert len(convs) == 2
+    second = convs[1]
+    first = next(p for p in second.producers if p in convs or p.producers)
+    assert not row_local([second], first)
+
+
+def test_layer_norm_fused_into_one_kernel_matches_onnx_runtime(tmp_path):
+    """Measured on this machine, the decomposed layer norm's kernels join (the row
+    schedule runs them in one pass per row) and the numbers stay ONNX Runtime's."""
+    model = _layer_norm_model(rows=256, width=256)
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
+    x = np.random.default_rng(0).standard_normal([256, 256]).astype(np.float32)
+    got = tvm_cocopie.compile(model, options=opts)(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
