@@ -6,6 +6,8 @@ fresh every call; VMs over one executable never share scratch; symbolic shapes w
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -216,3 +218,26 @@ def test_no_kill_calls_on_the_kept_tensors():
         killed = _calls(mod["main"], "relax.memory.kill_tensor")
         mod = keep_scratch_registers(mod)
     assert _calls(mod["main"], "relax.memory.kill_tensor") < killed
+
+
+def test_an_exported_library_runs_where_tvm_cocopie_is_imported(tmp_path):
+    """The lookup is a packed function of tvm_cocopie: a VM over an exported library
+    starts after ``import tvm_cocopie``, and without it TVM names what is missing."""
+    model = conv_relu_model(batch=1, size=8)
+    lib = compile_model(model, TARGET, shapes={"x": [1, 3, 8, 8]}).export_library(
+        tmp_path / "model.so")
+    code = (
+        "import sys, numpy as np, tvm\n"
+        "from tvm import relax\n"
+        "if sys.argv[2] == 'import': import tvm_cocopie\n"
+        "try:\n"
+        "    vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())\n"
+        "    out = vm['main'](tvm.runtime.tensor(np.ones((1, 3, 8, 8), 'float32')))\n"
+        "    print('ran', out[0].shape)\n"
+        "except Exception as err:\n"
+        "    print('failed', err)\n")
+    runs = {how: subprocess.run([sys.executable, "-c", code, str(lib), how], check=True,
+                                text=True, capture_output=True, timeout=120).stdout
+            for how in ("import", "none")}
+    assert "ran (1, 8, 8, 8)" in runs["import"], runs
+    assert "failed" in runs["none"] and vm_scratch.CACHED_SCRATCH in runs["none"], runs
