@@ -8,7 +8,9 @@ fusion:
 
 0. :class:`~.cpu.winograd.Winograd`: Winograd F(m,3) convs (transforms, batched
    GEMM, output transform with the fused epilogue);
-1. :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
+1. :class:`~.cpu.conv_chain.ConvChain`: a conv and the 1x1 conv that reads it pixel
+   by pixel (DNNFusion's row-local conv pairs) in one nest over output rows;
+   :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
 3. :class:`~.cpu.row_reduction.RowReduction`: row-wise kernels (softmax, layer
@@ -28,13 +30,14 @@ import tvm
 
 from ..target import is_hexagon
 from .cpu.conv2d_nchwc import Conv2dNCHWc
+from .cpu.conv_chain import ConvChain
 from .cpu.fallback import Fallback
 from .cpu.matmul_packed import MatmulPacked
 from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
-__all__ = ["Conv2dNCHWc", "Fallback", "HexagonInt8", "MatmulPacked", "RowReduction", "Winograd",
+__all__ = ["Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulPacked", "RowReduction", "Winograd",
            "default_rules"]
 
 
@@ -44,4 +47,4 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Winograd(), Conv2dNCHWc(), MatmulPacked(), RowReduction(), Fallback()]
+    return [Winograd(), ConvChain(), Conv2dNCHWc(), MatmulPacked(), RowReduction(), Fallback()]

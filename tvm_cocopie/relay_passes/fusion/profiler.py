@@ -92,14 +92,15 @@ class MeasuredDecision:
                 return False
             try:
                 sub, fused_mod = self._candidate(mod, group, bindings)
+                part_funcs = [self._part_func(mod, part, bindings) for part in parts]
                 if not self._agrees(sub, fused_mod):
                     log.warning("fused candidate %s computes other numbers than its parts "
                                 "(kept apart, remembered)", "+".join(n.kernel for n in group))
-                    fused = math.inf
+                    fused, parts_us = math.inf, 0.0
                 else:
-                    fused = time_primfunc(_only_primfunc(fused_mod), self.target, self.rules,
-                                          self.min_repeat_ms)
-                parts_us = sum(self._time_part(mod, part, bindings) for part in parts)
+                    times = time_primfuncs([_only_primfunc(fused_mod), *part_funcs],
+                                           self.target, self.rules, self.min_repeat_ms)
+                    fused, parts_us = times[0], sum(times[1:])
             except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
                 log.warning("fusion candidate %s not measured (kept apart): %s",
                             "+".join(n.kernel for n in group), last_line(err))
@@ -115,13 +116,11 @@ class MeasuredDecision:
                   "fuse" if fuse else "apart")
         return fuse
 
-    def _time_part(self, mod: tvm.IRModule, part: list, bindings: dict) -> float:
-        """Microseconds of one part: its kernel, or its nodes fused."""
+    def _part_func(self, mod: tvm.IRModule, part: list, bindings: dict):
+        """One part's PrimFunc: its kernel, or its nodes fused."""
         if len(part) == 1:
-            func = mod[bindings[part[0].var].args[0]]
-        else:
-            func = _only_primfunc(self._candidate(mod, part, bindings)[1])
-        return time_primfunc(func, self.target, self.rules, self.min_repeat_ms)
+            return mod[bindings[part[0].var].args[0]]
+        return _only_primfunc(self._candidate(mod, part, bindings)[1])
 
     def _agrees(self, sub: tvm.IRModule, fused: tvm.IRModule) -> bool:
         """Whether the fused kernel, scheduled, computes what its scheduled parts compute
@@ -192,18 +191,35 @@ def _random(shape, dtype: str, rng) -> np.ndarray:
 
 def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: int = 5) -> float:
     """Microseconds of one call of ``func`` scheduled by ``rules`` on ``target`` (this
-    machine), fastest of three repeats, on random inputs (integer inputs zero, so that
+    machine), fastest of three rounds, on random inputs (integer inputs zero, so that
     indices stay in bounds)."""
-    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    with target:
-        mod = ApplyDefaultSchedule(*rules)(mod)
-    lib = tvm.compile(mod, target=target)
+    return time_primfuncs([func], target, rules, min_repeat_ms)[0]
+
+
+def time_primfuncs(funcs: list, target, rules: list, min_repeat_ms: int = 5,
+                   rounds: int = 3) -> list[float]:
+    """Microseconds of one call of each of ``funcs`` (as :func:`time_primfunc`), timed
+    in turn, round after round, each the fastest of its rounds: a load that comes and
+    goes (another process on a core) touches every function alike, and one quiet round
+    is enough."""
     dev = tvm.cpu()
-    rng = np.random.default_rng(0)
-    args = []
-    for p in func.params:
-        buf = p if hasattr(p, "shape") else func.buffer_map[p]
-        value = _random([int(d) for d in buf.shape], str(buf.dtype), rng)
-        args.append(tvm.runtime.tensor(value, dev))
-    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=min_repeat_ms)
-    return min(timer(*args).results) * 1e6
+    runs = []
+    for func in funcs:
+        mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+        with target:
+            mod = ApplyDefaultSchedule(*rules)(mod)
+        lib = tvm.compile(mod, target=target)
+        rng = np.random.default_rng(0)
+        args = []
+        for p in func.params:
+            buf = p if hasattr(p, "shape") else func.buffer_map[p]
+            value = _random([int(d) for d in buf.shape], str(buf.dtype), rng)
+            args.append(tvm.runtime.tensor(value, dev))
+        timer = lib.mod.time_evaluator("main", dev, number=1, repeat=1,
+                                       min_repeat_ms=min_repeat_ms)
+        runs.append((timer, args))
+    best = [math.inf] * len(funcs)
+    for _ in range(rounds):
+        for i, (timer, args) in enumerate(runs):
+            best[i] = min(best[i], timer(*args).results[0] * 1e6)
+    return best

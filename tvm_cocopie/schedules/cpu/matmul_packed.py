@@ -13,6 +13,14 @@ The compute (:mod:`tvm_cocopie.topi.cpu.dense_packed`) reads B from column panel
 Element-wise consumers (bias, GELU, residual add...) are inlined into the result
 block, computed per tile like in :mod:`.conv2d_nchwc`.
 
+Consumers that reduce along the row (a layer norm after the output projection, a
+softmax after ``Q K^T``: DNNFusion joins them when they read the matmul row-locally,
+:mod:`tvm_cocopie.relay_passes.fusion.locality`) cannot be inlined; then the row tile
+is the unit: the parallel loop runs over row tiles, each computes its ``tm`` whole rows
+of the product (every column panel) and then the row kernel's passes over them
+(:mod:`.row_reduction`: element-wise chains inlined, reductions in vector partials)
+while the rows are in L1.
+
 A B too large for the cache (the compute's ``colout``, :func:`~tvm_cocopie.topi.cpu.
 tiling.matmul_blocking`) turns the nest around: the column panels go outermost and in
 parallel, the row tiles inside, so every panel of B comes from memory once; with a
@@ -43,11 +51,15 @@ from ..base import (
     fuse_parallel,
     inline_consumers,
     inline_prologue,
+    is_spatial,
     parallel_spatial,
+    root_blocks,
+    try_apply,
     vectorizable,
     vectorize_inner,
 )
 from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
+from .row_reduction import inline_elementwise, lane_partials, schedule_partials, vectorize_row
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,9 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     work = block_work(sch, anchor)
     for block in inline_prologue(sch, anchor):
         parallel_spatial(sch, block, info)
+    if any(not is_spatial(sch, b) for b in _after(sch, anchor)):
+        # rows outermost whatever the size of B: a row's reductions need the whole row
+        return _schedule_row_epilogue(sch, anchor, knobs, info, work)
     final = inline_consumers(sch, anchor)
     if final is None:
         final = sch.cache_write(anchor, 0, "local")
@@ -114,6 +129,58 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         sample_unroll_budget(sch, k)
     sch.vectorize(nv)
     sch.decompose_reduction(anchor, reduce_at)
+    return sch
+
+
+def _after(sch: s_tir.Schedule, anchor) -> list:
+    """The root blocks after ``anchor``."""
+    blocks = root_blocks(sch)
+    names = [sch.get(b).name_hint for b in blocks]
+    return blocks[names.index(sch.get(anchor).name_hint) + 1:]
+
+
+def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo,
+                           work: int | None):
+    """The module docstring's row-tile nest: a matmul whose consumers reduce along rows."""
+    lanes = info.f32_lanes
+    name = sch.get(anchor).name_hint
+    inline_elementwise(sch)
+    partials = set()
+    for block in _after(sch, sch.get_sblock(name)):
+        if not is_spatial(sch, block):
+            rf = lane_partials(sch, block, lanes)
+            if rf is not None:
+                partials.add(sch.get(rf).name_hint)
+    anchor = sch.get_sblock(name)
+    write_back = sch.cache_write(anchor, 0, "local")
+    *batch, m, n, k = sch.get_loops(anchor)
+    mo, mi = sch.split(m, [None, knobs.tm])
+    if knobs.nb % lanes == 0:
+        no, nr, nv = sch.split(n, [None, knobs.nb // lanes, lanes])
+        inner = [mi, nr]
+    else:
+        no, nv = sch.split(n, [None, knobs.nb])
+        inner = [mi]
+    sch.reorder(*batch, mo, no, k, *inner, nv)
+    rows = sch.fuse(*batch, mo) if batch else mo
+    if info.num_cores > 1 and (work is None or work >= MIN_PARALLEL_MACS):
+        sch.parallel(rows)
+    sch.reverse_compute_at(write_back, no)
+    if vectorizable(sch, write_back):
+        vectorize_inner(sch, sch.get_loops(write_back)[-1], lanes)
+    for block in _after(sch, write_back):
+        sch.reverse_compute_at(block, rows, preserve_unit_loops=False)
+    for block in sch.get_child_blocks(rows):
+        block_name = sch.get(block).name_hint
+        if block_name in partials:
+            schedule_partials(sch, block, rows, lanes)
+        elif block_name not in (name, sch.get(write_back).name_hint) and is_spatial(sch, block):
+            sch = try_apply(sch, lambda s, b=block: vectorize_row(s, b, rows, lanes)) or sch
+    anchor = sch.get_sblock(name)
+    for loop in inner:
+        sch.unroll(loop)
+    sch.vectorize(nv)
+    sch.decompose_reduction(anchor, k)
     return sch
 
 

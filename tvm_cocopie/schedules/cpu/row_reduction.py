@@ -81,7 +81,7 @@ def _row_count(sch: s_tir.Schedule, block) -> int | None:
     return total
 
 
-def _inline_elementwise(sch: s_tir.Schedule) -> None:
+def inline_elementwise(sch: s_tir.Schedule) -> None:
     """Inline spatial blocks into spatial consumers with the same iteration count."""
     for block in root_blocks(sch)[:-1]:
         if not is_spatial(sch, block) or writes_output(sch, block):
@@ -93,7 +93,7 @@ def _inline_elementwise(sch: s_tir.Schedule) -> None:
             sch.compute_inline(block)
 
 
-def _lane_partials(sch: s_tir.Schedule, block, lanes: int):
+def lane_partials(sch: s_tir.Schedule, block, lanes: int):
     """``rfactor`` the reduction of ``block`` over ``lanes`` partial results; the rfactor
     block, or ``None`` for a reduction shorter than two vectors or not a multiple of one.
 
@@ -117,27 +117,27 @@ def _lane_partials(sch: s_tir.Schedule, block, lanes: int):
 ROW_RECOMPUTE = 4
 
 
-def _work_under(sch: s_tir.Schedule, block, rows) -> int:
+def work_under(sch: s_tir.Schedule, block, rows) -> int:
     """Iterations of ``block`` per iteration of the row loop (symbolic extents: huge)."""
     total = 1
-    for loop in _loops_under(sch, block, rows):
+    for loop in loops_under(sch, block, rows):
         total *= const_extent(sch, loop) or (1 << 30)
     return total
 
 
-def _loops_under(sch: s_tir.Schedule, block, rows) -> list:
+def loops_under(sch: s_tir.Schedule, block, rows) -> list:
     """The loops of ``block`` inside the row loop ``rows``."""
     loops = sch.get_loops(block)
     at = [sch.get(lp).same_as(sch.get(rows)) for lp in loops]
     return loops[at.index(True) + 1:] if True in at else []
 
 
-def _schedule_partials(sch: s_tir.Schedule, rf, rows, lanes: int) -> None:
+def schedule_partials(sch: s_tir.Schedule, rf, rows, lanes: int) -> None:
     """The lane loop of an rfactor block computed at ``rows`` innermost and vectorized.
 
     Under the row loop the block's loops are its non-unit iterators in order: the lane
     iterator ``rfactor`` put first, the reduction over vectors last."""
-    inner = _loops_under(sch, rf, rows)
+    inner = loops_under(sch, rf, rows)
     if len(inner) < 2 or const_extent(sch, inner[0]) != lanes:
         return
     lane, reduce_loop = inner[0], inner[-1]
@@ -148,10 +148,10 @@ def _schedule_partials(sch: s_tir.Schedule, rf, rows, lanes: int) -> None:
         sch.unroll(lane)
 
 
-def _vectorize_row(sch: s_tir.Schedule, block, rows, lanes: int) -> None:
+def vectorize_row(sch: s_tir.Schedule, block, rows, lanes: int) -> None:
     """Vectorize the innermost loop of a spatial ``block`` inside the row loop: whole
     vectors, a scalar tail."""
-    inner = _loops_under(sch, block, rows)
+    inner = loops_under(sch, block, rows)
     if not inner or not vectorizable(sch, block):
         return
     loop = inner[-1]
@@ -187,11 +187,11 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     row_count = _row_count(sch, reductions[0])  # before rfactor reorders its iterators
     row_length = max((block_work(sch, b) or 0) // max(1, _row_count(sch, b) or 1)
                      for b in reductions)
-    _inline_elementwise(sch)
+    inline_elementwise(sch)
     partials = set()
     for block in root_blocks(sch):
         if not is_spatial(sch, block):
-            rf = _lane_partials(sch, block, lanes)
+            rf = lane_partials(sch, block, lanes)
             if rf is not None:
                 partials.add(sch.get(rf).name_hint)
     blocks = root_blocks(sch)
@@ -209,8 +209,8 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     rows = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     for block in reversed(blocks[:-1]):
         sch.compute_at(block, rows, preserve_unit_loops=False)
-    row = max(_work_under(sch, final, rows), row_length)
-    if any(_work_under(sch, b, rows) > ROW_RECOMPUTE * row for b in blocks[:-1]):
+    row = max(work_under(sch, final, rows), row_length)
+    if any(work_under(sch, b, rows) > ROW_RECOMPUTE * row for b in blocks[:-1]):
         return None  # a block needs more than its share of a row: not row-wise
     # a row kernel makes several passes per element: parallel from less work than the
     # fallback's element-wise threshold
@@ -219,11 +219,11 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     for block in sch.get_child_blocks(rows):
         name = sch.get(block).name_hint
         if name in partials:
-            _schedule_partials(sch, block, rows, lanes)
+            schedule_partials(sch, block, rows, lanes)
         elif is_spatial(sch, block):
             # loop_partition refused some blocks (TVM 0.27: "Buffer rank and region
             # dimension mismatch" on log-softmax's last pass): then that loop stays scalar
-            sch = try_apply(sch, lambda s, b=block: _vectorize_row(s, b, rows, lanes)) or sch
+            sch = try_apply(sch, lambda s, b=block: vectorize_row(s, b, rows, lanes)) or sch
     return sch
 
 
