@@ -187,15 +187,29 @@ def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int, max_full: int = 64) -
     return False
 
 
+def _position(sch: s_tir.Schedule, blocks: list, block) -> int:
+    names = [sch.get(b).name_hint for b in blocks]
+    return names.index(sch.get(block).name_hint)
+
+
+def blocks_before(sch: s_tir.Schedule, block) -> list:
+    """The root blocks before ``block``, in order."""
+    blocks = root_blocks(sch)
+    return blocks[: _position(sch, blocks, block)]
+
+
+def blocks_after(sch: s_tir.Schedule, block) -> list:
+    """The root blocks after ``block``, in order."""
+    blocks = root_blocks(sch)
+    return blocks[_position(sch, blocks, block) + 1:]
+
+
 def inline_consumers(sch: s_tir.Schedule, anchor) -> object | None:
     """Inline the blocks after ``anchor`` into the last one; return that last block.
 
     ``None`` if the anchor has no consumers (it writes the result itself).
     """
-    blocks = root_blocks(sch)
-    names = [sch.get(b).name_hint for b in blocks]
-    index = names.index(sch.get(anchor).name_hint)
-    after = blocks[index + 1:]
+    after = blocks_after(sch, anchor)
     if not after:
         return None
     for block in after[:-1]:
@@ -210,11 +224,9 @@ def inline_prologue(sch: s_tir.Schedule, anchor) -> list:
     materialized: inlining them into the anchor would put their index arithmetic and
     conditions in the innermost loop.
     """
-    blocks = root_blocks(sch)
-    names = [sch.get(b).name_hint for b in blocks]
     anchor_name = sch.get(anchor).name_hint
     kept = []
-    for block in blocks[: names.index(anchor_name)]:
+    for block in blocks_before(sch, anchor):
         consumers = [sch.get(c).name_hint for c in sch.get_consumers(block)]
         if anchor_name in consumers or not is_spatial(sch, block):
             kept.append(block)

@@ -36,7 +36,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.sym import Analyzer
 
-from .mapping import load_buffer, loads_in, stores_in, tir_blocks, vars_in
+from .mapping import load_buffer, loads_in, param_buffer, stores_in, tir_blocks, vars_in
 
 #: a row of the producer up to this size stays in a core's cache (L2) inside a fused kernel
 ROW_BUDGET_BYTES = 128 * 1024
@@ -55,7 +55,7 @@ def row_map(func: tirx.PrimFunc, param_index: int) -> dict[int, int]:
     params = list(func.params)
     if param_index >= len(params) - 1:
         return {}
-    source, output = _param_buffer(func, params[param_index]), _param_buffer(func, params[-1])
+    source, output = param_buffer(func, params[param_index]), param_buffer(func, params[-1])
     blocks = tir_blocks(func)
     if not blocks:
         return {}
@@ -90,11 +90,6 @@ def row_map(func: tirx.PrimFunc, param_index: int) -> dict[int, int]:
 def _in_coords(expr, coords: list):
     """``expr`` if it depends on the output coordinates only, else ``None``."""
     return expr if vars_in(expr) <= set(coords) else None
-
-
-def _param_buffer(func: tirx.PrimFunc, param):
-    """A parameter's buffer (TVM 0.27 PrimFuncs take buffers; older ones, handles)."""
-    return param if hasattr(param, "shape") else func.buffer_map[param]
 
 
 def _same_buffer(a, b) -> bool:

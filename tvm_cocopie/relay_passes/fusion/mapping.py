@@ -111,6 +111,11 @@ def load_buffer(load):
     return getattr(load, "buffer", None) or load.source
 
 
+def param_buffer(func: tirx.PrimFunc, param):
+    """A parameter's buffer (TVM 0.27 PrimFuncs take buffers; older ones, handles)."""
+    return param if hasattr(param, "shape") else func.buffer_map[param]
+
+
 def loads_in(expr) -> list:
     """Every buffer load in ``expr``, outermost first (loads inside indices included)."""
     found, stack = [], [expr]

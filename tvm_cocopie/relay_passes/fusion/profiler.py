@@ -33,6 +33,7 @@ from ...errors import last_line
 from ...exprs import static_shape
 from .apply import fuse_blocks
 from .database import Entry, ProfileDB
+from .mapping import param_buffer
 from .plan import Block, Node
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def time_primfuncs(funcs: list, target, rules: list, min_repeat_ms: int = 5,
         rng = np.random.default_rng(0)
         args = []
         for p in func.params:
-            buf = p if hasattr(p, "shape") else func.buffer_map[p]
+            buf = param_buffer(func, p)
             value = _random([int(d) for d in buf.shape], str(buf.dtype), rng)
             args.append(tvm.runtime.tensor(value, dev))
         timer = lib.mod.time_evaluator("main", dev, number=1, repeat=1,

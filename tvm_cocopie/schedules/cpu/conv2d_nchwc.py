@@ -98,6 +98,19 @@ def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
         raise ValueError(f"result block of rank {ndim} after a flattened conv")
 
 
+def result_block(sch: s_tir.Schedule, anchor, knobs: ConvKnobs):
+    """The block that writes the conv's result: its consumers inlined into the last
+    (iterating over flattened pixels like the conv when ``knobs.flat``), or a write-back
+    of the accumulators; the conv itself then accumulates in ``local`` scope."""
+    final = inline_consumers(sch, anchor)
+    if final is None:
+        return sch.cache_write(anchor, 0, "local")
+    if knobs.flat:
+        flatten_final(sch, final, knobs.ow)
+    sch.set_scope(anchor, 0, "local")
+    return final
+
+
 def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> None:
     """Compute the padded input (and any packing) per parallel iteration, under ``loop``.
 
@@ -126,13 +139,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
     work = block_work(sch, anchor)
     prologue = inline_prologue(sch, anchor)
-    final = inline_consumers(sch, anchor)
-    if final is None:
-        final = sch.cache_write(anchor, 0, "local")
-    else:
-        if knobs.flat:
-            flatten_final(sch, final, knobs.ow)
-        sch.set_scope(anchor, 0, "local")
+    final = result_block(sch, anchor, knobs)
 
     loops = sch.get_loops(anchor)
     if knobs.kind == "conv":

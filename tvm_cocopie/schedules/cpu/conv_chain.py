@@ -30,25 +30,18 @@ from ..base import (
     CpuRule,
     annotated_blocks,
     block_work,
+    blocks_before,
     const_extent,
-    inline_consumers,
     is_spatial,
-    root_blocks,
     vectorizable,
     vectorize_inner,
 )
-from .conv2d_nchwc import ConvKnobs, flatten_final
+from .conv2d_nchwc import ConvKnobs, result_block
 
 
 def _between(sch: s_tir.Schedule, first, second) -> list:
-    names = [sch.get(b).name_hint for b in root_blocks(sch)]
-    blocks = root_blocks(sch)
-    return blocks[names.index(sch.get(first).name_hint) + 1: names.index(sch.get(second).name_hint)]
-
-
-def _before(sch: s_tir.Schedule, block) -> list:
-    names = [sch.get(b).name_hint for b in root_blocks(sch)]
-    return root_blocks(sch)[: names.index(sch.get(block).name_hint)]
+    """The root blocks after ``first`` and before ``second``."""
+    return blocks_before(sch, second)[len(blocks_before(sch, first)) + 1:]
 
 
 def _is_pointwise(sch: s_tir.Schedule, block) -> bool:
@@ -96,15 +89,9 @@ def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
         sch.compute_inline(block)
     epilogue = _between(sch, sch.get_sblock(first_name), sch.get_sblock(second_name))[0]
     # the first conv's input side (padding, packing) stays materialized per row band
-    prologue = [b for b in _before(sch, sch.get_sblock(first_name)) if is_spatial(sch, b)]
+    prologue = [b for b in blocks_before(sch, sch.get_sblock(first_name)) if is_spatial(sch, b)]
     second = sch.get_sblock(second_name)
-    final = inline_consumers(sch, second)
-    if final is None:
-        final = sch.cache_write(second, 0, "local")
-    else:
-        if knobs.flat:
-            flatten_final(sch, final, knobs.ow)
-        sch.set_scope(second, 0, "local")
+    final = result_block(sch, second, knobs)
     if knobs.flat:  # pixels p = y * OW + x: bands of whole rows, tiles of tw pixels
         n, oc, p, oi, rco, ry, rx, rci = sch.get_loops(second)
         yo, xo, xi = sch.split(p, [None, band * knobs.ow // knobs.tw, knobs.tw])

@@ -47,13 +47,13 @@ from ..base import (
     CpuRule,
     annotated_blocks,
     block_work,
+    blocks_after,
     const_extent,
     fuse_parallel,
     inline_consumers,
     inline_prologue,
     is_spatial,
     parallel_spatial,
-    root_blocks,
     try_apply,
     vectorizable,
     vectorize_inner,
@@ -79,7 +79,7 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     work = block_work(sch, anchor)
     for block in inline_prologue(sch, anchor):
         parallel_spatial(sch, block, info)
-    if any(not is_spatial(sch, b) for b in _after(sch, anchor)):
+    if any(not is_spatial(sch, b) for b in blocks_after(sch, anchor)):
         # rows outermost whatever the size of B: a row's reductions need the whole row
         return _schedule_row_epilogue(sch, anchor, knobs, info, work)
     final = inline_consumers(sch, anchor)
@@ -93,12 +93,8 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         sch.annotate(anchor, SPACE_ANNOTATION, f"kind=matmul;colout={int(knobs.columns_outer)};"
                                                f"nvec={max(1, knobs.nb // lanes)}")
     mo, mi = split_tile(sch, m, knobs.tm, 8, knobs.sample_tiles)
-    if knobs.nb % lanes == 0:
-        no, nr, nv = sch.split(n, [None, knobs.nb // lanes, lanes])
-        inner = [mi, nr]
-    else:
-        no, nv = sch.split(n, [None, knobs.nb])
-        inner = [mi]
+    no, nr, nv = _split_columns(sch, n, knobs.nb, lanes)
+    inner = [mi, *nr]
     k_extent = const_extent(sch, k) or 0
     reduce_at = k
     if knobs.columns_outer and 0 < knobs.kb < k_extent and k_extent % knobs.kb == 0:
@@ -132,11 +128,14 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     return sch
 
 
-def _after(sch: s_tir.Schedule, anchor) -> list:
-    """The root blocks after ``anchor``."""
-    blocks = root_blocks(sch)
-    names = [sch.get(b).name_hint for b in blocks]
-    return blocks[names.index(sch.get(anchor).name_hint) + 1:]
+def _split_columns(sch: s_tir.Schedule, n, nb: int, lanes: int):
+    """``n`` in column panels of ``nb``: ``(panel loop, [vectors of the panel, when nb is
+    whole vectors], lane loop)``."""
+    if nb % lanes == 0:
+        no, nr, nv = sch.split(n, [None, nb // lanes, lanes])
+        return no, [nr], nv
+    no, nv = sch.split(n, [None, nb])
+    return no, [], nv
 
 
 def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo,
@@ -146,7 +145,7 @@ def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info
     name = sch.get(anchor).name_hint
     inline_elementwise(sch)
     partials = set()
-    for block in _after(sch, sch.get_sblock(name)):
+    for block in blocks_after(sch, sch.get_sblock(name)):
         if not is_spatial(sch, block):
             rf = lane_partials(sch, block, lanes)
             if rf is not None:
@@ -155,12 +154,8 @@ def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info
     write_back = sch.cache_write(anchor, 0, "local")
     *batch, m, n, k = sch.get_loops(anchor)
     mo, mi = sch.split(m, [None, knobs.tm])
-    if knobs.nb % lanes == 0:
-        no, nr, nv = sch.split(n, [None, knobs.nb // lanes, lanes])
-        inner = [mi, nr]
-    else:
-        no, nv = sch.split(n, [None, knobs.nb])
-        inner = [mi]
+    no, nr, nv = _split_columns(sch, n, knobs.nb, lanes)
+    inner = [mi, *nr]
     sch.reorder(*batch, mo, no, k, *inner, nv)
     rows = sch.fuse(*batch, mo) if batch else mo
     if info.num_cores > 1 and (work is None or work >= MIN_PARALLEL_MACS):
@@ -168,7 +163,7 @@ def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info
     sch.reverse_compute_at(write_back, no)
     if vectorizable(sch, write_back):
         vectorize_inner(sch, sch.get_loops(write_back)[-1], lanes)
-    for block in _after(sch, write_back):
+    for block in blocks_after(sch, write_back):
         sch.reverse_compute_at(block, rows, preserve_unit_loops=False)
     for block in sch.get_child_blocks(rows):
         block_name = sch.get(block).name_hint
