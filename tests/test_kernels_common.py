@@ -91,18 +91,40 @@ def test_channel_block(info, channels, block):
 @pytest.mark.parametrize("info", [AVX2, AVX512, NEON])
 @pytest.mark.parametrize("hw,c,o,k,s", [
     (56, 64, 64, 3, 1), (7, 512, 512, 3, 1), (14, 256, 1024, 1, 1), (28, 128, 128, 3, 2),
-    (13, 40, 24, 3, 1), (1, 64, 64, 1, 1),
+    (13, 40, 24, 3, 1), (1, 64, 64, 1, 1), (28, 58, 58, 1, 1), (14, 116, 116, 3, 1),
+    (7, 24, 58, 1, 1), (2, 58, 58, 1, 1),
 ])
 def test_conv_tile_fits_the_register_file(info, hw, c, o, k, s):
     geo = cn.ConvGeometry(1, c, hw, hw, o, k, k, (s, s), (k // 2,) * 4, (1, 1), 1)
     ib = tiling.channel_block(c, info)
     ob = tiling.channel_block(o, info)
     tile = tiling.conv_tile(geo, ib, ob, info)
-    vectors = tile.r * max(1, ob // info.f32_lanes)
+    if tile.wide:  # narrow chunks: r chunks fill whole vectors, never flattened
+        vectors = tile.wb // info.f32_lanes
+        assert tile.wb % info.f32_lanes == 0 and not tile.flat and ob < info.f32_lanes
+        assert tile.work_chunks(o) * ob < 1.15 * o
+    else:
+        vectors = tile.r * max(1, ob // info.f32_lanes)
+        assert geo.o % tile.wb == 0
     accumulators = vectors * tile.th * tile.tw
     assert accumulators + vectors + 1 <= tiling.vector_registers(info)
     assert cn.waste(geo, tile) < 1.35  # padding never costs a third of the work
-    assert geo.o % tile.wb == 0
+
+
+def test_wide_tile_packing_pads_outputs_with_zeros():
+    rng = np.random.default_rng(1)
+    geo = cn.ConvGeometry(1, 6, 5, 5, 58, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)
+    tile = cn.ConvTile(2, 2, 8, 1, 4, False, True)  # 29 chunks of 2 in tiles of 8 chunks
+    w = rng.standard_normal((58, 6, 1, 1)).astype("float32")
+    wt = tvm.te.placeholder(w.shape, name="w")
+    packed = cn.pack_weight(wt, geo, tile)
+    assert [int(s) for s in packed.shape] == [4, 3, 1, 1, 2, 16]
+    f = tvm.compile(tvm.te.create_prim_func([wt, packed]), target=TARGET)
+    out = tvm.runtime.tensor(np.zeros([int(s) for s in packed.shape], "float32"))
+    f(tvm.runtime.tensor(w), out)
+    ref = cn.pack_weight_numpy(w, geo, tile)
+    np.testing.assert_array_equal(out.numpy(), ref)
+    assert ref[3, 1, 0, 0, 1, 9] == w[57, 3, 0, 0] and not ref[3, :, :, :, :, 10:].any()
 
 
 @pytest.mark.parametrize("m,n", [(1, 1000), (49, 2048), (128, 1536), (512, 512), (5, 7)])

@@ -36,6 +36,11 @@ CASES = {
     "groups-cpg4": (1, 32, 8, 8, 32, 3, 1, (1, 1, 1, 1), 1, 8),
     "groups-cpg16": (2, 64, 6, 6, 32, 3, 2, (1, 1, 1, 1), 1, 4),
     "groups-unaligned": (1, 15, 8, 8, 15, 3, 1, (1, 1, 1, 1), 1, 5),
+    # chunks narrower than a vector (58 = 29 x 2, 116 = 29 x 4): wide register tiles
+    # over several chunks, the outputs padded to whole tiles
+    "narrow-58-1x1": (1, 58, 10, 10, 58, 1, 1, (0, 0, 0, 0), 1, 1),
+    "narrow-116-3x3": (1, 116, 7, 7, 116, 3, 1, (1, 1, 1, 1), 1, 1),
+    "narrow-20-s2": (1, 24, 9, 11, 20, 3, 2, (1, 1, 1, 1), 1, 1),
     "depthwise": (1, 32, 13, 13, 32, 3, 1, (1, 1, 1, 1), 1, 32),
     "depthwise-s2": (2, 16, 14, 14, 16, 3, 2, (1, 1, 1, 1), 1, 16),
     "depthwise-5x5-dil": (1, 24, 11, 11, 24, 5, 1, (4, 4, 4, 4), 2, 24),
@@ -100,7 +105,8 @@ EPILOGUES = {
 
 
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
-@pytest.mark.parametrize("name", ["resnet-3x3", "7x7-flat", "depthwise", "prime-channels"])
+@pytest.mark.parametrize("name", ["resnet-3x3", "7x7-flat", "depthwise", "prime-channels",
+                                  "narrow-58-1x1"])
 def test_fused_epilogues(name, epilogue):
     build_epi, ref_epi = EPILOGUES[epilogue]
     mod, data, ref, bias = _conv_model(CASES[name], build_epi)

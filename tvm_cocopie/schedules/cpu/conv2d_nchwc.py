@@ -111,6 +111,17 @@ def result_block(sch: s_tir.Schedule, anchor, knobs: ConvKnobs):
     return final
 
 
+def fuse_lanes(sch: s_tir.Schedule, anchor) -> None:
+    """Fuse a wide tile's two lane loops (``group`` chunks x the chunk's lanes, see
+    :attr:`tvm_cocopie.topi.cpu.conv2d_nchwc.ConvTile.wide`) into one: the vector."""
+    group = int(sch.get(anchor).annotations[ANNOTATION].get("group", 1))
+    if group == 1:
+        return
+    spatial = sum(1 for iv in sch.get(anchor).iter_vars if iv.iter_type == 0)
+    loops = sch.get_loops(anchor)
+    sch.fuse(loops[spatial - 2], loops[spatial - 1])
+
+
 def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> None:
     """Compute the padded input (and any packing) per parallel iteration, under ``loop``.
 
@@ -140,6 +151,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     work = block_work(sch, anchor)
     prologue = inline_prologue(sch, anchor)
     final = result_block(sch, anchor, knobs)
+    fuse_lanes(sch, anchor)
 
     loops = sch.get_loops(anchor)
     if knobs.kind == "conv":

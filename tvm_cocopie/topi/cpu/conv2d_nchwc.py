@@ -88,11 +88,21 @@ class ConvTile:
     th: int  # output rows per register tile (1 when flat)
     tw: int  # output columns (or flattened pixels when flat) per register tile
     flat: bool = False  # tile the flattened oh*ow axis instead of rows x columns
+    #: narrow chunks (``ob`` below a vector, ShuffleNet's 58 channels in chunks of 2):
+    #: the conv block computes ``wb`` lanes per pixel, the ``r`` chunks of a weight tile
+    #: side by side, so its vector ops are whole; the slice after it gives the chunks
+    wide: bool = False
 
     @property
     def wb(self) -> int:
         """Weight values per register row: the tile's rows times the output block."""
         return self.r * self.ob
+
+    def work_chunks(self, outputs: int) -> int:
+        """Output chunks the conv computes: ``outputs / ob`` rounded up to whole weight
+        tiles. A :attr:`wide` tile fills its vector with ``r`` chunks even when ``r`` does
+        not divide them; the extra chunks are computed on zero weights and dropped."""
+        return _round_up(outputs // self.ob, self.r)
 
 
 def group_span(geo: ConvGeometry, tile: ConvTile) -> int:
@@ -131,19 +141,33 @@ def tile_input_chunk(geo: ConvGeometry, tile: ConvTile, ocw):
     return (ocw * tile.wb // geo.opg) * geo.cpg // tile.ib
 
 
+def weight_tiles(geo: ConvGeometry, tile: ConvTile) -> int:
+    """Weight tiles of ``wb`` output channels: ``O / wb``, rounded up for narrow chunks
+    (the last tile's missing channels packed as zeros; dense convs only)."""
+    if geo.o % tile.ob:
+        raise CompilationError(f"{geo.o} output channels are not a multiple of the chunk "
+                               f"{tile.ob}")
+    if geo.o % tile.wb and (geo.groups > 1 or not tile.wide):
+        raise CompilationError(f"{geo.o} output channels are not a multiple of the tile "
+                               f"{tile.wb} (only wide tiles of dense convs are padded)")
+    return tile.work_chunks(geo.o) // tile.r
+
+
 def pack_weight(weight: te.Tensor, geo: ConvGeometry, tile: ConvTile) -> te.Tensor:
-    """OIHW weight -> ``(O // wb, CBg, KH, KW, ib, wb)``, zero off the group diagonal."""
+    """OIHW weight -> ``(ceil(O / wb), CBg, KH, KW, ib, wb)``, zero off the group diagonal
+    and past the last output channel."""
     cbg = group_span(geo, tile)
     wb, ib = tile.wb, tile.ib
-    if geo.o % wb:
-        raise CompilationError(f"{geo.o} output channels are not a multiple of the tile {wb}")
-    shape = (geo.o // wb, cbg, geo.kh, geo.kw, ib, wb)
+    shape = (weight_tiles(geo, tile), cbg, geo.kh, geo.kw, ib, wb)
 
     def fcompute(ocw, j, y, x, ci, oi):
         o = ocw * wb + oi
         c = (tile_input_chunk(geo, tile, ocw) + j) * ib + ci  # absolute input channel
         if geo.groups == 1:
-            return weight[o, c, y, x]
+            if geo.o % wb == 0:
+                return weight[o, c, y, x]
+            return tirx.if_then_else(o < geo.o, weight[tirx.min(o, geo.o - 1), c, y, x],
+                                     tirx.const(0, weight.dtype))
         g = o // geo.opg
         local = c - g * geo.cpg
         inside = tirx.all(local >= 0, local < geo.cpg)
@@ -157,7 +181,10 @@ def pack_weight_numpy(weight: np.ndarray, geo: ConvGeometry, tile: ConvTile) -> 
     """:func:`pack_weight` on a constant, at compile time (no kernel to build)."""
     cbg = group_span(geo, tile)
     wb, ib = tile.wb, tile.ib
-    tiles = geo.o // wb
+    tiles = weight_tiles(geo, tile)
+    if tiles * wb > geo.o:  # narrow chunks: zero weights for the padding channels
+        extra = np.zeros((tiles * wb - geo.o, *weight.shape[1:]), weight.dtype)
+        weight = np.concatenate([weight, extra])
     ocw = np.arange(tiles).reshape(tiles, 1, 1, 1)
     j = np.arange(cbg).reshape(1, cbg, 1, 1)
     ci = np.arange(ib).reshape(1, 1, ib, 1)
@@ -229,40 +256,59 @@ def input_extent(geo: ConvGeometry) -> tuple[int, int]:
 
 
 def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, body,
-                 name: str, attrs: dict, out_dtype: str) -> te.Tensor:
+                 name: str, attrs: dict, out_dtype: str, group: int = 1) -> te.Tensor:
     """A ``(N, chunks, OH, OW, lanes)`` result computed over the padded extent.
 
     ``body(n, c, y, x, ci)`` gives the value of output pixel ``(y, x)``; it is called
-    on clamped coordinates for the padding pixels. The block doing the work carries
-    the annotation ``{ANNOTATION: attrs}`` plus the tile, for the schedule.
+    on clamped coordinates for the padding pixels. With ``group > 1`` the block doing
+    the work computes ``group`` chunks side by side (``c`` a group of chunks, ``ci``
+    one of its ``group * lanes`` lanes, iterated as ``(group, lanes)``), ``chunks``
+    rounded up to whole groups. That block carries the annotation
+    ``{ANNOTATION: attrs}`` plus the tile, for the schedule; a slice block after it
+    gives the exact result.
     """
     oh, ow = geo.oh, geo.ow
     ext = padded_extent(geo, tile)
     attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat), oh=oh, ow=ow)
+    work_chunks = -(-chunks // group)
+    lane_shape = (group, lanes) if group > 1 else (lanes,)
 
     def clamp(v, extent, bound):
         return tirx.min(v, bound - 1) if extent != bound else v
 
+    def lane(idx):  # the body's lane index from the work block's lane iterators
+        return idx[0] * lanes + idx[1] if group > 1 else idx[0]
+
+    def unpack(c, ci):  # work indices of output chunk c, lane ci
+        return (c // group, c % group, ci) if group > 1 else (c, ci)
+
     if tile.flat:
-        def fflat(n, c, p, ci):
+        def fflat(n, c, p, *li):
             pe = clamp(p, ext[0], oh * ow)
-            return body(n, c, pe // ow, pe % ow, ci)
+            return body(n, c, pe // ow, pe % ow, lane(li))
 
-        work = te.compute((geo.n, chunks, ext[0], lanes), fflat, name=name,
+        work = te.compute((geo.n, work_chunks, ext[0], *lane_shape), fflat, name=name,
                           attrs={ANNOTATION: attrs})
-        return te.compute((geo.n, chunks, oh, ow, lanes),
-                          lambda n, c, y, x, ci: work[n, c, y * ow + x, ci],
-                          name=name + "_out")
 
-    def f2d(n, c, y, x, ci):
-        return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), ci)
+        def fout(n, c, y, x, ci):
+            wc, *wl = unpack(c, ci)
+            return work[(n, wc, y * ow + x, *wl)]
 
-    work = te.compute((geo.n, chunks, ext[0], ext[1], lanes), f2d, name=name,
+        return te.compute((geo.n, chunks, oh, ow, lanes), fout, name=name + "_out")
+
+    def f2d(n, c, y, x, *li):
+        return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), lane(li))
+
+    work = te.compute((geo.n, work_chunks, ext[0], ext[1], *lane_shape), f2d, name=name,
                       attrs={ANNOTATION: attrs})
-    if ext == (oh, ow):
+    if ext == (oh, ow) and group == 1:
         return work
-    return te.compute((geo.n, chunks, oh, ow, lanes),
-                      lambda n, c, y, x, ci: work[n, c, y, x, ci], name=name + "_out")
+
+    def fout2d(n, c, y, x, ci):
+        wc, *wl = unpack(c, ci)
+        return work[(n, wc, y, x, *wl)]
+
+    return te.compute((geo.n, chunks, oh, ow, lanes), fout2d, name=name + "_out")
 
 
 def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: ConvTile,
@@ -273,9 +319,8 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Co
     The conv block computes the padded extent (:func:`padded_extent`) on clamped
     input addresses; a slice block gives the op its exact output.
     """
-    ib, ob, r, wb = tile.ib, tile.ob, tile.r, tile.wb
-    if wb % ob or geo.o % wb:
-        raise CompilationError(f"weight tile {wb} must be a multiple of {ob} dividing {geo.o}")
+    ib, ob, r = tile.ib, tile.ob, tile.r
+    weight_tiles(geo, tile)  # validates the chunks against the outputs
     sh, sw = geo.stride
     dh, dw = geo.dilation
     if geo.kh == geo.kw == 1 and (sh, sw) != (1, 1) and not any(geo.padding):
@@ -289,14 +334,20 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Co
     rci = te.reduce_axis((0, ib), "rci")
 
     def body(n, oc, y, x, oi):
-        ocw = oc // r
+        if tile.wide:  # oc: a weight tile, oi: one of its wb lanes
+            ocw, lane = oc, oi
+        else:
+            ocw = oc // r
+            lane = (oc % r) * ob + oi if r > 1 else oi
         icb = tile_input_chunk(geo, tile, ocw) + rco
-        lane = (oc % r) * ob + oi if r > 1 else oi
         return te.sum(
             dpad[n, icb, y * sh + ry * dh, x * sw + rx * dw, rci].astype(out_dtype)
             * packed[ocw, rco, ry, rx, rci, lane].astype(out_dtype),
             axis=[rco, ry, rx, rci],
         )
 
+    if tile.wide:  # one work chunk per weight tile: the schedule sees r = 1, wb lanes
+        return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
+                            {"kind": "conv", "r": 1, "group": r}, out_dtype, group=r)
     return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
                         {"kind": "conv", "r": r}, out_dtype)
