@@ -8,6 +8,7 @@ import sqlite3
 
 import numpy as np
 import pytest
+import tvm
 from conftest import assert_close, make_model, ort_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,7 @@ from tvm_cocopie.models.graph_builder import GraphBuilder
 from tvm_cocopie.pipeline import PipelineOptions, run_until
 from tvm_cocopie.relay_passes.fusion.apply import DNNFusion
 from tvm_cocopie.relay_passes.fusion.database import ProfileDB
-from tvm_cocopie.relay_passes.fusion.profiler import MeasuredDecision
+from tvm_cocopie.relay_passes.fusion.profiler import FLUSH_BYTES, MeasuredDecision, time_primfuncs
 from tvm_cocopie.schedules import default_rules
 from tvm_cocopie.target import host_target
 
@@ -163,6 +164,28 @@ def test_yellow_pairs_are_decided_by_the_database(tmp_path):
         assert again.measured == 0 and again.reused >= 1
         kernels[fused_us] = len(kernel_calls(fused))
     assert kernels[1.0] < kernels[1e6]
+
+
+def test_flushed_and_hot_measurements_are_separate_rows(tmp_path):
+    """Candidates are timed with flushed caches by default (as inside a model); a
+    decision that times them hot (``flush_bytes=0``) measures again instead of reading
+    the flushed rows, and a kernel streaming 16 MiB runs no faster flushed than hot."""
+    target = host_target()
+    mod = run_until(from_onnx(_yellow_model()), target, "legalize")
+    path = tmp_path / "fusion.sqlite"
+    flushed = MeasuredDecision(target, default_rules(target), ProfileDB(path))
+    DNNFusion(flushed)(mod)
+    hot = MeasuredDecision(target, default_rules(target), ProfileDB(path), flush_bytes=0)
+    DNNFusion(hot)(mod)
+    assert flushed.flush_bytes == FLUSH_BYTES and flushed.measured >= 1
+    assert hot.measured >= 1 and len(ProfileDB(path)) == flushed.measured + hot.measured
+
+    x = tvm.te.placeholder((4 << 20,), name="x")
+    y = tvm.te.compute(x.shape, lambda i: x[i] * 2.0, name="y")
+    func = tvm.te.create_prim_func([x, y])
+    hot_us, = time_primfuncs([func], target, default_rules(target))
+    cold_us, = time_primfuncs([func], target, default_rules(target), flush_bytes=FLUSH_BYTES)
+    assert 0 < hot_us and cold_us > 0.8 * hot_us
 
 
 def test_an_activation_is_its_producers_epilogue_not_the_next_convs_prologue():

@@ -1,6 +1,7 @@
 """The conv-chain schedule (schedules/cpu/conv_chain.py): a depthwise conv and the 1x1
-conv after it in one nest over output rows, against the same fused function left
-unscheduled (TVM's plain loops) on random inputs."""
+conv after it in one nest over output rows, a 1x1 conv and the depthwise conv after it
+chunk by chunk, against the same fused function left unscheduled (TVM's plain loops) on
+random inputs."""
 
 from __future__ import annotations
 
@@ -65,6 +66,50 @@ def test_depthwise_then_pointwise_in_one_nest(out_ch, expanded, size):
     with target:
         sch = ConvChain().apply(func, target, False)
     assert sch is not None
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
+            for p in func.params]
+    ref = _run(func, [a.copy() for a in args])
+    got = _run(sch.mod["main"], [a.copy() for a in args])
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _pw_dw_model(cin: int, expanded: int, size: int, stride: int):
+    """An inverted residual's expansion: 1x1 conv, ReLU6, depthwise 3x3, ReLU6."""
+    rng = np.random.default_rng(2)
+
+    def weight(name, shape):
+        values = (rng.standard_normal(int(np.prod(shape))) * 0.2).astype(np.float32)
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, values.tolist())
+
+    nodes = [helper.make_node("Conv", ["x", "wp", "bp"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["r"]),
+             helper.make_node("Conv", ["r", "wd", "bd"], ["b"], group=expanded,
+                              pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node("Clip", ["b", "lo", "hi"], ["y"])]
+    inits = [weight("wp", [expanded, cin, 1, 1]), weight("bp", [expanded]),
+             weight("wd", [expanded, 1, 3, 3]), weight("bd", [expanded]),
+             helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+             helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+    out = (size - 1) // stride + 1
+    return make_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, expanded, out, out])],
+        initializers=inits)
+
+
+@pytest.mark.parametrize("cin, expanded, size, stride", [(16, 96, 14, 1), (24, 48, 15, 2),
+                                                         (32, 64, 7, 1)])
+def test_pointwise_then_depthwise_chunk_by_chunk(cin, expanded, size, stride):
+    """The expansion conv computed one channel chunk at a time, every pixel, right before
+    the depthwise conv of that chunk (odd sizes: flattened and padded pixel tiles)."""
+    func = _fused_pair(_pw_dw_model(cin, expanded, size, stride))
+    target = host_target()
+    with target:
+        sch = ConvChain().apply(func, target, False)
+    assert sch is not None
+    text = sch.mod.script()
+    assert "T.parallel" in text and text.count("T.vectorized") >= 3
     rng = np.random.default_rng(1)
     args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
             for p in func.params]

@@ -49,15 +49,18 @@ class MeasuredDecision:
     also saves a launch and writing and reading back an intermediate tensor, which
     timing each kernel alone, its inputs in cache, does not see.
     ``measured`` and ``reused`` count candidates timed here and found in the database.
+    ``flush_bytes``: caches flushed by this much before every timed call
+    (:data:`FLUSH_BYTES`; 0 times each kernel hot, its inputs in cache).
     """
 
     def __init__(self, target, rules: list, db: ProfileDB | None = None, margin: float = -0.02,
-                 min_repeat_ms: int = 5):
+                 min_repeat_ms: int = 5, flush_bytes: int | None = None):
         self.target = target
         self.rules = list(rules)
         self.db = db if db is not None else ProfileDB()
         self.margin = margin
         self.min_repeat_ms = min_repeat_ms
+        self.flush_bytes = FLUSH_BYTES if flush_bytes is None else int(flush_bytes)
         self.measured = 0
         self.reused = 0
         self._failed: set = set()  # candidates that could not be built or run, this run
@@ -87,6 +90,8 @@ class MeasuredDecision:
         if any(len(p) > 1 for p in parts):  # a merge of blocks: the partition is in the key
             cuts = {p[-1].index for p in parts[:-1]}
             ops = [op + ("|" if n.index in cuts else "") for op, n in zip(ops, group)]
+        if self.flush_bytes:  # times taken with flushed caches are another measurement
+            ops = [*ops, f"@flush={self.flush_bytes}"]
         entry = self.db.get(self.target, ops, shapes)
         if entry is None:
             if (tuple(ops), str(shapes)) in self._failed:
@@ -100,7 +105,8 @@ class MeasuredDecision:
                     fused, parts_us = math.inf, 0.0
                 else:
                     times = time_primfuncs([_only_primfunc(fused_mod), *part_funcs],
-                                           self.target, self.rules, self.min_repeat_ms)
+                                           self.target, self.rules, self.min_repeat_ms,
+                                           flush_bytes=self.flush_bytes)
                     fused, parts_us = times[0], sum(times[1:])
             except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
                 log.warning("fusion candidate %s not measured (kept apart): %s",
@@ -197,12 +203,22 @@ def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: i
     return time_primfuncs([func], target, rules, min_repeat_ms)[0]
 
 
+#: Bytes of cache flushed before each call when a fusion candidate and its parts are
+#: timed: more than the cores' L2 caches together, so that a kernel reads its inputs
+#: from the last level or from memory, as inside a model where other layers ran in
+#: between. Timed hot (inputs in L2, the same partition of the work on the same cores
+#: as the previous call), a fused depthwise + projection at 28x28 lost to its parts
+#: (201 vs 183 us); flushed, as in the model, it won (231 vs 273 us; znver1, 2 cores).
+FLUSH_BYTES = 4 << 20
+
+
 def time_primfuncs(funcs: list, target, rules: list, min_repeat_ms: int = 5,
-                   rounds: int = 3) -> list[float]:
+                   rounds: int = 3, flush_bytes: int = 0) -> list[float]:
     """Microseconds of one call of each of ``funcs`` (as :func:`time_primfunc`), timed
     in turn, round after round, each the fastest of its rounds: a load that comes and
     goes (another process on a core) touches every function alike, and one quiet round
-    is enough."""
+    is enough. ``flush_bytes``: flush that much cache before every call and take each
+    round's median call (TVM's timer flushes before each repeat)."""
     dev = tvm.cpu()
     runs = []
     for func in funcs:
@@ -216,11 +232,19 @@ def time_primfuncs(funcs: list, target, rules: list, min_repeat_ms: int = 5,
             buf = param_buffer(func, p)
             value = _random([int(d) for d in buf.shape], str(buf.dtype), rng)
             args.append(tvm.runtime.tensor(value, dev))
-        timer = lib.mod.time_evaluator("main", dev, number=1, repeat=1,
-                                       min_repeat_ms=min_repeat_ms)
+        if flush_bytes:
+            timer = lib.mod.time_evaluator("main", dev, number=1, repeat=FLUSHED_CALLS,
+                                           cache_flush_bytes=int(flush_bytes))
+        else:
+            timer = lib.mod.time_evaluator("main", dev, number=1, repeat=1,
+                                           min_repeat_ms=min_repeat_ms)
         runs.append((timer, args))
     best = [math.inf] * len(funcs)
     for _ in range(rounds):
         for i, (timer, args) in enumerate(runs):
-            best[i] = min(best[i], timer(*args).results[0] * 1e6)
+            best[i] = min(best[i], float(np.median(timer(*args).results)) * 1e6)
     return best
+
+
+#: calls per round when timed with flushed caches (each after its own flush)
+FLUSHED_CALLS = 9
