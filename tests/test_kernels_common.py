@@ -111,6 +111,18 @@ def test_conv_tile_fits_the_register_file(info, hw, c, o, k, s):
     assert cn.waste(geo, tile) < 1.35  # padding never costs a third of the work
 
 
+def test_depthwise_wide_tile_spans_pixels_of_narrow_chunks():
+    geo = cn.ConvGeometry(1, 58, 28, 28, 58, 3, 3, (1, 1), (1,) * 4, (1, 1), 58)
+    assert tiling.depthwise_wide_tile(geo, 2, AVX2) == (7, 4)  # 4 pixels x 2 channels
+    strided = cn.ConvGeometry(1, 58, 28, 28, 58, 3, 3, (2, 2), (1,) * 4, (1, 1), 58)
+    assert tiling.depthwise_wide_tile(strided, 2, AVX2) is None
+    assert tiling.depthwise_wide_tile(geo, 8, AVX2) is None
+    w = np.arange(58 * 9, dtype="float32").reshape(58, 1, 3, 3)
+    packed = dw.pack_weight_numpy(w, 2, 4)
+    assert packed.shape == (29, 3, 3, 8)
+    np.testing.assert_array_equal(packed[5, 1, 2], np.tile(w[10:12, 0, 1, 2], 4))
+
+
 def test_wide_tile_packing_pads_outputs_with_zeros():
     rng = np.random.default_rng(1)
     geo = cn.ConvGeometry(1, 6, 5, 5, 58, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)

@@ -41,6 +41,8 @@ CASES = {
     "narrow-58-1x1": (1, 58, 10, 10, 58, 1, 1, (0, 0, 0, 0), 1, 1),
     "narrow-116-3x3": (1, 116, 7, 7, 116, 3, 1, (1, 1, 1, 1), 1, 1),
     "narrow-20-s2": (1, 24, 9, 11, 20, 3, 2, (1, 1, 1, 1), 1, 1),
+    "depthwise-narrow-58": (1, 58, 12, 12, 58, 3, 1, (1, 1, 1, 1), 1, 58),
+    "depthwise-narrow-58-s2": (1, 58, 12, 12, 58, 3, 2, (1, 1, 1, 1), 1, 58),
     "depthwise": (1, 32, 13, 13, 32, 3, 1, (1, 1, 1, 1), 1, 32),
     "depthwise-s2": (2, 16, 14, 14, 16, 3, 2, (1, 1, 1, 1), 1, 16),
     "depthwise-5x5-dil": (1, 24, 11, 11, 24, 5, 1, (4, 4, 4, 4), 2, 24),
@@ -193,3 +195,45 @@ def test_squeeze_excite_convs_on_one_pixel_take_the_conv_rule():
     wl = get_workload("mobilenetv3_small", image_size=64)
     stats = fusion_stats(from_onnx(wl.model, shapes=wl.shapes), TARGET)
     assert stats["fallbacks"] == 0, stats
+
+
+def test_conv_whose_epilogue_concats_another_tensor_writes_every_output():
+    """conv + bias + concat with a tensor from elsewhere (one fused kernel): the concat
+    has outputs that do not come from the conv, so it cannot run under the conv's tiles
+    (TVM computed only the conv's half there, the other half was never written)."""
+    import tvm
+    from tvm import te, tirx
+
+    from tvm_cocopie.relay_passes.fusion.profiler import ApplyDefaultSchedule
+    from tvm_cocopie.schedules import default_rules
+    from tvm_cocopie.target import cpu_info
+    from tvm_cocopie.topi.cpu import conv2d_nchwc as cn
+    from tvm_cocopie.topi.cpu.tiling import conv_tile
+
+    geo = cn.ConvGeometry(1, 120, 1, 40, 480, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)
+    tile = conv_tile(geo, 8, 8, cpu_info(TARGET))
+    data = te.placeholder((1, 15, 1, 40, 8), name="data")
+    weight = te.placeholder((cn.weight_tiles(geo, tile), 15, 1, 1, 8, tile.wb), name="weight")
+    bias = te.placeholder((1, 60, 1, 1, 8), name="bias")
+    other = te.placeholder((1, 60, 1, 40, 8), name="other")
+    conv = cn.conv2d_nchwc(data, weight, geo, tile)
+    biased = te.compute(conv.shape, lambda n, c, y, x, i: conv[n, c, y, x, i] + bias[n, c, 0, 0, i],
+                        name="add")
+    out = te.compute((1, 120, 1, 40, 8), lambda n, c, y, x, i: tirx.if_then_else(
+        c >= 60, biased[n, c - 60, y, x, i], other[n, c, y, x, i]), name="concat")
+    func = te.create_prim_func([data, weight, bias, other, out]).with_attr("global_symbol", "main")
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
+            for p in func.params[:-1]]
+    outs = []
+    for scheduled in (False, True):
+        mod = tvm.IRModule({"main": func})
+        if scheduled:
+            with TARGET:
+                mod = ApplyDefaultSchedule(*default_rules(TARGET))(mod)
+        lib = tvm.compile(mod, target=TARGET)
+        result = tvm.runtime.tensor(np.full([1, 120, 1, 40, 8], np.nan, "float32"))
+        lib["main"](*[tvm.runtime.tensor(x) for x in args], result)
+        outs.append(result.numpy())
+    assert not np.isnan(outs[1]).any()
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-4)

@@ -105,3 +105,46 @@ def test_wide_gemm_cache_blocking(m, k, n):
                                                                  relax.const(b)))))
     data = rng.standard_normal((m, k)).astype("float32")
     assert_allclose(run(mod, [data]), np.maximum(data.astype(np.float64) @ w + b, 0))
+
+
+def test_matmul_with_a_permuting_epilogue_writes_every_output():
+    """QKV projection + bias + reshape to heads + transpose (a DNNFusion block): the
+    transposing epilogue cannot sit under the register tile (TVM bounded it wrongly there
+    and most outputs were never written); every output is written, whatever the buffer
+    held before."""
+    import tvm
+    from tvm import te
+
+    from tvm_cocopie.relay_passes.fusion.profiler import ApplyDefaultSchedule
+    from tvm_cocopie.schedules import default_rules
+    from tvm_cocopie.target import cpu_info
+    from tvm_cocopie.topi.cpu import dense_packed as dp
+    from tvm_cocopie.topi.cpu.tiling import matmul_tile
+
+    rows, k, n, heads, dim = 40, 120, 360, 8, 15
+    tile = matmul_tile(rows, n, cpu_info(TARGET))
+    a = te.placeholder((1, rows, k), name="a")
+    packed = te.placeholder((-(-n // tile.nb), k, tile.nb), name="packed")
+    bias = te.placeholder((n,), name="bias")
+    mm = dp.matmul_packed(a, packed, n, tile)
+    biased = te.compute(mm.shape, lambda b, i, j: mm[b, i, j] + bias[j], name="add")
+    heads_of = te.compute((1, rows, 3, heads, dim),
+                          lambda b, i, s, h, d: biased[b, i, s * heads * dim + h * dim + d],
+                          name="reshape")
+    out = te.compute((3, 1, heads, rows, dim),
+                     lambda s, b, h, i, d: heads_of[b, i, s, h, d], name="transpose")
+    func = te.create_prim_func([a, packed, bias, out]).with_attr("global_symbol", "main")
+    mod = tvm.IRModule({"main": func})
+    with TARGET:
+        scheduled = ApplyDefaultSchedule(*default_rules(TARGET))(mod)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
+            for p in func.params[:-1]]
+    outs = []
+    for m in (mod, scheduled):
+        lib = tvm.compile(m, target=TARGET)
+        result = tvm.runtime.tensor(np.full([int(d) for d in out.shape], np.nan, "float32"))
+        lib["main"](*[tvm.runtime.tensor(x) for x in args], result)
+        outs.append(result.numpy())
+    assert not np.isnan(outs[1]).any()
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)

@@ -217,6 +217,45 @@ def inline_consumers(sch: s_tir.Schedule, anchor) -> object | None:
     return after[-1]
 
 
+def reads_plainly(sch: s_tir.Schedule, block, producer) -> bool:
+    """Whether ``block`` reads ``producer``'s result one element at a time, each index a
+    block iterator or a constant. Under a tile loop TVM bounds such a consumer exactly;
+    a permuting read (a reshape + transpose epilogue indexing by ``(i * 120 + j) % 360``)
+    came out of ``reverse_compute_at`` with most of its iterations dropped (14200 of 14400
+    outputs never written), so such consumers stay outside the tile."""
+    written = sch.get(producer).writes[0].source
+    for region in sch.get(block).reads:
+        if not region.source.same_as(written):
+            continue
+        for rng in region.region:
+            if not isinstance(rng.min, (tirx.Var, tirx.IntImm)):
+                return False
+            extent = rng.extent
+            if not (isinstance(extent, tirx.IntImm) and int(extent) == 1):
+                return False
+    return True
+
+
+def spills_over(sch: s_tir.Schedule, block, producer) -> bool:
+    """Whether ``block`` has more iterations than ``producer`` writes elements: some of
+    its outputs come from elsewhere (a concat of a conv's result with another tensor).
+    Under the producer's tile loop TVM computes only the iterations that read the tile,
+    so the others were never written (a fused conv + concat left the other half of the
+    concat unwritten); such a consumer stays outside the tile."""
+    iterations = 1
+    for iv in sch.get(block).iter_vars:
+        extent = iv.dom.extent
+        if not isinstance(extent, tirx.IntImm):
+            return True
+        iterations *= int(extent)
+    produced = 1
+    for dim in sch.get(producer).writes[0].source.shape:
+        if not isinstance(dim, tirx.IntImm):
+            return True
+        produced *= int(dim)
+    return iterations > produced
+
+
 def inline_prologue(sch: s_tir.Schedule, anchor) -> list:
     """Inline producers of producers of ``anchor``; return the blocks left before it.
 

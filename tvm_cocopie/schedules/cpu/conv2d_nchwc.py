@@ -42,6 +42,7 @@ from ..base import (
     inline_consumers,
     inline_prologue,
     parallel_spatial,
+    spills_over,
     vectorizable,
     vectorize_inner,
 )
@@ -98,11 +99,16 @@ def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
         raise ValueError(f"result block of rank {ndim} after a flattened conv")
 
 
-def result_block(sch: s_tir.Schedule, anchor, knobs: ConvKnobs):
+def result_block(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     """The block that writes the conv's result: its consumers inlined into the last
     (iterating over flattened pixels like the conv when ``knobs.flat``), or a write-back
-    of the accumulators; the conv itself then accumulates in ``local`` scope."""
+    of the accumulators; the conv itself then accumulates in ``local`` scope. A last
+    consumer with outputs of its own (a concat: :func:`~..base.spills_over`) runs as its
+    own parallel pass after the conv (scheduled here, for ``info``)."""
     final = inline_consumers(sch, anchor)
+    if final is not None and spills_over(sch, final, anchor):
+        parallel_spatial(sch, final, info)
+        final = None
     if final is None:
         return sch.cache_write(anchor, 0, "local")
     if knobs.flat:
@@ -150,7 +156,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
     work = block_work(sch, anchor)
     prologue = inline_prologue(sch, anchor)
-    final = result_block(sch, anchor, knobs)
+    final = result_block(sch, anchor, knobs, info)
     fuse_lanes(sch, anchor)
 
     loops = sch.get_loops(anchor)
@@ -202,6 +208,9 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     if vectorizable(sch, final):
         vectorize_inner(sch, final_loops[-1], info.f32_lanes)
 
+    wide = knobs.kind == "depthwise" and "wide" in sch.get(anchor).annotations[ANNOTATION]
+    if wide:  # a vector over the tile's pixels x the chunk's channels (contiguous)
+        oi = sch.fuse(inner.pop(), oi)
     for loop in inner:
         sch.unroll(loop)
     if knobs.sample_unroll:

@@ -107,7 +107,7 @@ def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     # the first conv's input side (padding, packing) stays materialized per row band
     prologue = [b for b in blocks_before(sch, sch.get_sblock(first_name)) if is_spatial(sch, b)]
     second = sch.get_sblock(second_name)
-    final = result_block(sch, second, knobs)
+    final = result_block(sch, second, knobs, info)
     if knobs.flat:  # pixels p = y * OW + x: bands of whole rows, tiles of tw pixels
         n, oc, p, oi, rco, ry, rx, rci = sch.get_loops(second)
         yo, xo, xi = sch.split(p, [None, band * knobs.ow // knobs.tw, knobs.tw])
@@ -206,7 +206,7 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
         parallel_spatial(sch, block, info)
 
     second = sch.get_sblock(second_name)
-    final = result_block(sch, second, knobs)
+    final = result_block(sch, second, knobs, info)
     if knobs.flat:
         n, c, p, ci, ry, rx = sch.get_loops(second)
         po, pi = sch.split(p, [None, knobs.tw])
@@ -254,6 +254,8 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     sch.decompose_reduction(first, rco)
 
     second = sch.get_sblock(second_name)
+    if "wide" in sch.get(second).annotations[ANNOTATION]:  # pixels x channels: one vector
+        ci = sch.fuse(tile.pop(), ci)
     for loop in (*tile, ry, rx):
         sch.unroll(loop)
     sch.vectorize(ci)

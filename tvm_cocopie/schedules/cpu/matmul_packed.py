@@ -54,6 +54,8 @@ from ..base import (
     inline_prologue,
     is_spatial,
     parallel_spatial,
+    reads_plainly,
+    spills_over,
     try_apply,
     vectorizable,
     vectorize_inner,
@@ -83,6 +85,10 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         # rows outermost whatever the size of B: a row's reductions need the whole row
         return _schedule_row_epilogue(sch, anchor, knobs, info, work)
     final = inline_consumers(sch, anchor)
+    detached = None
+    if final is not None and (not reads_plainly(sch, final, anchor)
+                              or spills_over(sch, final, anchor)):
+        detached, final = final, None  # a permuting epilogue: its own pass after the tiles
     if final is None:
         final = sch.cache_write(anchor, 0, "local")
     else:
@@ -125,6 +131,8 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         sample_unroll_budget(sch, k)
     sch.vectorize(nv)
     sch.decompose_reduction(anchor, reduce_at)
+    if detached is not None:
+        parallel_spatial(sch, detached, info)
     return sch
 
 

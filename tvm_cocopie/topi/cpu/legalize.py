@@ -29,7 +29,7 @@ from . import dense_packed as dp
 from . import depthwise_nchwc as dw
 from . import winograd as wg
 from .fast_math import legalize_table
-from .tiling import channel_block, conv_tile, depthwise_tile, matmul_tile
+from .tiling import channel_block, conv_tile, depthwise_tile, depthwise_wide_tile, matmul_tile
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,12 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     if dw.is_depthwise(geo):
         if ib != ob:
             return None
-        th, tw = depthwise_tile(geo.oh, geo.ow, info)
-        tile = cn.ConvTile(ib, ob, 1, th, tw, geo.ow % tw != 0)
+        wide = depthwise_wide_tile(geo, ob, info)
+        if wide is not None:  # a vector over tw pixels of a narrow chunk
+            tile = cn.ConvTile(ib, ob, 1, *wide, False, True)
+        else:
+            th, tw = depthwise_tile(geo.oh, geo.ow, info)
+            tile = cn.ConvTile(ib, ob, 1, th, tw, geo.ow % tw != 0)
         return Conv2dPlan(geo, tile, db, obk, True)
     try:
         tile = conv_tile(geo, ib, ob, info)
@@ -156,8 +160,8 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto"):
         geo, tile = plan.geo, plan.tile
         if plan.depthwise:
             kernel = _packed_weight(
-                bb, call.args[1], lambda w: dw.pack_weight_numpy(w, tile.ob),
-                lambda w: dw.pack_weight(w, tile.ob), "dw_weight_pack")
+                bb, call.args[1], lambda w: dw.pack_weight_numpy(w, tile.ob, dw.repeats(tile)),
+                lambda w: dw.pack_weight(w, tile.ob, dw.repeats(tile)), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
         elif (wtile := wg.choose(geo, tile, info, is_constant(call.args[1]),
