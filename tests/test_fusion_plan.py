@@ -241,3 +241,45 @@ def test_fusion_stats_count_kernels_bytes_and_rules(options):
     assert stats["rules"].get("conv2d_nchwc") == 1
     assert stats["kernels"] == sum(stats["rules"].values())
     assert stats["intermediate_bytes"] > 0  # the layout transforms' results at least
+
+
+def test_a_fused_kernel_that_leaves_outputs_unwritten_never_agrees(tmp_path):
+    """The agreement check runs the fused kernel on a NaN-filled output: a schedule that
+    computes only part of it (TVM's reverse_compute_at of a concat under a conv's tile
+    did) is caught, where fresh zeroed memory could look like a result."""
+    from tvm import relax, te, tirx
+
+    from tvm_cocopie.schedules.base import CpuRule, inline_consumers
+
+    class ConcatUnderTheConvTile(CpuRule):
+        name = "concat-under-tile"
+
+        def schedule(self, sch, info, tunable):
+            conv = sch.get_sblock("conv")
+            final = inline_consumers(sch, conv)
+            sch.reverse_compute_at(final, sch.get_loops(conv)[0])
+            return sch
+
+    x = te.placeholder((4, 16), name="x")
+    w = te.placeholder((16, 16), name="w")
+    other = te.placeholder((4, 16), name="other")
+    k = te.reduce_axis((0, 16), "k")
+    conv = te.compute((4, 16), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="conv")
+    out = te.compute((8, 16), lambda i, j: tirx.if_then_else(
+        i >= 4, conv[i - 4, j], other[i, j]), name="concat")
+    kernel = te.create_prim_func([x, w, other, out])
+    bb = relax.BlockBuilder()
+    gv = bb.add_func(kernel, "kernel")
+    params = [relax.Var(n, relax.TensorType((r, 16), "float32"))
+              for n, r in (("x", 4), ("w", 16), ("other", 4))]
+    with bb.function("main", params):
+        y = bb.emit(relax.call_tir(gv, params, relax.TensorType((8, 16), "float32")))
+        bb.emit_func_output(y)
+    fused = bb.get()
+    target = host_target()
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype("float32") for s in ((4, 16), (16, 16), (4, 16))]
+    good = MeasuredDecision(target, default_rules(target), ProfileDB(tmp_path / "a.sqlite"))
+    assert not np.isnan(good._run_poisoned(fused, args)).any()
+    bad = MeasuredDecision(target, [ConcatUnderTheConvTile()], ProfileDB(tmp_path / "b.sqlite"))
+    assert np.isnan(bad._run_poisoned(fused, args)).any()
