@@ -59,9 +59,9 @@ def _run(func, args):
     return tensors[-1].numpy()
 
 
-@pytest.mark.parametrize("out_ch, expanded, size", [(32, 96, 28), (16, 96, 56)])
-def test_depthwise_then_pointwise_in_one_nest(out_ch, expanded, size):
-    func = _fused_pair(_dw_pw_model(out_ch, expanded, size))
+def _chain_schedule_matches_plain_loops(func):
+    """``func`` scheduled by the conv-chain rule, checked against its plain loops on
+    random inputs; the schedule."""
     target = host_target()
     with target:
         sch = ConvChain().apply(func, target, False)
@@ -72,6 +72,12 @@ def test_depthwise_then_pointwise_in_one_nest(out_ch, expanded, size):
     ref = _run(func, [a.copy() for a in args])
     got = _run(sch.mod["main"], [a.copy() for a in args])
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    return sch
+
+
+@pytest.mark.parametrize("out_ch, expanded, size", [(32, 96, 28), (16, 96, 56)])
+def test_depthwise_then_pointwise_in_one_nest(out_ch, expanded, size):
+    _chain_schedule_matches_plain_loops(_fused_pair(_dw_pw_model(out_ch, expanded, size)))
 
 
 def _pw_dw_model(cin: int, expanded: int, size: int, stride: int):
@@ -103,19 +109,10 @@ def _pw_dw_model(cin: int, expanded: int, size: int, stride: int):
 def test_pointwise_then_depthwise_chunk_by_chunk(cin, expanded, size, stride):
     """The expansion conv computed one channel chunk at a time, every pixel, right before
     the depthwise conv of that chunk (odd sizes: flattened and padded pixel tiles)."""
-    func = _fused_pair(_pw_dw_model(cin, expanded, size, stride))
-    target = host_target()
-    with target:
-        sch = ConvChain().apply(func, target, False)
-    assert sch is not None
+    sch = _chain_schedule_matches_plain_loops(_fused_pair(_pw_dw_model(cin, expanded, size,
+                                                                      stride)))
     text = sch.mod.script()
     assert "T.parallel" in text and text.count("T.vectorized") >= 3
-    rng = np.random.default_rng(1)
-    args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
-            for p in func.params]
-    ref = _run(func, [a.copy() for a in args])
-    got = _run(sch.mod["main"], [a.copy() for a in args])
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_a_conv_pair_it_cannot_nest_is_left_to_the_next_rule():
