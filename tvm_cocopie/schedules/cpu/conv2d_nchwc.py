@@ -78,6 +78,12 @@ class ConvKnobs:
     #: 0-13% faster for 1x1 convs reading a large input (256 channels at 56x56), equal
     #: for 3x3; set by :func:`choose_knobs` from the packed weight's size
     oc_inner: bool = False
+    #: wide tiles of narrow chunks (:attr:`tvm_cocopie.topi.cpu.conv2d_nchwc.ConvTile.wide`),
+    #: fixed by the compute: a dense conv's work block holds ``group`` chunks side by side
+    #: (two lane loops, fused into the vector); a depthwise conv's vector spans ``tw``
+    #: pixels of its chunk (``wide``: the tile's last pixel loop fused with the lanes)
+    group: int = 1
+    wide: bool = False
 
     @classmethod
     def from_annotation(cls, ann) -> ConvKnobs:
@@ -85,7 +91,8 @@ class ConvKnobs:
         defaults."""
         kind = str(ann["kind"])
         return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
-                   int(ann["ow"]), pad_per_tile=kind == "depthwise")
+                   int(ann["ow"]), pad_per_tile=kind == "depthwise",
+                   group=int(ann.get("group", 1)), wide=bool(int(ann.get("wide", 0))))
 
 
 def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
@@ -117,11 +124,10 @@ def result_block(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     return final
 
 
-def fuse_lanes(sch: s_tir.Schedule, anchor) -> None:
-    """Fuse a wide tile's two lane loops (``group`` chunks x the chunk's lanes, see
-    :attr:`tvm_cocopie.topi.cpu.conv2d_nchwc.ConvTile.wide`) into one: the vector."""
-    group = int(sch.get(anchor).annotations[ANNOTATION].get("group", 1))
-    if group == 1:
+def fuse_lanes(sch: s_tir.Schedule, anchor, knobs: ConvKnobs) -> None:
+    """Fuse a wide tile's two lane loops (``knobs.group`` chunks x the chunk's lanes)
+    into one: the vector."""
+    if knobs.group == 1:
         return
     spatial = sum(1 for iv in sch.get(anchor).iter_vars if iv.iter_type == 0)
     loops = sch.get_loops(anchor)
@@ -157,7 +163,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     work = block_work(sch, anchor)
     prologue = inline_prologue(sch, anchor)
     final = result_block(sch, anchor, knobs, info)
-    fuse_lanes(sch, anchor)
+    fuse_lanes(sch, anchor, knobs)
 
     loops = sch.get_loops(anchor)
     if knobs.kind == "conv":
@@ -208,8 +214,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     if vectorizable(sch, final):
         vectorize_inner(sch, final_loops[-1], info.f32_lanes)
 
-    wide = knobs.kind == "depthwise" and "wide" in sch.get(anchor).annotations[ANNOTATION]
-    if wide:  # a vector over the tile's pixels x the chunk's channels (contiguous)
+    if knobs.wide:  # a vector over the tile's pixels x the chunk's channels (contiguous)
         oi = sch.fuse(inner.pop(), oi)
     for loop in inner:
         sch.unroll(loop)

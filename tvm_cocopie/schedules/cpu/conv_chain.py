@@ -187,7 +187,7 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     first_knobs = ConvKnobs.from_annotation(sch.get(first).annotations[ANNOTATION])
     if knobs.kind != "depthwise" or first_knobs.kind != "conv":
         return None
-    if "group" in sch.get(first).annotations[ANNOTATION]:  # wide tiles span several chunks
+    if first_knobs.group > 1:  # wide tiles span several chunks
         return None
     if len(annotated_blocks(sch, ANNOTATION)) != 2:
         return None
@@ -254,7 +254,7 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     sch.decompose_reduction(first, rco)
 
     second = sch.get_sblock(second_name)
-    if "wide" in sch.get(second).annotations[ANNOTATION]:  # pixels x channels: one vector
+    if knobs.wide:  # pixels x channels: one vector
         ci = sch.fuse(tile.pop(), ci)
     for loop in (*tile, ry, rx):
         sch.unroll(loop)

@@ -289,26 +289,21 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
 
         work = te.compute((geo.n, work_chunks, ext[0], *lane_shape), fflat, name=name,
                           attrs={ANNOTATION: attrs})
+    else:
+        def f2d(n, c, y, x, *li):
+            return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), lane(li))
 
-        def fout(n, c, y, x, ci):
-            wc, *wl = unpack(c, ci)
-            return work[(n, wc, y * ow + x, *wl)]
+        work = te.compute((geo.n, work_chunks, ext[0], ext[1], *lane_shape), f2d, name=name,
+                          attrs={ANNOTATION: attrs})
+        if ext == (oh, ow) and group == 1:
+            return work
 
-        return te.compute((geo.n, chunks, oh, ow, lanes), fout, name=name + "_out")
-
-    def f2d(n, c, y, x, *li):
-        return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), lane(li))
-
-    work = te.compute((geo.n, work_chunks, ext[0], ext[1], *lane_shape), f2d, name=name,
-                      attrs={ANNOTATION: attrs})
-    if ext == (oh, ow) and group == 1:
-        return work
-
-    def fout2d(n, c, y, x, ci):
+    def fout(n, c, y, x, ci):
         wc, *wl = unpack(c, ci)
-        return work[(n, wc, y, x, *wl)]
+        pixel = (y * ow + x,) if tile.flat else (y, x)
+        return work[(n, wc, *pixel, *wl)]
 
-    return te.compute((geo.n, chunks, oh, ow, lanes), fout2d, name=name + "_out")
+    return te.compute((geo.n, chunks, oh, ow, lanes), fout, name=name + "_out")
 
 
 def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: ConvTile,
