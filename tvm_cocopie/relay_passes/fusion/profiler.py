@@ -99,14 +99,15 @@ class MeasuredDecision:
             try:
                 sub, fused_mod = self._candidate(mod, group, bindings)
                 part_funcs = [self._part_func(mod, part, bindings) for part in parts]
-                if not self._agrees(sub, fused_mod):
+                fused_lib = self._checked_build(sub, fused_mod)
+                if fused_lib is None:
                     log.warning("fused candidate %s computes other numbers than its parts "
                                 "(kept apart, remembered)", "+".join(n.kernel for n in group))
                     fused, parts_us = math.inf, 0.0
                 else:
                     times = time_primfuncs([_only_primfunc(fused_mod), *part_funcs],
                                            self.target, self.rules, self.min_repeat_ms,
-                                           flush_bytes=self.flush_bytes)
+                                           flush_bytes=self.flush_bytes, built=[fused_lib])
                     fused, parts_us = times[0], sum(times[1:])
             except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
                 log.warning("fusion candidate %s not measured (kept apart): %s",
@@ -129,12 +130,12 @@ class MeasuredDecision:
             return mod[bindings[part[0].var].args[0]]
         return _only_primfunc(self._candidate(mod, part, bindings)[1])
 
-    def _agrees(self, sub: tvm.IRModule, fused: tvm.IRModule) -> bool:
-        """Whether the fused kernel, scheduled, computes what its scheduled parts compute
-        (random inputs; a schedule that miscompiles a fused block must not win). The
-        fused kernel runs on an output filled with NaN: a schedule that leaves outputs
-        unwritten (two did, under a concat and a transposing epilogue) fails here,
-        where fresh zeroed memory could hide it."""
+    def _checked_build(self, sub: tvm.IRModule, fused: tvm.IRModule):
+        """The fused kernel, scheduled and built, if it computes what its scheduled parts
+        compute (random inputs; a schedule that miscompiles a fused block must not win),
+        else ``None``. The fused kernel runs on an output filled with NaN: a schedule
+        that leaves outputs unwritten (two did, under a concat and a transposing
+        epilogue) fails here, where fresh zeroed memory could hide it."""
         lower = tvm.transform.Sequential([
             ApplyDefaultSchedule(*self.rules), *cpu_generic.dataflow_lower_passes(self.target),
             *cpu_generic.finalize_passes(self.target)])
@@ -145,16 +146,20 @@ class MeasuredDecision:
             exe = tvm.compile(sub, target=self.target, relax_pipeline=lower)
         vm = relax.VirtualMachine(exe, dev)
         ref = vm["main"](*[tvm.runtime.tensor(a, dev) for a in args]).numpy()
-        got = self._run_poisoned(fused, args)
-        if got is None or got.shape != ref.shape:
-            return False
+        ran = self._run_poisoned(fused, args)
+        if ran is None:
+            return None
+        got, lib = ran
+        if got.shape != ref.shape:
+            return None
         scale = float(np.nanmax(np.abs(ref), initial=0.0)) if ref.size else 0.0
-        return bool(np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(scale, 1.0),
-                                equal_nan=True))
+        agrees = np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(scale, 1.0), equal_nan=True)
+        return lib if agrees else None
 
-    def _run_poisoned(self, fused: tvm.IRModule, args: list) -> np.ndarray | None:
+    def _run_poisoned(self, fused: tvm.IRModule, args: list):
         """Run the fused module's one kernel, scheduled, on ``args`` (the values of its
-        ``main``'s parameters) with its output filled with NaN (zeros if not float)."""
+        ``main``'s parameters) with its output filled with NaN (zeros if not float):
+        ``(output, built kernel)``, or ``None`` if the module is not one kernel call."""
         main = fused["main"]
         calls = [b.value for blk in main.body.blocks for b in blk.bindings
                  if isinstance(b.value, relax.Call) and isinstance(b.value.args[0],
@@ -176,14 +181,11 @@ class MeasuredDecision:
             shape, dtype = [int(d) for d in buf.shape], str(buf.dtype)
             fill = np.nan if np.issubdtype(np.dtype(dtype), np.floating) else 0
             outputs.append(np.full(shape, fill, dtype))
-        mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-        with self.target:
-            mod = ApplyDefaultSchedule(*self.rules)(mod)
-        lib = tvm.compile(mod, target=self.target)
+        lib = build_scheduled(func, self.target, self.rules)
         dev = tvm.cpu()
         tensors = [tvm.runtime.tensor(a, dev) for a in (*inputs, *outputs)]
         lib["main"](*tensors)
-        return tensors[-1].numpy()
+        return tensors[-1].numpy(), lib
 
     def _candidate(self, mod: tvm.IRModule, group: list, bindings: dict):
         """The group's calls alone in a module (``sub``) and fused into one PrimFunc as
@@ -248,20 +250,28 @@ def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: i
 FLUSH_BYTES = 4 << 20
 
 
+def build_scheduled(func: tvm.tirx.PrimFunc, target, rules: list):
+    """``func`` scheduled by ``rules`` and built for ``target``: a module with ``main``."""
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    with target:
+        mod = ApplyDefaultSchedule(*rules)(mod)
+    return tvm.compile(mod, target=target)
+
+
 def time_primfuncs(funcs: list, target, rules: list, min_repeat_ms: int = 5,
-                   rounds: int = 3, flush_bytes: int = 0) -> list[float]:
+                   rounds: int = 3, flush_bytes: int = 0, built: list | None = None
+                   ) -> list[float]:
     """Microseconds of one call of each of ``funcs`` (as :func:`time_primfunc`), timed
     in turn, round after round, each the fastest of its rounds: a load that comes and
     goes (another process on a core) touches every function alike, and one quiet round
     is enough. ``flush_bytes``: flush that much cache before every call and take each
-    round's median call (TVM's timer flushes before each repeat)."""
+    round's median call (TVM's timer flushes before each repeat). ``built``: the first
+    functions already built by :func:`build_scheduled` (not built again)."""
     dev = tvm.cpu()
+    built = list(built or [])
     runs = []
-    for func in funcs:
-        mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-        with target:
-            mod = ApplyDefaultSchedule(*rules)(mod)
-        lib = tvm.compile(mod, target=target)
+    for i, func in enumerate(funcs):
+        lib = built[i] if i < len(built) else build_scheduled(func, target, rules)
         rng = np.random.default_rng(0)
         args = []
         for p in func.params:
