@@ -30,8 +30,8 @@ The expanded tensor (1.8 MiB at 56x56 x 144) then never leaves the core's cache:
 with flushed caches, 28x28 x 192: 231 vs 273 us for the two kernels, 14x14 x 384: 196 vs
 267 us; at 56x56 the first conv re-reads its whole input for every chunk and the pair
 loses (637 vs 614 us): the measured decision keeps those apart. Anything else (a window
-in the second conv, a stride in a 1x1 second conv, more than two convs, wide tiles) is
-left to the next rule.
+in the second conv, a stride in a 1x1 second conv, more than two convs, a wide first
+conv before a depthwise one) is left to the next rule.
 """
 
 from __future__ import annotations
