@@ -168,7 +168,9 @@ def test_choice_only_for_3x3_stride1_constant_weights():
     assert _choice(_geo(64, 56, 64), setting="4") == 4
     assert _choice(_geo(64, 56, 64, stride=2), setting="4") is None
     assert _choice(_geo(64, 56, 64, dilation=2), setting="4") is None
-    assert _choice(_geo(64, 56, 64, groups=2), setting="4") is None
+    assert _choice(_geo(64, 56, 64, groups=2), setting="4") == 4  # a GEMM per group
+    assert _choice(_geo(64, 56, 64, groups=16), setting="4") is None  # 4 channels per group
+    assert _choice(_geo(64, 56, 64, groups=64), setting="4") is None  # depthwise
     assert _choice(_geo(64, 56, 64, k=1), setting="4") is None
     assert _choice(_geo(64, 56, 64), constant=False, setting="4") is None
 

@@ -54,6 +54,10 @@ class PipelineOptions:
     #: Winograd for 3x3 stride-1 convs: ``"auto"`` (where measured faster), ``"off"``, or
     #: ``"2"`` / ``"4"`` to force F(2,3) / F(4,3) (:mod:`.topi.cpu.winograd`)
     winograd: str = "auto"
+    #: grouped convs whose groups are narrower than a channel chunk: ``"gspc"``
+    #: (:mod:`.topi.cpu.gspc`, no zero weights) or ``"blocked"`` (several groups per
+    #: vector, block-diagonal weights: the CPU layer's kernel before GSPC)
+    grouped: str = "gspc"
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
     fusion: str = "stock"
@@ -73,7 +77,7 @@ class PipelineOptions:
 
 
 def _legalize_stage(target, options: PipelineOptions) -> list:
-    overrides = (topi.legalize_overrides(target, options.winograd)
+    overrides = (topi.legalize_overrides(target, options.winograd, options.grouped)
                  if options.custom_legalize else {})
     return [
         relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
@@ -113,7 +117,7 @@ _STAGE_BUILDERS = {
         relay_passes.rewrite_passes(target) if options.rewrite else []
     ),
     "layout": lambda target, options: (
-        relay_passes.layout_passes(target) if options.layout else []
+        relay_passes.layout_passes(target, options.grouped) if options.layout else []
     ),
     "legalize": _legalize_stage,
     "fusion": lambda target, options: (

@@ -30,10 +30,11 @@ def rewrite_passes(target: tvm.target.Target) -> list:
     return [MathPropertyRewrite()]
 
 
-def layout_passes(target: tvm.target.Target) -> list:
+def layout_passes(target: tvm.target.Target, grouped: str = "gspc") -> list:
     """Layout-choice passes for ``target``, run after rewriting and before legalization
-    (empty for targets other than CPUs)."""
-    return layout_passes_for(target)
+    (empty for targets other than CPUs); ``grouped``: the narrow-group conv kernel the
+    legalization uses (``PipelineOptions.grouped``)."""
+    return layout_passes_for(target, grouped)
 
 
 #: the fusion methods of :func:`fusion_passes`

@@ -23,10 +23,13 @@ from ..target import cpu_info, is_hexagon
 from .cpu.legalize import overrides
 
 
-def legalize_overrides(target: tvm.target.Target, winograd: str = "auto") -> dict:
+def legalize_overrides(target: tvm.target.Target, winograd: str = "auto",
+                       grouped: str = "gspc") -> dict:
     """Relax op name -> legalize function for ``target`` (empty: TVM's own legalization);
-    ``winograd``: Winograd for 3x3 stride-1 convs (``auto``, ``off``, ``2``, ``4``)."""
+    ``winograd``: Winograd for 3x3 stride-1 convs (``auto``, ``off``, ``2``, ``4``);
+    ``grouped``: the kernel of grouped convs with groups narrower than a channel chunk
+    (``gspc``, or ``blocked``: block-diagonal, the CPU layer's before GSPC)."""
     if target.kind.name != "llvm" or is_hexagon(target):
         return {}
 
-    return overrides(cpu_info(target), winograd)
+    return overrides(cpu_info(target), winograd, grouped)

@@ -38,9 +38,10 @@ from .subpixel import subpixel_conv_transpose
 __all__ = ["blocked_layout", "layout_passes_for", "layout_transforms"]
 
 
-def layout_passes_for(target: tvm.target.Target) -> list:
+def layout_passes_for(target: tvm.target.Target, grouped: str = "gspc") -> list:
     """Passes of the ``layout`` stage for ``target``: the list above for a CPU (llvm)
-    target, empty for any other (Hexagon has its own selection stage)."""
+    target, empty for any other (Hexagon has its own selection stage); ``grouped``: the
+    narrow-group conv kernel of the legalization."""
     if target.kind.name != "llvm" or is_hexagon(target):
         return []
     return [
@@ -51,7 +52,7 @@ def layout_passes_for(target: tvm.target.Target) -> list:
         layout_carrying_elementwise,
         convertible_shape_ops,
         relax.transform.CanonicalizeBindings(),  # a slice's users read it, not a tuple item
-        blocked_layout(target),
+        blocked_layout(target, grouped),
         relax.transform.Normalize(),
         sink_layout_transforms,
         relax.transform.DeadCodeElimination(),

@@ -29,8 +29,9 @@ from ...topi.cpu.tiling import channel_block
 log = logging.getLogger(__name__)
 
 
-def conv_layout_choice(call, info) -> dict:
-    """``{"relax.nn.conv2d": [data, kernel, out]}`` for one call, or ``{}`` to keep it."""
+def conv_layout_choice(call, info, grouped: str = "gspc") -> dict:
+    """``{"relax.nn.conv2d": [data, kernel, out]}`` for one call, or ``{}`` to keep it;
+    ``grouped``: the narrow-group conv kernel the legalization will use."""
     if call.op.name == "relax.nn.conv2d_transpose":
         # Its layout inference cannot take a blocked input: ask for NCHW explicitly,
         # so that ConvertLayout inserts the transform back instead of failing.
@@ -50,7 +51,7 @@ def conv_layout_choice(call, info) -> dict:
     ob = channel_block(wshape[0], info)
     if ib == 1 or ob == 1:  # TVM's layout parser takes no block factor of 1 ("NCHW1c")
         return keep
-    if conv2d_plan(call, info, data_block=ib, out_block=ob) is None:
+    if conv2d_plan(call, info, data_block=ib, out_block=ob, grouped=grouped) is None:
         return keep
     return {"relax.nn.conv2d": [f"NCHW{ib}c", "OIHW", f"NCHW{ob}c"]}
 
@@ -80,7 +81,7 @@ def layout_transforms(mod: tvm.IRModule) -> int:
     return count[0]
 
 
-def blocked_layout(target: tvm.target.Target) -> tvm.transform.Pass:
+def blocked_layout(target: tvm.target.Target, grouped: str = "gspc") -> tvm.transform.Pass:
     """``ConvertLayout`` moving supported convolutions to NCHW[x]c.
 
     Runs only when some conv is to be converted, and never breaks the build: if
@@ -89,22 +90,26 @@ def blocked_layout(target: tvm.target.Target) -> tvm.transform.Pass:
     convs in graph order and kept in NCHW, with a warning naming it, and the rest is
     converted; only if that does not converge is the module kept as it was (the
     legalization still uses the blocked kernels, packing NCHW inside each conv).
+    ``grouped``: the narrow-group conv kernel of the legalization (``PipelineOptions``).
     """
     info = cpu_info(target)
 
+    def choose(call) -> dict:
+        return conv_layout_choice(call, info, grouped)
+
     @tvm.transform.module_pass(opt_level=0, name="BlockedLayout")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        convs = _convertible_weights(mod, info)
+        convs = _convertible_weights(mod, choose)
         if not convs:
             return mod
         kept: set[int] = set()
         while True:
-            result, err = _convert(mod, info, kept, None)
+            result, err = _convert(mod, choose, kept, None)
             if result is not None:
                 return result
             if len(kept) >= MAX_EXCLUDED:
                 break
-            culprit = _first_failing(mod, info, kept, [c for c in convs if c not in kept])
+            culprit = _first_failing(mod, choose, kept, [c for c in convs if c not in kept])
             if culprit is None:
                 break
             kept.add(culprit)
@@ -125,14 +130,14 @@ def _weight_key(call) -> int | None:
     return None if weight is None else hash(weight)
 
 
-def _convertible_weights(mod: tvm.IRModule, info) -> dict[int, str]:
+def _convertible_weights(mod: tvm.IRModule, choose) -> dict[int, str]:
     """``{weight key: its shape}`` of the convs the blocked layout would convert, in order."""
     found: dict[int, str] = {}
 
     @relax.expr_functor.visitor
     class _Collect(relax.PyExprVisitor):
         def visit_call_(self, call):
-            if isinstance(call.op, tvm.ir.Op) and _blocks(conv_layout_choice(call, info)):
+            if isinstance(call.op, tvm.ir.Op) and _blocks(choose(call)):
                 key = _weight_key(call)
                 if key is not None:
                     found.setdefault(key, str(static_shape(call.args[1])))
@@ -144,12 +149,12 @@ def _convertible_weights(mod: tvm.IRModule, info) -> dict[int, str]:
     return found
 
 
-def _convert(mod, info, kept: set, allowed: set | None):
+def _convert(mod, choose, kept: set, allowed: set | None):
     """``(converted module, None)`` or ``(None, error)``: ConvertLayout with the convs of
     ``kept`` in NCHW (and, if ``allowed`` is given, only those converted)."""
 
     def choice(call):
-        chosen = conv_layout_choice(call, info)
+        chosen = choose(call)
         key = _weight_key(call) if _blocks(chosen) else None
         if key is not None and (key in kept or (allowed is not None and key not in allowed)):
             return {call.op.name: ["NCHW", str(call.attrs.kernel_layout), "NCHW"]}
@@ -161,16 +166,16 @@ def _convert(mod, info, kept: set, allowed: set | None):
         return None, last_line(err)
 
 
-def _first_failing(mod, info, kept: set, order: list) -> int | None:
+def _first_failing(mod, choose, kept: set, order: list) -> int | None:
     """The conv whose conversion, with every conv before it in ``order``, first fails
     (converting all of them is known to fail); ``None`` if the graph fails with none of
     them converted (the failure is no conv's: a ``stack`` before its shape_ops rewrite)."""
     lo, hi = 0, len(order)  # order[:lo] converts; order[:hi] fails
-    if _convert(mod, info, kept, set())[0] is None:
+    if _convert(mod, choose, kept, set())[0] is None:
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _convert(mod, info, kept, set(order[:mid]))[0] is not None:
+        if _convert(mod, choose, kept, set(order[:mid]))[0] is not None:
             lo = mid
         else:
             hi = mid

@@ -84,6 +84,10 @@ class ConvKnobs:
     #: pixels of its chunk (``wide``: the tile's last pixel loop fused with the lanes)
     group: int = 1
     wide: bool = False
+    #: GSPC (:mod:`tvm_cocopie.topi.cpu.gspc`), fixed by the compute: the chunk's lanes are
+    #: ``split`` segments of one group each, each its own vector; the segment loop is
+    #: unrolled beside the pixels (``split x th x tw`` accumulators)
+    split: int = 1
 
     @classmethod
     def from_annotation(cls, ann) -> ConvKnobs:
@@ -92,7 +96,8 @@ class ConvKnobs:
         kind = str(ann["kind"])
         return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
                    int(ann["ow"]), pad_per_tile=kind == "depthwise",
-                   group=int(ann.get("group", 1)), wide=bool(int(ann.get("wide", 0))))
+                   group=int(ann.get("group", 1)), wide=bool(int(ann.get("wide", 0))),
+                   split=int(ann.get("split", 1)))
 
 
 def flatten_final(sch: s_tir.Schedule, final, ow: int) -> None:
@@ -174,6 +179,8 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         reductions = [ry, rx]
         rci = None
     inner = []
+    if knobs.split > 1:  # GSPC: the segment loop sits before the lanes
+        inner.append(spatial.pop())
     if knobs.sample_tiles:
         tag_space(sch, anchor, knobs)
     if knobs.kind == "conv" and (knobs.r > 1 or knobs.sample_tiles):

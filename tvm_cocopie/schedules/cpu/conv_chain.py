@@ -31,7 +31,7 @@ with flushed caches, 28x28 x 192: 231 vs 273 us for the two kernels, 14x14 x 384
 267 us; at 56x56 the first conv re-reads its whole input for every chunk and the pair
 loses (637 vs 614 us): the measured decision keeps those apart. Anything else (a window
 in the second conv, a stride in a 1x1 second conv, more than two convs, a wide first
-conv before a depthwise one) is left to the next rule.
+conv before a depthwise one, a GSPC conv on either side) is left to the next rule.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     knobs = ConvKnobs.from_annotation(sch.get(second).annotations[ANNOTATION])
     first_knobs = ConvKnobs.from_annotation(sch.get(first).annotations[ANNOTATION])
     if knobs.kind != "conv" or first_knobs.flat or not _is_pointwise(sch, second):
+        return None
+    if knobs.split > 1 or first_knobs.split > 1:  # GSPC segments: a lane loop of their own
         return None
     band = _band_rows(sch, second, knobs)
     if band is None:
@@ -187,7 +189,7 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     first_knobs = ConvKnobs.from_annotation(sch.get(first).annotations[ANNOTATION])
     if knobs.kind != "depthwise" or first_knobs.kind != "conv":
         return None
-    if first_knobs.group > 1:  # wide tiles span several chunks
+    if first_knobs.group > 1 or first_knobs.split > 1:  # wide or GSPC lanes: other loops
         return None
     if len(annotated_blocks(sch, ANNOTATION)) != 2:
         return None

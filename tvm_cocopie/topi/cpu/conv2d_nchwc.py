@@ -92,6 +92,10 @@ class ConvTile:
     #: the conv block computes ``wb`` lanes per pixel, the ``r`` chunks of a weight tile
     #: side by side, so its vector ops are whole; the slice after it gives the chunks
     wide: bool = False
+    #: grouped convs whose groups are narrower than the output chunk (GSPC,
+    #: :mod:`.gspc`): the chunk's lanes are ``split`` groups of ``ob / split`` outputs,
+    #: each its own vector reading its own group's inputs (no zero weights)
+    split: int = 1
 
     @property
     def wb(self) -> int:
@@ -256,46 +260,57 @@ def input_extent(geo: ConvGeometry) -> tuple[int, int]:
 
 
 def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, body,
-                 name: str, attrs: dict, out_dtype: str, group: int = 1) -> te.Tensor:
+                 name: str, attrs: dict, out_dtype: str, group: int = 1,
+                 split: int = 1) -> te.Tensor:
     """A ``(N, chunks, OH, OW, lanes)`` result computed over the padded extent.
 
     ``body(n, c, y, x, ci)`` gives the value of output pixel ``(y, x)``; it is called
     on clamped coordinates for the padding pixels. With ``group > 1`` the block doing
     the work computes ``group`` chunks side by side (``c`` a group of chunks, ``ci``
     one of its ``group * lanes`` lanes, iterated as ``(group, lanes)``), ``chunks``
-    rounded up to whole groups. That block carries the annotation
+    rounded up to whole groups. With ``split > 1`` it is the other way round: one chunk's
+    lanes are iterated as ``(split, lanes / split)`` (the segments of a GSPC tile) and
+    ``body(n, c, y, x, segment, lane)`` takes both.
+    That block carries the annotation
     ``{ANNOTATION: attrs}`` plus the tile, for the schedule; a slice block after it
     gives the exact result.
     """
     oh, ow = geo.oh, geo.ow
     ext = padded_extent(geo, tile)
     attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat), oh=oh, ow=ow)
+    if group > 1 and split > 1:
+        raise ValueError("a work block is either wide (group > 1) or split, not both")
     work_chunks = -(-chunks // group)
-    lane_shape = (group, lanes) if group > 1 else (lanes,)
+    seg = lanes // split
+    lane_shape = (group, lanes) if group > 1 else (split, seg) if split > 1 else (lanes,)
 
     def clamp(v, extent, bound):
         return tirx.min(v, bound - 1) if extent != bound else v
 
-    def lane(idx):  # the body's lane index from the work block's lane iterators
-        return idx[0] * lanes + idx[1] if group > 1 else idx[0]
+    def lane(idx):  # the body's lane arguments from the work block's lane iterators
+        if split > 1:  # (segment, lane in it): no division for TVM to simplify
+            return tuple(idx)
+        return (idx[0] * lanes + idx[1],) if group > 1 else (idx[0],)
 
     def unpack(c, ci):  # work indices of output chunk c, lane ci
-        return (c // group, c % group, ci) if group > 1 else (c, ci)
+        if group > 1:
+            return (c // group, c % group, ci)
+        return (c, ci // seg, ci % seg) if split > 1 else (c, ci)
 
     if tile.flat:
         def fflat(n, c, p, *li):
             pe = clamp(p, ext[0], oh * ow)
-            return body(n, c, pe // ow, pe % ow, lane(li))
+            return body(n, c, pe // ow, pe % ow, *lane(li))
 
         work = te.compute((geo.n, work_chunks, ext[0], *lane_shape), fflat, name=name,
                           attrs={ANNOTATION: attrs})
     else:
         def f2d(n, c, y, x, *li):
-            return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), lane(li))
+            return body(n, c, clamp(y, ext[0], oh), clamp(x, ext[1], ow), *lane(li))
 
         work = te.compute((geo.n, work_chunks, ext[0], ext[1], *lane_shape), f2d, name=name,
                           attrs={ANNOTATION: attrs})
-        if ext == (oh, ow) and group == 1:
+        if ext == (oh, ow) and len(lane_shape) == 1:
             return work
 
     def fout(n, c, y, x, ci):

@@ -27,9 +27,17 @@ from ...target import CpuInfo
 from . import conv2d_nchwc as cn
 from . import dense_packed as dp
 from . import depthwise_nchwc as dw
+from . import gspc
 from . import winograd as wg
 from .fast_math import legalize_table
-from .tiling import channel_block, conv_tile, depthwise_tile, depthwise_wide_tile, matmul_tile
+from .tiling import (
+    channel_block,
+    conv_tile,
+    depthwise_tile,
+    depthwise_wide_tile,
+    gspc_tile,
+    matmul_tile,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +69,10 @@ class Conv2dPlan:
 
 
 def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
-                out_block: int | None = None) -> Conv2dPlan | None:
+                out_block: int | None = None, grouped: str = "gspc") -> Conv2dPlan | None:
     """Plan ``call``; ``data_block``/``out_block`` override the call's own layouts
-    (the layout pass asks "what if this conv were blocked?")."""
+    (the layout pass asks "what if this conv were blocked?"); ``grouped``: the kernel of
+    grouped convs whose groups are narrower than a chunk (:data:`.gspc.GROUPED`)."""
     attrs = call.attrs
     why = _conv_unsupported(call)
     if why:
@@ -102,6 +111,9 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
             th, tw = depthwise_tile(geo.oh, geo.ow, info)
             tile = cn.ConvTile(ib, ob, 1, th, tw, geo.ow % tw != 0)
         return Conv2dPlan(geo, tile, db, obk, True)
+    if gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
+        tile = gspc_tile(geo, ib, ob, gspc.segments(geo, ob), info)
+        return Conv2dPlan(geo, tile, db, obk, False)
     try:
         tile = conv_tile(geo, ib, ob, info)
         cbg = cn.group_span(geo, tile)
@@ -149,12 +161,13 @@ def _packed_weight(bb, weight, pack_numpy, pack_te, name: str):
     return bb.emit(bb.call_te(pack_te, weight, primfunc_name_hint=name))
 
 
-def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto"):
+def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: str = "gspc"):
     """The ``relax.nn.conv2d`` legalization for a CPU described by ``info``; ``winograd``:
-    Winograd for 3x3 stride-1 convs (:data:`.winograd.SETTINGS`)."""
+    Winograd for 3x3 stride-1 convs (:data:`.winograd.SETTINGS`); ``grouped``: the
+    kernel of narrow-group convs (:data:`.gspc.GROUPED`)."""
 
     def _legalize(bb: relax.BlockBuilder, call) -> relax.Expr:
-        plan = conv2d_plan(call, info)
+        plan = conv2d_plan(call, info, grouped=grouped)
         if plan is None:
             return fallback(bb, call)
         geo, tile = plan.geo, plan.tile
@@ -164,6 +177,12 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto"):
                 lambda w: dw.pack_weight(w, tile.ob, dw.repeats(tile)), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
+        elif tile.split > 1:
+            kernel = _packed_weight(
+                bb, call.args[1], lambda w: gspc.pack_weight_numpy(w, geo, tile),
+                lambda w: gspc.pack_weight(w, geo, tile), "gspc_weight_pack")
+            compute = gspc.conv2d_gspc
+            name = "conv2d_gspc"
         elif (wtile := wg.choose(geo, tile, info, is_constant(call.args[1]),
                                  winograd)) is not None:
             kernel = relax.const(wg.transform_weight_numpy(const_np(call.args[1]), wtile))
@@ -246,11 +265,12 @@ def default_legalize(op_name: str):
     return tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
 
-def overrides(info: CpuInfo, winograd: str = "auto") -> dict:
+def overrides(info: CpuInfo, winograd: str = "auto", grouped: str = "gspc") -> dict:
     """Relax op name -> legalization, for :func:`tvm_cocopie.topi.legalize_overrides`."""
 
     table = {
-        "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d"), winograd),
+        "relax.nn.conv2d": legalize_conv2d(info, default_legalize("relax.nn.conv2d"), winograd,
+                                           grouped),
         "relax.matmul": legalize_matmul(info, default_legalize("relax.matmul")),
     }
     for name, legalize in legalize_table(info.f32_lanes).items():

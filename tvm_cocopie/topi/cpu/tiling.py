@@ -144,6 +144,23 @@ def conv_tile(geo: ConvGeometry, ib: int, ob: int, info: CpuInfo) -> ConvTile:
     return flat
 
 
+def gspc_tile(geo: ConvGeometry, ib: int, ob: int, split: int, info: CpuInfo) -> ConvTile:
+    """The register tile of a GSPC conv (:mod:`.gspc`): ``split`` segment vectors per
+    pixel, so ``split * q`` accumulators beside ``split`` weight vectors and a
+    broadcast. As many pixels as the registers hold (each broadcast feeds one FMA, so
+    the accumulators are what hides the FMA latency): a row-aligned tile when one
+    divides the rows, else the flattened run that pads least."""
+    budget = _acc_budget(info, split)
+    qmax = max(1, budget // split)
+    if geo.oh * geo.ow <= qmax:
+        return ConvTile(ib, ob, 1, geo.oh, geo.ow, False, split=split)
+    cands = [ConvTile(ib, ob, 1, th, tw, False, split=split) for th, tw in _ROW_TILES
+             if th * tw <= qmax and geo.oh % th == 0 and geo.ow % tw == 0]
+    cands += [ConvTile(ib, ob, 1, 1, q, True, split=split) for q in range(1, qmax + 1)]
+    # most useful pixels per tile: q over the padding waste; row-aligned on a tie
+    return max(cands, key=lambda t: (t.th * t.tw / waste(geo, t), not t.flat))
+
+
 #: row-aligned register tiles ``(th, tw)`` in order of preference
 _ROW_TILES = ((1, 4), (2, 2), (1, 6), (2, 3), (3, 2), (1, 5), (1, 3), (3, 1))
 

@@ -148,9 +148,17 @@ class WinogradTile:
 
 
 def supports(geo: ConvGeometry) -> bool:
-    """Whether Winograd F(m, 3) computes this conv: 3x3, stride 1, dilation 1, groups 1."""
+    """Whether Winograd F(m, 3) computes this conv: 3x3, stride 1, dilation 1, not
+    depthwise (a grouped conv is one GEMM per group: see :func:`aligned`)."""
     return (geo.kh == geo.kw == 3 and geo.stride == (1, 1) and geo.dilation == (1, 1)
-            and geo.groups == 1)
+            and not (geo.groups > 1 and geo.cpg == 1))
+
+
+def aligned(geo: ConvGeometry, ib: int, wb: int) -> bool:
+    """Whether the groups fall on whole input chunks and whole GEMM weight tiles (each
+    tile's outputs in one group, each group's inputs whole chunks): G(2) of a ResNet
+    layer, not ResNeXt's 4 channels per group."""
+    return geo.groups == 1 or (geo.cpg % ib == 0 and geo.opg % wb == 0)
 
 
 def tiles(geo: ConvGeometry, m: int) -> tuple[int, int]:
@@ -165,7 +173,8 @@ def padded_tiles(geo: ConvGeometry, tile: WinogradTile) -> int:
 
 
 def transform_weight_numpy(weight: np.ndarray, tile: WinogradTile) -> np.ndarray:
-    """OIHW 3x3 weight -> ``U`` packed ``(alpha, alpha, K / wb, C, wb)`` (float64 math)."""
+    """OIHW 3x3 weight -> ``U`` packed ``(alpha, alpha, K / wb, C, wb)`` (float64 math; a
+    grouped conv's weight has its ``C / groups`` channels per group, and so has ``U``)."""
     o, c, kh, kw = weight.shape
     if (kh, kw) != (3, 3) or o % tile.wb:
         raise CompilationError(f"Winograd needs a 3x3 weight with outputs a multiple of "
@@ -266,21 +275,29 @@ def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
     ``packed`` is :func:`transform_weight_numpy`'s output (a constant).
     """
     if not supports(geo):
-        raise CompilationError("Winograd F(m,3) needs a 3x3, stride-1, undilated, ungrouped conv")
-    if geo.o % tile.wb or tile.wb % tile.ob or geo.c % tile.ib:
-        raise CompilationError(f"channels {geo.c}->{geo.o} do not fit blocks {tile}")
+        raise CompilationError("Winograd F(m,3) needs a 3x3, stride-1, undilated conv that is "
+                               "not depthwise")
+    if geo.o % tile.wb or tile.wb % tile.ob or geo.c % tile.ib or not aligned(geo, tile.ib,
+                                                                              tile.wb):
+        raise CompilationError(f"channels {geo.c}->{geo.o} in {geo.groups} groups do not fit "
+                               f"blocks {tile}")
     a, m = tile.alpha, tile.m
     th, tw = tiles(geo, m)
     dpad = pad_nchwc(data, geo, th * m + 2, tw * m + 2)
     ptiles = padded_tiles(geo, tile)
     v = _input_transform(dpad, geo, tile, ptiles)
-    rc = te.reduce_axis((0, geo.c), "rc")
+    rc = te.reduce_axis((0, geo.cpg), "rc")  # the group's input channels
     ib, ob, wb = tile.ib, tile.ob, tile.wb
+    group_chunks = geo.cpg // ib
     attrs = {"m": m, "r": tile.r, "tp": tile.tp, "pb": tile.block}
+
+    def first_chunk(kb):  # first input chunk of output chunk kb's group
+        return (kb * ob // geo.opg) * group_chunks if geo.groups > 1 else 0
+
     mmat = te.compute(
         (a, a, geo.o // ob, ptiles, ob),
         lambda xi, nu, kb, p, ki: te.sum(
-            v[xi, nu, p, rc // ib, rc % ib].astype(out_dtype)
+            v[xi, nu, p, first_chunk(kb) + rc // ib, rc % ib].astype(out_dtype)
             * packed[xi, nu, kb * ob // wb, rc, (kb * ob) % wb + ki].astype(out_dtype),
             axis=[rc]),
         name="winograd_M", attrs={ANNOTATION: attrs})
@@ -290,12 +307,13 @@ def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
 def winograd_flops(geo: ConvGeometry, m: int) -> int:
     """Multiply-adds x 2 of the GEMM stage (the transforms not counted)."""
     th, tw = tiles(geo, m)
-    return 2 * (m + 2) ** 2 * geo.n * th * tw * geo.c * geo.o
+    return 2 * (m + 2) ** 2 * geo.n * th * tw * geo.cpg * geo.o
 
 
 __all__ = [
     "ANNOTATION",
     "WinogradTile",
+    "aligned",
     "conv2d_winograd_nchwc",
     "padded_tiles",
     "supports",
@@ -343,7 +361,7 @@ def preferred_m(geo: ConvGeometry) -> int | None:
     :data:`F43_MIN_SIZE` on, F(2,3) below.
     """
     size = min(geo.oh, geo.ow)
-    if min(geo.c, geo.o) < MIN_CHANNELS or size < MIN_SIZE:
+    if min(geo.cpg, geo.opg) < MIN_CHANNELS or size < MIN_SIZE:
         return None
     return 4 if size >= F43_MIN_SIZE else 2
 
@@ -368,6 +386,10 @@ def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
     if m is None:
         return None
     r, tp = winograd_gemm_tile(geo.o, direct.ob, info)
+    if geo.groups > 1 and geo.opg % (r * direct.ob):  # one group per weight tile
+        r, tp = winograd_gemm_tile(geo.opg, direct.ob, info)
+    if not aligned(geo, direct.ib, r * direct.ob):
+        return None
     return WinogradTile(m, direct.ib, direct.ob, r, tp,
                         cache_block(geo, m, tp, max(1, info.num_cores)))
 

@@ -1,0 +1,206 @@
+"""GSPC grouped convolution (tvm_cocopie.topi.cpu.gspc) and grouped Winograd through the
+cocopie pipeline against a float64 numpy reference: groups of 2, 3, 4, 8 and C channels,
+channel counts that are not a multiple of the SIMD width, stride 2, padding, dilation,
+batch > 1, a symbolic batch, fused epilogues; which kernel each grouped conv takes, the
+packed weight (no zero padding), and the ``grouped`` switch back to the block-diagonal
+kernel the CPU layer used before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_kernels_common import (
+    AVX2,
+    AVX512,
+    TARGET,
+    assert_allclose,
+    build_graph,
+    conv2d_reference,
+    prim_funcs,
+    run,
+    scheduled,
+    tensor_var,
+)
+from tvm import relax
+from tvm.relax import op as R
+
+from tvm_cocopie.errors import CompilationError
+from tvm_cocopie.target import cpu_info
+from tvm_cocopie.topi.cpu import gspc, tiling
+from tvm_cocopie.topi.cpu.conv2d_nchwc import ConvGeometry
+
+# (N, C, H, W, O, K, stride, padding (t, l, b, r), dilation, groups)
+CASES = {
+    "g2-wide-groups": (1, 32, 9, 9, 32, 3, 1, (1, 1, 1, 1), 1, 2),
+    "g3-cpg8": (1, 24, 10, 10, 24, 3, 1, (1, 1, 1, 1), 1, 3),
+    "g4-cpg4": (1, 16, 9, 11, 16, 3, 1, (1, 1, 1, 1), 1, 4),
+    "g8-cpg4": (1, 32, 8, 8, 32, 3, 1, (1, 1, 1, 1), 1, 8),
+    "g16-cpg2": (1, 32, 10, 10, 32, 3, 1, (1, 1, 1, 1), 1, 16),
+    "cpg4-stride2": (1, 64, 15, 13, 64, 3, 2, (1, 1, 1, 1), 1, 16),
+    "cpg4-asym-pad": (1, 32, 10, 10, 32, 3, 1, (0, 1, 2, 1), 1, 8),
+    "cpg4-dilation2": (1, 32, 12, 12, 32, 3, 1, (2, 2, 2, 2), 2, 8),
+    "cpg4-batch3": (3, 32, 7, 7, 32, 3, 1, (1, 1, 1, 1), 1, 8),
+    "cpg2-expand": (1, 16, 8, 8, 32, 3, 1, (1, 1, 1, 1), 1, 8),  # 2 in, 4 out per group
+    "cpg4-shrink": (1, 32, 8, 8, 16, 3, 1, (1, 1, 1, 1), 1, 8),  # 4 in, 2 out per group
+    "cpg4-1x1": (1, 64, 7, 7, 64, 1, 1, (0, 0, 0, 0), 1, 16),
+    "resnext-cpg4": (1, 128, 14, 14, 128, 3, 1, (1, 1, 1, 1), 1, 32),
+    "depthwise-C": (1, 24, 9, 9, 24, 3, 1, (1, 1, 1, 1), 1, 24),
+    "not-simd-36-g9": (1, 36, 8, 8, 36, 3, 1, (1, 1, 1, 1), 1, 9),  # chunks of 4
+    "not-simd-20-g5": (1, 20, 9, 9, 20, 3, 2, (1, 1, 1, 1), 1, 5),  # chunks of 4
+    "not-simd-36-g18": (1, 36, 9, 9, 36, 3, 1, (1, 1, 1, 1), 1, 18),  # 2 per group, chunks of 4
+    "g2-winograd": (1, 64, 16, 16, 64, 3, 1, (1, 1, 1, 1), 1, 2),
+}
+
+
+def _model(case, epilogue=False):
+    n, c, h, w, o, k, s, pad, d, g = case
+    rng = np.random.default_rng(sum(case[:6]) + g)
+    weight = rng.standard_normal((o, c // g, k, k)).astype("float32")
+    bias = rng.standard_normal((1, o, 1, 1)).astype("float32")
+    x = tensor_var("x", (n, c, h, w))
+
+    def body(bb, x):
+        y = bb.emit(R.nn.conv2d(x, relax.const(weight), strides=[s, s], padding=list(pad),
+                                dilation=[d, d], groups=g))
+        if epilogue:
+            y = bb.emit(R.nn.relu(R.add(y, relax.const(bias))))
+        return y
+
+    data = rng.standard_normal((n, c, h, w)).astype("float32")
+    ref = conv2d_reference(data, weight, (s, s), pad, (d, d), g)
+    if epilogue:
+        ref = np.maximum(ref + bias, 0)
+    return build_graph([x], body), data, ref
+
+
+def _geo(case) -> ConvGeometry:
+    n, c, h, w, o, k, s, pad, d, g = case
+    return ConvGeometry(n, c, h, w, o, k, k, (s, s), pad, (d, d), g)
+
+
+@pytest.mark.parametrize("grouped", gspc.GROUPED)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_grouped_conv_matches_numpy(name, grouped):
+    mod, data, ref = _model(CASES[name])
+    got = run(mod, [data], grouped=grouped)
+    if name == "g2-winograd":  # F(4,3) float32 (see test_kernels_winograd)
+        assert_allclose(got, ref, rtol=1e-3)
+    else:
+        assert_allclose(got, ref)
+
+
+@pytest.mark.parametrize("name", ["g8-cpg4", "g16-cpg2", "cpg4-stride2"])
+def test_fused_epilogue(name):
+    mod, data, ref = _model(CASES[name], epilogue=True)
+    assert_allclose(run(mod, [data]), ref)
+    text = scheduled(mod).script()
+    assert '"split": 2' in text or '"split": 4' in text
+
+
+def _kernels(mod, **options) -> set[str]:
+    names = set()
+    for func in prim_funcs(scheduled(mod, **options)).values():
+        text = func.script()
+        for tag in ('"split"', "winograd_M", "depthwise", "cocopie.conv2d_nchwc"):
+            if tag in text:
+                names.add(tag.strip('"'))
+    return names
+
+
+def test_each_grouped_conv_takes_the_kernel_for_its_groups():
+    """Narrow groups: GSPC segments; wide aligned groups (3x3 stride 1, 32+ channels per
+    group): a Winograd GEMM per group; C groups: the depthwise kernel; and with
+    ``grouped="blocked"`` the narrow groups go back to the block-diagonal kernel."""
+    lanes = cpu_info(TARGET).f32_lanes
+    narrow = _kernels(_model(CASES["resnext-cpg4"])[0])
+    assert "split" in narrow
+    assert "split" not in _kernels(_model(CASES["resnext-cpg4"])[0], grouped="blocked")
+    assert "winograd_M" in _kernels(_model(CASES["g2-winograd"])[0])
+    assert "depthwise" in _kernels(_model(CASES["depthwise-C"])[0])
+    wide = _kernels(_model(CASES["g3-cpg8"])[0])
+    assert "split" not in wide and "cocopie.conv2d_nchwc" in wide
+    assert lanes in (8, 16)
+
+
+@pytest.mark.parametrize("info", [AVX2, AVX512])
+@pytest.mark.parametrize("name", ["g8-cpg4", "g16-cpg2", "cpg2-expand", "cpg4-shrink",
+                                  "resnext-cpg4", "cpg4-stride2"])
+def test_gspc_weight_has_no_zero_padding_and_tiles_fit(info, name):
+    geo = _geo(CASES[name])
+    ib = tiling.channel_block(geo.c, info)
+    ob = tiling.channel_block(geo.o, info)
+    assert gspc.applies(geo, ib, ob)
+    split = gspc.segments(geo, ob)
+    tile = tiling.gspc_tile(geo, ib, ob, split, info)
+    # split weight vectors + a broadcast + split x pixels accumulators fit the registers
+    assert split * (tile.th * tile.tw + 1) + 1 <= tiling.vector_registers(info)
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((geo.o, geo.cpg, geo.kh, geo.kw)).astype("float32")
+    packed = gspc.pack_weight_numpy(w, geo, tile)
+    assert packed.size == w.size  # every packed value is a weight: no zeros added
+    chunks, lanes = gspc.reduction_extents(geo, ib)
+    # lane s * opg + t of output chunk c is output c * ob + s * opg + t: its weights on
+    # input channel j * lanes + k of its own group
+    for c in range(geo.o // ob):
+        for lane in range(ob):
+            for j in range(chunks):
+                for k in range(lanes):
+                    np.testing.assert_array_equal(packed[c, j, :, :, k, lane],
+                                                  w[c * ob + lane, j * lanes + k])
+
+
+def test_gspc_packing_numpy_matches_te():
+    import tvm
+
+    geo = _geo(CASES["resnext-cpg4"])
+    tile = tiling.gspc_tile(geo, 8, 8, 2, AVX2)
+    w = np.random.default_rng(2).standard_normal((geo.o, geo.cpg, 3, 3)).astype("float32")
+    wt = tvm.te.placeholder(w.shape, "float32", name="w")
+    packed = gspc.pack_weight(wt, geo, tile)
+    f = tvm.compile(tvm.te.create_prim_func([wt, packed]), target=TARGET)
+    out = tvm.runtime.empty(tuple(int(d) for d in packed.shape), "float32")
+    f(tvm.runtime.tensor(w), out)
+    np.testing.assert_array_equal(out.numpy(), gspc.pack_weight_numpy(w, geo, tile))
+
+
+def test_gspc_refuses_what_it_does_not_compute():
+    geo = _geo(CASES["g3-cpg8"])  # 8 outputs per group: a whole chunk, not GSPC's case
+    assert not gspc.applies(geo, 8, 8)
+    assert not gspc.applies(_geo(CASES["depthwise-C"]), 8, 8)
+    unaligned = ConvGeometry(1, 24, 8, 8, 24, 3, 3, (1, 1), (1,) * 4, (1, 1), 8)  # 3 per group
+    assert not gspc.applies(unaligned, 8, 8)
+    with pytest.raises(CompilationError, match="GSPC"):
+        gspc.pack_weight_numpy(np.zeros((24, 8, 3, 3), "float32"), geo,
+                               tiling.gspc_tile(geo, 8, 8, 2, AVX2))
+
+
+def test_unknown_grouped_kernel_is_a_clear_error():
+    mod, data, _ = _model(CASES["g8-cpg4"])
+    with pytest.raises(CompilationError, match="grouped-conv kernel 'fast'.*gspc, blocked"):
+        run(mod, [data], grouped="fast")
+
+
+def test_symbolic_batch_grouped_conv():
+    """A symbolic batch leaves the conv to TVM's own legalization (static shapes only
+    are planned): still correct, for any batch."""
+    import tvm
+    from tvm import tirx
+
+    from tvm_cocopie.pipeline import cocopie_pipeline
+
+    rng = np.random.default_rng(4)
+    weight = rng.standard_normal((32, 4, 3, 3)).astype("float32")
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n, 32, 8, 8], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(R.nn.conv2d(x, relax.const(weight), padding=[1, 1, 1, 1],
+                                             groups=8))
+        bb.emit_func_output(out)
+    ex = tvm.compile(bb.get(), target=TARGET, relax_pipeline=cocopie_pipeline())
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for batch in (1, 3):
+        data = rng.standard_normal((batch, 32, 8, 8)).astype("float32")
+        got = vm["main"](tvm.runtime.tensor(data)).numpy()
+        assert_allclose(got, conv2d_reference(data, weight, padding=(1, 1, 1, 1), groups=8))
