@@ -16,9 +16,19 @@ from tvm_cocopie.models.graph_builder import GraphBuilder
 SMALL: dict[str, dict] = {
     "resnet18": {"image_size": 32},
     "resnet34": {"image_size": 32},
+    "resnet34_g2": {"image_size": 32},
+    "resnet34_g4": {"image_size": 32},
+    "resnet34_g8": {"image_size": 32},
+    "resnet34_g16": {"image_size": 32},
+    "resnet34_gN": {"image_size": 32},
     "resnet50": {"image_size": 32, "num_classes": 100},
     "resnext50_32x4d": {"image_size": 32, "num_classes": 100},
     "mobilenetv2": {"image_size": 64},
+    "mobilenetv2_s": {"image_size": 32},
+    "mobilenetv2_g2": {"image_size": 32},
+    "mobilenetv2_g4": {"image_size": 32},
+    "mobilenetv2_g8": {"image_size": 32},
+    "mobilenetv2_g16": {"image_size": 32},
     "vgg16": {"image_size": 32, "classifier_width": 128},
     "wrn40_2": {},
     "wrn40_2_g2": {"image_size": 16},
@@ -167,11 +177,75 @@ def test_standard_wrn_has_no_grouped_conv():
 
 
 def test_wrn_group_fallback_uses_largest_divisor():
-    from tvm_cocopie.models.wrn import conv_groups
+    from tvm_cocopie.models.grouped import conv_groups
     assert conv_groups(32, 32, 8) == 8
     assert conv_groups(24, 24, 16) == 12
     assert conv_groups(48, 40, 16) == 8
     assert conv_groups(32, 64, "N") == 32
+
+
+#: Gibson's thesis, Tables 5.3 and 5.4: (parameters in millions, GMACs at 224 px)
+THESIS_VARIANTS = {
+    "resnet34": (21.79, 3.67), "resnet34_g2": (13.22, 2.25), "resnet34_g4": (8.14, 1.39),
+    "resnet34_g8": (5.60, 0.97), "resnet34_g16": (4.34, 0.75), "resnet34_gN": (3.13, 0.56),
+    "mobilenetv2_s": (44.05, 5.56), "mobilenetv2_g2": (23.75, 2.92),
+    "mobilenetv2_g4": (13.59, 1.60), "mobilenetv2_g8": (8.52, 0.95),
+    "mobilenetv2_g16": (5.98, 0.62), "mobilenetv2": (3.50, 0.31),
+}
+
+
+def _conv_gemm_macs(model: onnx.ModelProto) -> int:
+    """Multiply-accumulates of the Conv and Gemm nodes (the thesis' formula 5.2)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    macs = 0
+    for node in model.graph.node:
+        w = weights.get(node.input[1]) if len(node.input) > 1 else None
+        if node.op_type == "Conv":
+            out = shapes[node.output[0]]
+            macs += int(np.prod(out[1:])) * int(np.prod(w[1:]))
+        elif node.op_type == "Gemm":
+            macs += int(np.prod(w))
+    return macs
+
+
+@pytest.mark.parametrize("name", sorted(THESIS_VARIANTS))
+def test_grouped_variants_reproduce_the_thesis_tables(name):
+    """Parameters (BN scale and shift included, as PyTorch counts them) within 0.5% of the
+    table, MACs within 15M (the table counts 1-11M more in every row)."""
+    params, gmacs = THESIS_VARIANTS[name]
+    small = models.build(name, image_size=32)
+    assert _parameter_count(small) / 1e6 == pytest.approx(params, rel=5e-3)
+    full = models.build(name)
+    assert _conv_gemm_macs(full) / 1e9 == pytest.approx(gmacs, abs=0.015)
+
+
+@pytest.mark.parametrize("name,groups", [("resnet34_g4", 4), ("resnet34_gN", "N")])
+def test_grouped_resnet34_has_grouped_plus_pointwise_convs(name, groups):
+    model = models.build(name, image_size=32)
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    grouped = [n for n in convs if helper.get_node_attr_value(n, "group") > 1]
+    assert len(grouped) == 2 * 16  # two per basic block
+    consumers = {i: n for n in model.graph.node for i in n.input}
+    for conv in grouped:
+        cin = weights[conv.input[1]][0]
+        assert helper.get_node_attr_value(conv, "group") == (cin if groups == "N" else groups)
+        bn = consumers[conv.output[0]]
+        pw = consumers[consumers[bn.output[0]].output[0]]
+        assert weights[pw.input[1]][1:] == [cin, 1, 1]
+
+
+def test_mobilenetv2_variants_change_only_the_3x3_groups():
+    base = models.build("mobilenetv2", image_size=32)
+    for name, groups in (("mobilenetv2_g4", 4), ("mobilenetv2_s", 1)):
+        model = models.build(name, image_size=32)
+        assert _ops(model) == _ops(base)
+        three = [helper.get_node_attr_value(n, "group") for n in model.graph.node
+                 if n.op_type == "Conv" and n.name.endswith(".dw.conv")]
+        assert len(three) == 17 and set(three) == {groups}
 
 
 def test_resnext_uses_32_groups():

@@ -56,7 +56,8 @@ class PipelineOptions:
     winograd: str = "auto"
     #: grouped convs whose groups are narrower than a channel chunk: ``"gspc"``
     #: (:mod:`.topi.cpu.gspc`, no zero weights) or ``"blocked"`` (several groups per
-    #: vector, block-diagonal weights: the CPU layer's kernel before GSPC)
+    #: vector, block-diagonal weights, no grouped Winograd: the CPU layer's kernels before
+    #: GSPC)
     grouped: str = "gspc"
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)

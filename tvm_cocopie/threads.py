@@ -116,7 +116,7 @@ class ThreadGovernor:
         self.margin = margin
         self.max_interval = max_interval
         self.samples = {n: deque(maxlen=window) for n in {self.max_threads, 1}}
-        self._apply = apply or _config_threadpool
+        self._apply = apply or set_pool_threads
         self._pool_threads = current or _pool_threads
         self._current = None
         self._switched = False
@@ -185,7 +185,9 @@ def _pool_threads() -> int:
     return int(tvm.get_global_func("runtime.NumThreads")())
 
 
-def _config_threadpool(threads: int) -> None:
+def set_pool_threads(threads: int) -> None:
+    """Run TVM's thread pool with ``threads`` threads from the next parallel call on
+    (``runtime.config_threadpool``; ~10 µs): the pool is the process's."""
     import tvm
 
     # mode 1 (kBig): all cores of a homogeneous CPU; TVM_BIND_THREADS=0 keeps them unpinned

@@ -34,9 +34,26 @@ from .crnn import crnn, crnn_large_vocab
 from .efficientnet import efficientnet_b0
 from .graph_builder import IR_VERSION
 from .kws import kws_gru
-from .mobilenet import mobilenetv2
+from .mobilenet import (
+    mobilenetv2,
+    mobilenetv2_g2,
+    mobilenetv2_g4,
+    mobilenetv2_g8,
+    mobilenetv2_g16,
+    mobilenetv2_s,
+)
 from .mobilenetv3 import mobilenetv3_large, mobilenetv3_small
-from .resnet import resnet18, resnet34, resnet50, resnext50_32x4d
+from .resnet import (
+    resnet18,
+    resnet34,
+    resnet34_g2,
+    resnet34_g4,
+    resnet34_g8,
+    resnet34_g16,
+    resnet34_gN,
+    resnet50,
+    resnext50_32x4d,
+)
 from .shufflenet import shufflenetv2
 from .vgg import vgg16
 from .vit import vit_tiny
@@ -49,9 +66,19 @@ logger = logging.getLogger(__name__)
 ZOO: dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet18": resnet18,
     "resnet34": resnet34,
+    "resnet34_g2": resnet34_g2,
+    "resnet34_g4": resnet34_g4,
+    "resnet34_g8": resnet34_g8,
+    "resnet34_g16": resnet34_g16,
+    "resnet34_gN": resnet34_gN,
     "resnet50": resnet50,
     "resnext50_32x4d": resnext50_32x4d,
     "mobilenetv2": mobilenetv2,
+    "mobilenetv2_s": mobilenetv2_s,
+    "mobilenetv2_g2": mobilenetv2_g2,
+    "mobilenetv2_g4": mobilenetv2_g4,
+    "mobilenetv2_g8": mobilenetv2_g8,
+    "mobilenetv2_g16": mobilenetv2_g16,
     "mobilenetv3_large": mobilenetv3_large,
     "mobilenetv3_small": mobilenetv3_small,
     "efficientnet_b0": efficientnet_b0,

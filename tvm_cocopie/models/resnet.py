@@ -7,6 +7,10 @@ ReLU + 3x3/2 max pool, four stages of basic or bottleneck blocks with the stride
 the 3x3 conv, a 1x1 conv + BN downsample where the shape changes, global average
 pooling, Flatten and a fully connected layer. Weights are random (see
 :mod:`tvm_cocopie.models.graph_builder`), not trained.
+
+ResNet-34's G(g) variants (Gibson's thesis, Table 5.3; :mod:`.grouped`) replace each
+3x3 conv of the basic blocks by a grouped 3x3 ``cin -> cin`` conv, BN, ReLU and a
+pointwise 1x1 ``cin -> planes`` conv, followed by the block's own BN.
 """
 
 from __future__ import annotations
@@ -16,16 +20,24 @@ from collections.abc import Sequence
 import onnx
 
 from .graph_builder import GraphBuilder, batch_dim
+from .grouped import DEPTHWISE, grouped_pointwise, variant_name
 
 #: Stage widths ("planes") of every ResNet.
 STAGE_PLANES = (64, 128, 256, 512)
 
 
-def _basic_block(gb: GraphBuilder, x: str, planes: int, stride: int) -> str:
-    """Two 3x3 conv + BN, identity or 1x1 projection shortcut, ReLU after the sum."""
+def _basic_block(gb: GraphBuilder, x: str, planes: int, stride: int,
+                 grouped: int | str | None = None) -> str:
+    """Two 3x3 conv + BN (each a grouped + pointwise pair for G(``grouped``)), identity
+    or 1x1 projection shortcut, ReLU after the sum."""
     cin = gb.channels(x)
-    y = gb.relu(gb.conv_bn(x, planes, 3, stride, kind="conv1"))
-    y = gb.conv_bn(y, planes, 3, 1, kind="conv2")
+    if grouped is None:
+        y = gb.relu(gb.conv_bn(x, planes, 3, stride, kind="conv1"))
+        y = gb.conv_bn(y, planes, 3, 1, kind="conv2")
+    else:
+        y = gb.relu(gb.batchnorm(grouped_pointwise(gb, x, planes, stride, grouped, "conv1"),
+                                 kind="bn1"))
+        y = gb.batchnorm(grouped_pointwise(gb, y, planes, 1, grouped, "conv2"), kind="bn2")
     shortcut = x
     if stride != 1 or cin != planes:
         with gb.scope("downsample"):
@@ -56,13 +68,16 @@ def resnet(
     bottleneck: bool,
     groups: int = 1,
     width_per_group: int = 64,
+    grouped: int | str | None = None,
     batch: int = 1,
     seed: int = 0,
     image_size: int = 224,
     num_classes: int = 1000,
     dynamic_batch: bool = False,
 ) -> onnx.ModelProto:
-    """A torchvision-style ResNet with ``layers[i]`` blocks in stage ``i``."""
+    """A torchvision-style ResNet with ``layers[i]`` blocks in stage ``i``; ``groups`` and
+    ``width_per_group`` shape bottlenecks (ResNeXt), ``grouped`` selects the G(g)
+    variant of basic blocks (None: standard)."""
     gb = GraphBuilder(name, seed)
     x = gb.input("input", [batch_dim(batch, dynamic_batch), 3, image_size, image_size])
     x = gb.relu(gb.conv_bn(x, 64, 7, 2, pad=3, kind="conv1"))
@@ -74,7 +89,7 @@ def resnet(
                 if bottleneck:
                     x = _bottleneck(gb, x, planes, stride, groups, width_per_group)
                 else:
-                    x = _basic_block(gb, x, planes, stride)
+                    x = _basic_block(gb, x, planes, stride, grouped)
     x = gb.flatten(gb.global_avgpool(x))
     gb.output(gb.gemm(x, num_classes, kind="fc"))
     return gb.model(f"{name}: torchvision topology, random He/BN weights (seed {seed})")
@@ -107,3 +122,26 @@ def resnext50_32x4d(*, batch: int = 1, seed: int = 0, image_size: int = 224,
     return resnet("resnext50_32x4d", (3, 4, 6, 3), bottleneck=True, groups=32,
                   width_per_group=4, batch=batch, seed=seed, image_size=image_size,
                   num_classes=num_classes, dynamic_batch=dynamic_batch)
+
+
+def _resnet34_variant(grouped: int | str):
+    """The zoo builder of ResNet-34 with G(``grouped``) basic blocks."""
+    name = variant_name("resnet34", grouped)
+
+    def build(*, batch: int = 1, seed: int = 0, image_size: int = 224,
+              num_classes: int = 1000, dynamic_batch: bool = False) -> onnx.ModelProto:
+        return resnet(name, (3, 4, 6, 3), bottleneck=False, grouped=grouped, batch=batch,
+                      seed=seed, image_size=image_size, num_classes=num_classes,
+                      dynamic_batch=dynamic_batch)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = (f"ResNet-34 with G({grouped}) basic blocks: grouped 3x3 + pointwise 1x1 "
+                     "(Gibson's thesis, Table 5.3).")
+    return build
+
+
+resnet34_g2 = _resnet34_variant(2)
+resnet34_g4 = _resnet34_variant(4)
+resnet34_g8 = _resnet34_variant(8)
+resnet34_g16 = _resnet34_variant(16)
+resnet34_gN = _resnet34_variant(DEPTHWISE)

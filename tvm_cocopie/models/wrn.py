@@ -19,36 +19,18 @@ models: trainable parameters without the FC layer exactly (S 2242.26K ... G(N)
 vs 328.3M, G(N) 44.13M vs 44.83M).
 
 A group count must divide a conv's input and output channels (both ``cin`` here);
-where ``g`` does not, :func:`conv_groups` takes the largest divisor of their gcd
-not above ``g`` and logs it. WRN-40-2's widths (16, 32, 64, 128) never need that.
+where ``g`` does not, :func:`.grouped.conv_groups` takes the largest divisor of their
+gcd not above ``g`` and logs it. WRN-40-2's widths (16, 32, 64, 128) never need that.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable
 
 import onnx
 
 from .graph_builder import GraphBuilder, batch_dim
-
-logger = logging.getLogger(__name__)
-
-#: ``"N"`` as a group count: as many groups as input channels.
-DEPTHWISE = "N"
-
-
-def conv_groups(cin: int, cout: int, groups: int | str) -> int:
-    """Groups for a G(g) conv: ``g`` (``cin`` for ``"N"``), else the largest divisor
-    of ``gcd(cin, cout)`` not above it."""
-    g = cin if groups == DEPTHWISE else int(groups)
-    common = math.gcd(cin, cout)
-    best = max(d for d in range(1, min(g, common) + 1) if common % d == 0)
-    if best != g:
-        logger.warning("G(%s) does not divide %d -> %d channels: using %d groups",
-                       groups, cin, cout, best)
-    return best
+from .grouped import DEPTHWISE, grouped_pointwise, variant_name
 
 
 def _conv3x3(gb: GraphBuilder, x: str, cout: int, stride: int, groups: int | str | None,
@@ -56,11 +38,7 @@ def _conv3x3(gb: GraphBuilder, x: str, cout: int, stride: int, groups: int | str
     """A standard 3x3 conv, or for G(g): grouped 3x3, BN, ReLU, pointwise 1x1."""
     if groups is None:
         return gb.conv(x, cout, 3, stride, kind=kind)
-    cin = gb.channels(x)
-    with gb.scope(kind):
-        y = gb.conv(x, cin, 3, stride, groups=conv_groups(cin, cin, groups), kind="grouped")
-        y = gb.relu(gb.batchnorm(y, kind="bn"))
-        return gb.conv(y, cout, 1, 1, kind="pointwise")
+    return grouped_pointwise(gb, x, cout, stride, groups, kind)
 
 
 def _block(gb: GraphBuilder, x: str, cout: int, stride: int,
@@ -82,8 +60,7 @@ def wide_resnet(*, depth: int = 40, widen: int = 2, groups: int | str | None = N
     if (depth - 4) % 6:
         raise ValueError(f"WRN depth must be 6n+4, got {depth}")
     n = (depth - 4) // 6
-    suffix = "" if groups is None else f"_g{groups}"
-    name = f"wrn{depth}_{widen}{suffix}"
+    name = variant_name(f"wrn{depth}_{widen}", groups)
     gb = GraphBuilder(name, seed)
     x = gb.input("input", [batch_dim(batch, dynamic_batch), 3, image_size, image_size])
     x = gb.conv(x, 16, 3, 1, kind="conv1")
@@ -108,7 +85,7 @@ def _variant(groups: int | str | None) -> Callable[..., onnx.ModelProto]:
                            dynamic_batch=dynamic_batch)
 
     label = "standard convs" if groups is None else f"G({groups}): grouped 3x3 + pointwise 1x1"
-    build.__name__ = build.__qualname__ = "wrn40_2" + ("" if groups is None else f"_g{groups}")
+    build.__name__ = build.__qualname__ = variant_name("wrn40_2", groups)
     build.__doc__ = f"WRN-40-2 for CIFAR-10 (32x32, 10 classes), {label}."
     return build
 

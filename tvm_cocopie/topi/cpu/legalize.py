@@ -184,7 +184,8 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
             compute = gspc.conv2d_gspc
             name = "conv2d_gspc"
         elif (wtile := wg.choose(geo, tile, info, is_constant(call.args[1]),
-                                 winograd)) is not None:
+                                 "off" if grouped == "blocked" and geo.groups > 1
+                                 else winograd)) is not None:
             kernel = relax.const(wg.transform_weight_numpy(const_np(call.args[1]), wtile))
             compute, tile = wg.conv2d_winograd_nchwc, wtile
             name = "conv2d_winograd_nchwc"
