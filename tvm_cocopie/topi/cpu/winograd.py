@@ -335,6 +335,13 @@ SETTINGS = ("auto", "off", "2", "4")
 #: Below this many input or output channels the transforms cost as much as the GEMM
 #: saves (16 channels: F(4,3) 0.94-1.30x the direct conv, 8 channels 0.81-0.98x).
 MIN_CHANNELS = 32
+#: The same bound for a grouped conv (a GEMM per group), on the channels per group: its
+#: direct kernel runs a shorter reduction per output than a dense conv's, and Winograd
+#: won from 16 per group on (2 threads, znver1, conv + bias + ReLU, one build each:
+#: F(4,3) over direct 32@32 G(2) 1.5x, 64@56 G(4) 1.54x, 192@28 G(8) (24 per group)
+#: 1.57x; F(2,3) 64@16 G(4) 1.17x, 384@14 G(16) 1.05x; at 8 per group 32@32 G(4) 1.07x,
+#: left direct)
+MIN_GROUP_CHANNELS = 16
 #: From this output size on F(4,3) (36 products per 16 outputs) beats F(2,3) (16 per
 #: 4); below it F(2,3) won: less tile padding (14 = 7 x 2 but 16 = 4 x 4) and a
 #: transformed weight 1.8x (not 4x) the direct conv's, read from memory once per call.
@@ -356,12 +363,14 @@ MEASURED_LOSSES = [(512, 7), (16, 52), (16, 104), (16, 208), (8, 104), (8, 208)]
 def preferred_m(geo: ConvGeometry) -> int | None:
     """The measured heuristic: the output tile that beats the direct conv, or ``None``.
 
-    Winograd with at least :data:`MIN_CHANNELS` input and output channels and an
-    output of at least :data:`MIN_SIZE` pixels a side; F(4,3) from
+    Winograd with at least :data:`MIN_CHANNELS` input and output channels
+    (:data:`MIN_GROUP_CHANNELS` per group for a grouped conv) and an output of at least
+    :data:`MIN_SIZE` pixels a side; F(4,3) from
     :data:`F43_MIN_SIZE` on, F(2,3) below.
     """
     size = min(geo.oh, geo.ow)
-    if min(geo.cpg, geo.opg) < MIN_CHANNELS or size < MIN_SIZE:
+    least = MIN_CHANNELS if geo.groups == 1 else MIN_GROUP_CHANNELS
+    if min(geo.cpg, geo.opg) < least or size < MIN_SIZE:
         return None
     return 4 if size >= F43_MIN_SIZE else 2
 
