@@ -10,12 +10,17 @@ TVM's default pipeline, ONNX Runtime (:mod:`tvm_cocopie.bench.gspc` says how). M
 each variant and its S model end to end, cocopie and ONNX Runtime, with their MACs:
 the thesis' Tables 5.2-5.4 in our numbers (ms and speedup over S per G(g)).
 
+With ``--ms-trials 64``, the largest layer of each variant is also MetaSchedule-tuned
+both ways (stock TVM in MetaSchedule's space, cocopie in its own) and timed against the
+untuned cocopie kernel.
+
 JSON (``--json PATH``, written atomically after each layer and model; ``--resume``
-keeps the finished ones): ``records`` (layers), ``models``, ``tables``; summary
+keeps the finished ones): ``records`` (layers), ``models``, ``tables``, ``tuned``; summary
 ``mean_speedup_vs_tvm_default``, ``geomean_speedup_vs_ort`` (G(2)-G(16) layers, not
 depthwise), ``min_speedup_vs_ort``, ``layers_slower_than_ort``, ``speedup_vs_previous``
-(geomean), ``g2_speedup_over_s`` per family and thread count, the largest errors, the
-machine's load.
+(geomean), ``untuned_over_ms_tuned`` and ``tuned_over_ms_tuned`` (geomeans over the
+tuned layers), ``g2_speedup_over_s`` per family and thread count, the largest errors,
+the machine's load.
 
     python scripts/bench_gspc.py --quick --json bench_gspc.json
 """
@@ -46,6 +51,14 @@ def parse_args(argv=None):
     p.add_argument("--no-layers", action="store_true", help="models only")
     p.add_argument("--no-models", action="store_true", help="layers only")
     p.add_argument("--no-stock", action="store_true", help="skip stock TVM's default pipeline")
+    p.add_argument("--ms-trials", type=int, default=0,
+                   help="MetaSchedule trials per tuned layer (0: no tuning; the issue's "
+                        "comparison is 64): stock TVM in MetaSchedule's space and cocopie in "
+                        "its own, timed against untuned cocopie at the largest thread count")
+    p.add_argument("--ms-layers", type=int, default=None,
+                   help="tune at most this many layers (the largest of each variant first)")
+    p.add_argument("--ms-work", default="bench_gspc_tuning",
+                   help="folder of the tuning work dirs (a finished one is reused)")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records already in --json PATH, run only the missing ones "
@@ -70,6 +83,7 @@ def main(argv=None) -> int:
     from tvm_cocopie.errors import CocopieError
     from tvm_cocopie.models import build
     from tvm_cocopie.target import host_target
+    from tvm_cocopie.threads import set_pool_threads
 
     families = (args.families.split(",") if args.families
                 else QUICK_FAMILIES if args.quick else list(gspc.FAMILIES))
@@ -82,22 +96,25 @@ def main(argv=None) -> int:
     target = {"kind": "llvm", "mcpu": host_target().attrs["mcpu"], "num-cores": max(threads)}
     tvm_cocopie.register()
     settings = {"threads": threads, "repeat": repeat, "quick": args.quick,
-                "mcpu": str(target["mcpu"]), "block": 4, "stock": not args.no_stock}
+                "mcpu": str(target["mcpu"]), "block": 4, "stock": not args.no_stock,
+                "ms_trials": args.ms_trials}
     try:
         previous = bm.previous_records(args.json, settings) if args.resume else []
-        models_done = _previous_models(args.json) if args.resume else []
+        models_done = _previous_part(args.json, "models") if args.resume else []
     except CocopieError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     records, model_records = list(previous), list(models_done)
+    tuned_records = _previous_part(args.json, "tuned") if args.resume else []
 
     def save():
-        summary = gspc.summarize(records, model_records)
+        summary = gspc.summarize(records, model_records, tuned_records)
         summary.update(threads=threads, settings=settings, load_avg=list(os.getloadavg()))
         if args.json:
             result = bm.bench_result("gspc", records, summary, max(threads))
             result["models"] = model_records
             result["tables"] = gspc.thesis_tables(model_records)
+            result["tuned"] = tuned_records
             bm.write_json_atomic(args.json, result)
         return summary
 
@@ -126,6 +143,25 @@ def main(argv=None) -> int:
             records.extend(gspc.compare_layer(layer, target, threads, repeat=repeat,
                                               stock=not args.no_stock))
             save()
+    if args.ms_trials:
+        # the largest layer of each variant, variants in order, up to --ms-layers
+        chosen = []
+        for family, g, name in variants:
+            if g == "S":
+                continue
+            layers_of = gspc.grouped_layers(build(name))
+            if layers_of:
+                top = max(layers_of, key=lambda x: x.macs)
+                if top not in chosen:
+                    chosen.append(top)
+        chosen = chosen[:args.ms_layers] if args.ms_layers else chosen
+        set_pool_threads(max(threads))
+        done = {r["layer"] for r in tuned_records}
+        for layer in tqdm([x for x in chosen if x.name not in done], desc="tuned layers",
+                          unit="layer"):
+            tuned_records.append(tune_layer(layer, target, args.ms_work, args.ms_trials,
+                                            repeat=repeat))
+            save()
     if not args.no_models:
         done = {r["model"] for r in model_records}
         for family, g, name in tqdm([v for v in variants if v[2] not in done], desc="models",
@@ -145,13 +181,73 @@ def main(argv=None) -> int:
     return 0
 
 
-def _previous_models(path) -> list:
+def tune_layer(layer, target, work_dir, trials: int = 64,
+               repeat: int = 10, max_seconds: float | None = 20.0,
+               population: int = 64) -> dict:
+    """MetaSchedule with ``trials`` trials on ``layer``, both ways, timed against the
+    untuned cocopie kernel at the pool's thread count: stock TVM's grouped conv (NCHW,
+    TVM's own legalization) in MetaSchedule's stock CPU space, and the cocopie kernel in
+    cocopie's design space (:mod:`..transfer_tuning.space`: register tile, loop order,
+    padding placement, unroll). Each tuning leaves its work dir under ``work_dir``
+    (reused when finished: ``tuning.json`` says so)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from tvm_cocopie.bench import gspc
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.pipeline import PipelineOptions, cocopie_pipeline
+    from tvm_cocopie.target import cpu_info, parse_target
+    from tvm_cocopie.topi.cpu.tiling import channel_block
+    from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
+    from tvm_cocopie.transfer_tuning.tune import read_tuning, tune_model
+
+    target = parse_target(target)
+    info = cpu_info(target)
+    w, b, x = gspc.layer_data(layer)
+    ib, ob = channel_block(layer.c, info), channel_block(layer.o, info)
+    xb = np.ascontiguousarray(x.reshape(1, layer.c // ib, ib, layer.h, layer.w)
+                              .transpose(0, 1, 3, 4, 2))
+    blocked = gspc.relax_layer(layer, w, b, ib, ob)
+    plain = gspc.relax_layer(layer, w, b, 0, 0)
+    # stock TVM: its own layout, legalization and fusion; only MetaSchedule's schedules
+    stock = PipelineOptions(rewrite=False, layout=False, custom_legalize=False, schedule=False)
+    key = layer.name.replace(" ", "_").replace("@", "at").replace(">", "")
+    runs, outs = {}, {}
+    runs["cocopie"], outs["cocopie"] = gspc.vm_runner(blocked, target, xb, cocopie_pipeline())
+    for name, mod, arg, options, space in (
+            ("ms_tuned", plain, x, stock, "stock"),
+            ("cocopie_tuned", blocked, xb, PipelineOptions(), "cocopie")):
+        log_dir = Path(work_dir) / f"{key}_{space}_{trials}"
+        if read_tuning(log_dir) is None:
+            kernels = extract_kernels(mod, target, options=options)
+            tune_model(mod, target, log_dir, trials, kernels=kernels, space=space,
+                       population=population)
+        runs[name], outs[name] = gspc.vm_runner(
+            mod, target, arg, cocopie_pipeline(**vars(options.replace(database=str(log_dir)))))
+    oh, ow = layer.out_hw
+    ref = outs["ms_tuned"]
+    errs = {k: bm.max_rel_error(v.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
+                                if v.ndim == 5 else v, ref) for k, v in outs.items()}
+    numbers = {k: gspc.calls_for(r) for k, r in runs.items()}
+    times = bm.interleaved_times({k: gspc.repeated(r, numbers[k]) for k, r in runs.items()},
+                                 repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
+    ms_ = {k: bm.median(v) / numbers[k] for k, v in times.items()}
+    return {"layer": layer.name, "trials": trials, "threads": info.num_cores,
+            **{f"{k}_ms": v for k, v in ms_.items()},
+            "untuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie"],
+            "tuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie_tuned"],
+            "max_rel_err": max(errs.values()), "out_hw": [oh, ow]}
+
+
+def _previous_part(path, key: str) -> list:
+    """The ``key`` list (``models``, ``tuned``) of an earlier run's JSON (none if absent)."""
     import json
 
     if not path or not os.path.exists(path):
         return []
     with open(path) as fh:
-        return json.load(fh).get("models", [])
+        return json.load(fh).get(key, [])
 
 
 if __name__ == "__main__":

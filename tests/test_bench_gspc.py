@@ -83,7 +83,7 @@ def test_tables_and_summary():
 def test_script_rejects_unknown_family(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gspc.py"),
                           "--families", "lenet", "--json", str(tmp_path / "r.json")],
-                         capture_output=True, text=True, cwd=ROOT)
+                         capture_output=True, text=True, cwd=ROOT, check=False)
     assert out.returncode == 2 and "unknown families" in out.stderr
     assert not (tmp_path / "r.json").exists()
 
@@ -94,5 +94,27 @@ def test_script_resume_refuses_other_settings(tmp_path):
                                 "records": [], "models": []}))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_gspc.py"), "--quick",
                           "--resume", "--json", str(path)], capture_output=True, text=True,
-                         cwd=ROOT)
+                         cwd=ROOT, check=False)
     assert out.returncode == 2 and "other settings" in out.stderr
+
+
+def test_tune_layer_compares_both_tunings_and_checks_them(tmp_path):
+    """A tiny budget (2 trials each way): the three builds agree with each other, and a
+    finished tuning is reused rather than run again."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gspc",
+                                                  ROOT / "scripts" / "bench_gspc.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    layer = gspc.GroupedLayer(16, 8, 8, 16, 3, 1, (1, 1, 1, 1), 1, 8)
+    rec = script.tune_layer(layer, None, tmp_path, trials=2, repeat=2, population=4)
+    assert rec["max_rel_err"] < 1e-5
+    for key in ("cocopie_ms", "ms_tuned_ms", "cocopie_tuned_ms"):
+        assert rec[key] > 0
+    assert rec["tuned_over_ms_tuned"] == pytest.approx(rec["ms_tuned_ms"] / rec["cocopie_tuned_ms"])
+    dirs = sorted(p.name for p in tmp_path.iterdir())
+    assert len(dirs) == 2 and all((tmp_path / d / "tuning.json").exists() for d in dirs)
+    stamp = [(tmp_path / d / "tuning.json").stat().st_mtime for d in dirs]
+    script.tune_layer(layer, None, tmp_path, trials=2, repeat=2, population=4)
+    assert [(tmp_path / d / "tuning.json").stat().st_mtime for d in dirs] == stamp

@@ -204,3 +204,32 @@ def test_symbolic_batch_grouped_conv():
         data = rng.standard_normal((batch, 32, 8, 8)).astype("float32")
         got = vm["main"](tvm.runtime.tensor(data)).numpy()
         assert_allclose(got, conv2d_reference(data, weight, padding=(1, 1, 1, 1), groups=8))
+
+
+@pytest.mark.parametrize("grouped,transforms", [("gspc", 2), ("blocked", 4)])
+def test_narrow_groups_keep_the_blocked_layout_between_convs(grouped, transforms):
+    """conv -> grouped conv of 1 input and 2 outputs per group -> conv: with GSPC the
+    blocked layout runs through the grouped conv (transforms only at the graph's input
+    and output); the block-diagonal kernel refuses it (8x zero padding), which leaves it
+    NCHW between two more transforms."""
+    from tvm_cocopie.pipeline import PipelineOptions, run_until
+    from tvm_cocopie.relay_passes.layout import layout_transforms
+
+    rng = np.random.default_rng(6)
+    w1 = rng.standard_normal((16, 16, 1, 1)).astype("float32") / 4
+    wg = rng.standard_normal((32, 1, 3, 3)).astype("float32") / 3
+    w2 = rng.standard_normal((16, 32, 1, 1)).astype("float32") / 6
+    x = tensor_var("x", (1, 16, 12, 12))
+
+    def body(bb, x):
+        y = bb.emit(R.nn.relu(R.nn.conv2d(x, relax.const(w1))))
+        y = bb.emit(R.nn.relu(R.nn.conv2d(y, relax.const(wg), padding=[1, 1, 1, 1], groups=16)))
+        return bb.emit(R.nn.conv2d(y, relax.const(w2)))
+
+    mod = build_graph([x], body)
+    laid = run_until(mod, TARGET, "layout", PipelineOptions(grouped=grouped))
+    assert layout_transforms(laid) == transforms
+    data = rng.standard_normal((1, 16, 12, 12)).astype("float32")
+    y = np.maximum(conv2d_reference(data, w1), 0)
+    y = np.maximum(conv2d_reference(y, wg, padding=(1, 1, 1, 1), groups=16), 0)
+    assert_allclose(run(mod, [data], grouped=grouped), conv2d_reference(y, w2))

@@ -1,8 +1,9 @@
 """Arm NEON: the cocopie kernels built for aarch64 and run under qemu-aarch64-static.
 
 One Relax graph holds the kernel families (blocked 3x3 conv with a prime input
-channel count, stride 2 and odd sizes; 1x1 conv; grouped conv; depthwise stride 2
-with ReLU6; dense matmul with bias; batched matmul of activations); it goes through
+channel count, stride 2 and odd sizes; 1x1 conv; grouped conv; GSPC grouped conv with
+2 channels per group in 4-lane chunks; depthwise stride 2 with ReLU6; dense matmul
+with bias; batched matmul of activations); it goes through
 the cocopie pipeline for an aarch64 NEON target with 4 cores, the scheduled kernels
 are linked into one freestanding program (:mod:`tvm_cocopie.emulation.aarch64`) and emulated.
 Every output is checked against numpy in float64. Skips only when the emulator or
@@ -41,6 +42,7 @@ W3 = _w(32, 7, 3, 3)  # 1.1 M multiply-adds: big enough to run in parallel
 B3 = _w(32)
 W1 = _w(24, 32, 1, 1)
 WG = _w(24, 6, 3, 3)  # 4 groups of 6 channels
+WS = _w(24, 2, 3, 3)  # 12 groups of 2 channels: GSPC, two groups per 4-lane chunk
 WD = _w(24, 1, 3, 3)
 WM = _w(48, 40)
 BM = _w(40)
@@ -58,9 +60,11 @@ def _graph():
         g = bb.emit(R.nn.conv2d(y, relax.const(WG), padding=[1, 1, 1, 1], groups=4))
         d = bb.emit(R.clip(R.nn.conv2d(g, relax.const(WD), strides=[2, 2], padding=[1, 1, 1, 1],
                                        groups=24), 0.0, 6.0))
+        s = bb.emit(R.nn.relu(R.nn.conv2d(y, relax.const(WS), strides=[2, 2],
+                                          padding=[1, 1, 1, 1], groups=12)))
         m = bb.emit(R.add(R.matmul(a, relax.const(WM)), relax.const(BM)))
         bm = bb.emit(R.matmul(a, b))
-        return bb.emit(relax.Tuple([d, m, bm]))
+        return bb.emit(relax.Tuple([d, s, m, bm]))
 
     return build_graph([x, a, b], body)
 
@@ -71,8 +75,9 @@ def _reference(x, a, b):
     y = conv2d_reference(y, W1)
     g = conv2d_reference(y, WG, padding=(1, 1, 1, 1), groups=4)
     d = np.clip(conv2d_reference(g, WD, stride=(2, 2), padding=(1, 1, 1, 1), groups=24), 0, 6)
+    s = np.maximum(conv2d_reference(y, WS, stride=(2, 2), padding=(1, 1, 1, 1), groups=12), 0)
     a64 = a.astype(np.float64)
-    return [d, a64 @ WM + BM, a64 @ b]
+    return [d, s, a64 @ WM + BM, a64 @ b]
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +92,7 @@ def test_neon_target_uses_4_lane_kernels(program):
     names = [call[0] for call in program.calls]
     assert any("conv2d_nchwc" in n for n in names), names
     assert any("depthwise_nchwc" in n for n in names), names
+    assert any("conv2d_gspc" in n for n in names), names
     assert any("matmul_packed" in n for n in names), names
     asm = aarch64.compile_kernels(program).inspect_source("asm")
     assert re.search(r"\bfmla\s+v\d+\.4s", asm), "no 4-lane NEON FMA in the aarch64 kernels"

@@ -142,7 +142,8 @@ def model_macs(model) -> int:
 # ------------------------------------------------------------------ one layer
 
 
-def _layer_data(layer: GroupedLayer, seed: int = 0):
+def layer_data(layer: GroupedLayer, seed: int = 0):
+    """``(weight OIHW, bias, input NCHW)`` of ``layer``, random and deterministic."""
     rng = np.random.default_rng(seed + layer.c * 7 + layer.o + layer.groups)
     cpg = layer.c // layer.groups
     w = (rng.standard_normal((layer.o, cpg, layer.k, layer.k))
@@ -172,7 +173,7 @@ def _onnx_layer(layer: GroupedLayer, w, b):
     return model
 
 
-def _relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
+def relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
     """conv + bias + ReLU on ``NCHW{ib}c`` in, ``NCHW{ob}c`` out (``ib = ob = 0``: NCHW)."""
     from tvm import relax
     from tvm.relax import op as R
@@ -197,7 +198,7 @@ def _relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
     return bb.get()
 
 
-def _vm_runner(mod, target, arg: np.ndarray, pipeline):
+def vm_runner(mod, target, arg: np.ndarray, pipeline):
     """``(run, output)``: a no-argument callable running the compiled ``mod`` once, and
     its output for ``arg``."""
     import tvm
@@ -210,14 +211,16 @@ def _vm_runner(mod, target, arg: np.ndarray, pipeline):
     return (lambda: fn(data)), fn(data).numpy()
 
 
-def _repeated(run, number: int):
+def repeated(run, number: int):
+    """A contender calling ``run`` ``number`` times (one timed call of the benchmark)."""
     def call():
         for _ in range(number):
             run()
     return call
 
 
-def _number(run, seconds: float = CALL_SECONDS) -> int:
+def calls_for(run, seconds: float = CALL_SECONDS) -> int:
+    """How many calls of ``run`` take about ``seconds`` (at least one)."""
     run()
     t0 = time.perf_counter()
     run()
@@ -238,19 +241,19 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
 
     target = parse_target(target)
     info = cpu_info(target)
-    w, b, x = _layer_data(layer)
+    w, b, x = layer_data(layer)
     ib, ob = channel_block(layer.c, info), channel_block(layer.o, info)
     blocked = ib > 1 and ob > 1
     xb = (np.ascontiguousarray(x.reshape(1, layer.c // ib, ib, layer.h, layer.w)
                                .transpose(0, 1, 3, 4, 2)) if blocked else x)
-    mod = _relax_layer(layer, w, b, ib if blocked else 0, ob if blocked else 0)
+    mod = relax_layer(layer, w, b, ib if blocked else 0, ob if blocked else 0)
     runs, outs, errors = {}, {}, {}
-    runs["cocopie"], outs["cocopie"] = _vm_runner(mod, target, xb, cocopie_pipeline())
-    runs["previous"], outs["previous"] = _vm_runner(mod, target, xb,
+    runs["cocopie"], outs["cocopie"] = vm_runner(mod, target, xb, cocopie_pipeline())
+    runs["previous"], outs["previous"] = vm_runner(mod, target, xb,
                                                     cocopie_pipeline(grouped="blocked"))
     if stock:
         try:
-            runs["tvm"], outs["tvm"] = _vm_runner(_relax_layer(layer, w, b, 0, 0), target, x,
+            runs["tvm"], outs["tvm"] = vm_runner(relax_layer(layer, w, b, 0, 0), target, x,
                                                   relax.get_pipeline("default"))
         except Exception as err:  # noqa: BLE001 - stock TVM's failure is recorded, not fatal
             errors["tvm"] = str(err).strip().splitlines()[-1]
@@ -270,8 +273,8 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
         ref = ort_run()[0]
         errs = {k: bm.max_rel_error(nchw(v), ref) for k, v in outs.items()}
         contenders = {"ort": ort_run, **runs}
-        numbers = {k: _number(r) for k, r in contenders.items()}
-        times = bm.interleaved_times({k: _repeated(r, numbers[k]) for k, r in contenders.items()},
+        numbers = {k: calls_for(r) for k, r in contenders.items()}
+        times = bm.interleaved_times({k: repeated(r, numbers[k]) for k, r in contenders.items()},
                                      repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
         ms = {k: bm.median(v) / numbers[k] for k, v in times.items()}
         rec = {"layer": layer.name, **{f: v for f, v in asdict(layer).items()},
@@ -358,10 +361,13 @@ def thesis_tables(model_records: list[dict]) -> list[dict]:
     return rows
 
 
-def summarize(layer_records: list[dict], model_records: list[dict]) -> dict:
+def summarize(layer_records: list[dict], model_records: list[dict],
+              tuned_records: list[dict] | None = None) -> dict:
     """The issue's figures: mean speedup over stock TVM's default, geomean over ONNX
     Runtime on G(2)-G(16) layers (and the slowest), geomean over the previous kernel,
-    G(2) over S per family, the largest error."""
+    over MetaSchedule-tuned stock TVM (untuned and tuned cocopie), G(2) over S per
+    family, the largest error."""
+    tuned_records = tuned_records or []
     summary: dict = {}
     vs_tvm = [r["speedup_vs_tvm_default"] for r in layer_records if "speedup_vs_tvm_default" in r]
     if vs_tvm:
@@ -384,6 +390,12 @@ def summarize(layer_records: list[dict], model_records: list[dict]) -> dict:
     if g2_over_s:
         summary["g2_speedup_over_s"] = g2_over_s
         summary["g2_slower_than_s"] = sum(v < 1 for v in g2_over_s.values())
+    if tuned_records:
+        summary["untuned_over_ms_tuned"] = bm.geomean(r["untuned_over_ms_tuned"]
+                                                      for r in tuned_records)
+        summary["tuned_over_ms_tuned"] = bm.geomean(r["tuned_over_ms_tuned"]
+                                                    for r in tuned_records)
+        summary["tuned_layers"] = len(tuned_records)
     if model_records:
         summary["geomean_model_cocopie_over_ort"] = bm.geomean(r["cocopie_over_ort"]
                                                                for r in model_records)

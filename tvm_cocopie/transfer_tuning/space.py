@@ -96,7 +96,8 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
     """Whether the register tile of these decisions fits ``registers`` vector registers.
 
     The rule of :func:`tvm_cocopie.topi.cpu.tiling.conv_tile`: accumulators plus the weight
-    vectors of one step plus one broadcast (depthwise: accumulators plus four).
+    vectors of one step plus one broadcast (depthwise: accumulators plus four); a GSPC
+    conv (``split`` segments) has ``split`` of each.
     """
     fields = _tag_fields(tag)
     inner = [t[-1] for t in tiles]
@@ -104,7 +105,8 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
         return True
     kind = fields.get("kind")
     if kind == "conv":
-        return math.prod(inner) + inner[0] + 1 <= registers
+        split = int(fields.get("split", 1))
+        return split * (math.prod(inner) + inner[0]) + 1 <= registers
     if kind == "depthwise":
         return math.prod(inner) + 4 <= registers
     if kind == "matmul":

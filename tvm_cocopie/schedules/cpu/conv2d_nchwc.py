@@ -160,7 +160,8 @@ def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> N
 def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:
     """Name the design space of ``knobs`` on the anchor block (a string annotation)."""
     sch.annotate(anchor, SPACE_ANNOTATION, f"kind={knobs.kind};pad={int(knobs.pad_per_tile)};"
-                                           f"ocin={int(knobs.oc_inner)};flat={int(knobs.flat)}")
+                                           f"ocin={int(knobs.oc_inner)};flat={int(knobs.flat)};"
+                                           f"split={knobs.split}")
 
 
 def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
