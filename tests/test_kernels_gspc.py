@@ -49,6 +49,11 @@ CASES = {
     "not-simd-20-g5": (1, 20, 9, 9, 20, 3, 2, (1, 1, 1, 1), 1, 5),  # chunks of 4
     "not-simd-36-g18": (1, 36, 9, 9, 36, 3, 1, (1, 1, 1, 1), 1, 18),  # 2 per group, chunks of 4
     "g2-winograd": (1, 64, 16, 16, 64, 3, 1, (1, 1, 1, 1), 1, 2),
+    # groups across chunk boundaries (MobileNetV2 G(4): 36 per group in chunks of 8)
+    "misaligned-36": (1, 144, 10, 10, 144, 3, 1, (1, 1, 1, 1), 1, 4),
+    "misaligned-18-s2": (1, 144, 11, 11, 144, 3, 2, (1, 1, 1, 1), 1, 8),
+    "misaligned-9": (1, 72, 8, 8, 72, 3, 1, (1, 1, 1, 1), 1, 8),  # 1-lane segments
+    "cpg2-opg8": (1, 16, 9, 9, 64, 3, 1, (1, 1, 1, 1), 1, 8),  # one group per chunk
 }
 
 
@@ -89,12 +94,12 @@ def test_grouped_conv_matches_numpy(name, grouped):
         assert_allclose(got, ref)
 
 
-@pytest.mark.parametrize("name", ["g8-cpg4", "g16-cpg2", "cpg4-stride2"])
+@pytest.mark.parametrize("name", ["g8-cpg4", "g16-cpg2", "cpg4-stride2", "misaligned-36"])
 def test_fused_epilogue(name):
     mod, data, ref = _model(CASES[name], epilogue=True)
     assert_allclose(run(mod, [data]), ref)
     text = scheduled(mod).script()
-    assert '"split": 2' in text or '"split": 4' in text
+    assert '"split": 2' in text or '"split": 4' in text  # GSPC's segments, fused
 
 
 def _kernels(mod, **options) -> set[str]:
@@ -124,7 +129,8 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
 
 @pytest.mark.parametrize("info", [AVX2, AVX512])
 @pytest.mark.parametrize("name", ["g8-cpg4", "g16-cpg2", "cpg2-expand", "cpg4-shrink",
-                                  "resnext-cpg4", "cpg4-stride2"])
+                                  "resnext-cpg4", "cpg4-stride2", "misaligned-36",
+                                  "misaligned-9", "cpg2-opg8"])
 def test_gspc_weight_has_no_zero_padding_and_tiles_fit(info, name):
     geo = _geo(CASES[name])
     ib = tiling.channel_block(geo.c, info)
@@ -132,8 +138,13 @@ def test_gspc_weight_has_no_zero_padding_and_tiles_fit(info, name):
     assert gspc.applies(geo, ib, ob)
     split = gspc.segments(geo, ob)
     tile = tiling.gspc_tile(geo, ib, ob, split, info)
-    # split weight vectors + a broadcast + split x pixels accumulators fit the registers
-    assert split * (tile.th * tile.tw + 1) + 1 <= tiling.vector_registers(info)
+    # split weight vectors + a broadcast + split x pixels accumulators fit the registers;
+    # 8 one-lane segments (9 channels per group) do not fit 16 even for one pixel: one
+    # pixel then, LLVM spills a weight
+    if 2 * split + 1 <= tiling.vector_registers(info):
+        assert split * (tile.th * tile.tw + 1) + 1 <= tiling.vector_registers(info)
+    else:
+        assert tile.th * tile.tw == 1
     rng = np.random.default_rng(1)
     w = rng.standard_normal((geo.o, geo.cpg, geo.kh, geo.kw)).astype("float32")
     packed = gspc.pack_weight_numpy(w, geo, tile)
@@ -164,11 +175,11 @@ def test_gspc_packing_numpy_matches_te():
 
 
 def test_gspc_refuses_what_it_does_not_compute():
-    geo = _geo(CASES["g3-cpg8"])  # 8 outputs per group: a whole chunk, not GSPC's case
+    geo = _geo(CASES["g3-cpg8"])  # 8 in and out per group: whole chunks, the direct kernel's
     assert not gspc.applies(geo, 8, 8)
     assert not gspc.applies(_geo(CASES["depthwise-C"]), 8, 8)
     unaligned = ConvGeometry(1, 24, 8, 8, 24, 3, 3, (1, 1), (1,) * 4, (1, 1), 8)  # 3 per group
-    assert not gspc.applies(unaligned, 8, 8)
+    assert gspc.applies(unaligned, 8, 8) and gspc.segments(unaligned, 8) == 8
     with pytest.raises(CompilationError, match="GSPC"):
         gspc.pack_weight_numpy(np.zeros((24, 8, 3, 3), "float32"), geo,
                                tiling.gspc_tile(geo, 8, 8, 2, AVX2))

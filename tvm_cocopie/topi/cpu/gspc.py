@@ -1,26 +1,30 @@
-"""GSPC: grouped spatial-pack convolution for groups narrower than a channel chunk.
+"""GSPC: grouped spatial-pack convolution for groups that do not fall on channel chunks.
 
 Gibson's thesis (chapter 5) computes a grouped conv ``G(g)`` as a dense conv per group:
 the output channels of a group are tiled by ``T_O`` (the vector, a divisor of the
 outputs per group ``K_PG``), its input channels by ``T_I``, the weight is packed once
 per group into ``[g][K_PG / T_O][C_PG / T_I][kh][kw][T_I][T_O]`` and each output vector
-accumulates one broadcast input value per input channel of its own group. Where a
-group has at least a chunk of outputs, :mod:`.conv2d_nchwc` is that kernel already
-(``T_O`` = the chunk, ``T_I`` = the input chunk, the packed weight per weight tile).
+accumulates one broadcast input value per input channel of its own group. Where each
+group's inputs and outputs are whole channel chunks, :mod:`.conv2d_nchwc` is that
+kernel already (``T_O`` = the chunk, ``T_I`` = the input chunk).
 
-This module is the case that kernel pays for with zeros: groups narrower than the
-output chunk (ResNeXt-50's 4 channels per group, the G(16) variants of WRN-40-2,
-2 channels per group at G(16) of 32 channels). Packing several groups into one vector
-makes the weight block-diagonal, ``ib / C_PG`` times the FLOPs. Here the chunk's
-``ob`` lanes are ``S = ob / T_O`` segments of ``T_O = K_PG`` lanes, one group each:
-the work block iterates them as ``(S, T_O)``, every segment its own (narrower) vector
-with its own broadcast from its own group's input channels, so no FLOP is spent on a
-zero. The layout stays the CPU layer's ``NCHW{ib}c`` on both sides (the 6-D
-``[g][n][C/T_I][h][w][T_I]`` input pack of the thesis is that layout read in place:
-the group's ``T_I`` channels are lanes of one chunk, or whole chunks), so grouped
-convs chain with their neighbours without a transform, and the 6-D result
-``[n][O / ob][h][w][S][T_O]`` is the blocked output with its lanes split, read back by
-the result block where the epilogue is fused.
+This module is every other grouped conv, which that kernel either pays for with zeros
+or cannot take at all: groups narrower than the output chunk (ResNeXt-50's 4 channels
+per group, the G(16) variants of WRN-40-2, channel multipliers), where packing several
+groups into one vector makes the weight block-diagonal (``ib / C_PG`` times the FLOPs),
+and groups across chunk boundaries (MobileNetV2 G(4)'s 36 channels per group in chunks
+of 8), which went to TVM's own grouped conv in NCHW, 40x slower than ONNX Runtime.
+Here the chunk's ``ob`` lanes are ``S = ob / T_O`` segments of ``T_O = gcd(K_PG, ob)``
+lanes, each inside one group: the work block iterates them as ``(S, T_O)``, every
+segment its own (narrower) vector with its own broadcasts from its own group's input
+channels, so no FLOP is spent on a zero. The layout stays the CPU layer's
+``NCHW{ib}c`` on both sides (the 6-D ``[g][n][C/T_I][h][w][T_I]`` input pack of the
+thesis is that layout read in place where a group's channels are lanes of one chunk
+or whole chunks; groups across chunk boundaries are packed, one chunk per group, in
+the pass that pads the input: :func:`pack_groups`), so grouped convs chain with their
+neighbours without a transform, and
+the 6-D result ``[n][O / ob][h][w][S][T_O]`` is the blocked output with its lanes
+split, read back by the result block where the epilogue is fused.
 
 On an AVX2 machine with 128-bit FMA pipes (AMD Zen 1), a 4-lane FMA runs at the rate
 of an 8-lane one: ``T_O = 4`` loses nothing to the narrower vector. Where the FMA
@@ -29,8 +33,10 @@ units are 256 bits wide, it matches the block-diagonal kernel's useful rate.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from tvm import te
+from tvm import te, tirx
 
 from ...errors import CompilationError
 from .conv2d_nchwc import ConvGeometry, ConvTile, input_extent, pad_nchwc, tiled_output
@@ -54,27 +60,31 @@ def check_choice(grouped: str) -> str:
 
 
 def applies(geo: ConvGeometry, ib: int, ob: int) -> bool:
-    """Whether GSPC segments compute this conv: grouped, not depthwise, groups narrower
-    than the output chunk and dividing it, and each group's inputs inside one input
-    chunk or a whole number of chunks."""
-    if geo.groups == 1 or geo.groups == geo.c == geo.o:
+    """Whether GSPC segments compute this conv: grouped, not depthwise, and its groups
+    not aligned with the chunks the direct kernel needs without zero weights (each
+    group's inputs whole input chunks and its outputs whole output chunks)."""
+    if geo.groups == 1 or geo.groups == geo.c == geo.o or geo.o % ob or geo.c % ib:
         return False
-    opg, cpg = geo.opg, geo.cpg
-    if opg >= ob or ob % opg or geo.o % ob or geo.c % ib:
-        return False
-    return ib % cpg == 0 or cpg % ib == 0
+    return not (geo.cpg % ib == 0 and geo.opg % ob == 0)
+
+
+def segment_lanes(geo: ConvGeometry, ob: int) -> int:
+    """``T_O``: the outputs of one segment, ``gcd(K_PG, ob)``: a segment never straddles
+    two groups (the thesis' largest divisor of ``K_PG`` within a vector)."""
+    return math.gcd(geo.opg, ob)
 
 
 def segments(geo: ConvGeometry, ob: int) -> int:
-    """``S``: groups side by side in one output chunk (``ob / K_PG``)."""
-    return ob // geo.opg
+    """``S``: segments in one output chunk (``ob / T_O``)."""
+    return ob // segment_lanes(geo, ob)
 
 
 def reduction_extents(geo: ConvGeometry, ib: int) -> tuple[int, int]:
-    """``(chunks, lanes)`` of one group's input channels: ``(1, C_PG)`` when the group
-    lies inside one input chunk, ``(C_PG / ib, ib)`` when it spans whole chunks."""
+    """``(chunks, lanes)`` of one group's input channels: ``(C_PG / ib, ib)`` when the
+    group's inputs are whole chunks, else ``(1, C_PG)`` (inside one chunk, or across
+    chunk boundaries: each channel's chunk and lane computed)."""
     cpg = geo.cpg
-    return (1, cpg) if cpg <= ib else (cpg // ib, ib)
+    return (cpg // ib, ib) if cpg % ib == 0 else (1, cpg)
 
 
 def _check(geo: ConvGeometry, tile: ConvTile) -> None:
@@ -83,16 +93,16 @@ def _check(geo: ConvGeometry, tile: ConvTile) -> None:
                                f"{geo.opg} outputs in chunks of {tile.ob}")
     if not applies(geo, tile.ib, tile.ob):
         raise CompilationError(
-            f"GSPC needs groups narrower than the output chunk {tile.ob} with their "
-            f"{geo.cpg} input channels aligned to chunks of {tile.ib}; got {geo.groups} "
-            f"groups of {geo.cpg} -> {geo.opg} channels")
+            f"GSPC computes grouped convs whose groups the direct kernel cannot take "
+            f"without zero weights (chunks of {tile.ib} in, {tile.ob} out); got "
+            f"{geo.groups} groups of {geo.cpg} -> {geo.opg} channels")
 
 
 def pack_weight_numpy(weight: np.ndarray, geo: ConvGeometry, tile: ConvTile) -> np.ndarray:
     """OIHW -> ``(O / ob, CB, KH, KW, T_I, ob)``: for output chunk ``c``, input chunk
     ``j`` of the group, input lane ``k``, the weight of output ``c * ob + lane`` (lane
-    ``s * T_O + t``: segment ``s``, group ``c * S + s``) on its group's input channel
-    ``j * T_I + k``. Every value is a weight of the conv: no zeros."""
+    ``s * T_O + t`` of segment ``s``) on its own group's input channel ``j * T_I + k``.
+    Every value is a weight of the conv: no zeros."""
     _check(geo, tile)
     cb, ti = reduction_extents(geo, tile.ib)
     o, cpg, kh, kw = weight.shape
@@ -113,35 +123,74 @@ def pack_weight(weight: te.Tensor, geo: ConvGeometry, tile: ConvTile) -> te.Tens
                       name="gspc_weight_pack")
 
 
+def pack_groups(data: te.Tensor, geo: ConvGeometry) -> te.Tensor:
+    """The padded input with each group's channels as one chunk of their own,
+    ``(N, G, rows, cols, C_PG)``: the thesis' input pack, for groups across the layout's
+    chunk boundaries. Read in place, each of their channels has its own chunk and lane:
+    72 addresses per output chunk at 36 channels per group, more than LLVM keeps in
+    registers (11.5 GFLOP/s on MobileNetV2 G(4)'s 144@56 layer, 2 threads); packed, a
+    segment's broadcasts are one pointer apart by one float. Computed in the pass that
+    pads the input anyway, with the zero border."""
+    pt, pl = geo.padding[0], geo.padding[1]
+    _, _, h, w, ib = (int(d) for d in data.shape)
+    rows, cols = input_extent(geo)
+    cpg = geo.cpg
+
+    def fcompute(n, g, y, x, k):
+        channel = g * cpg + k
+        inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return tirx.if_then_else(inside, data[n, channel // ib, y - pt, x - pl, channel % ib],
+                                 tirx.const(0, data.dtype))
+
+    return te.compute((data.shape[0], geo.groups, rows, cols, cpg), fcompute, name="data_pad")
+
+
 def conv2d_gspc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: ConvTile,
                 out_dtype: str = "float32") -> te.Tensor:
     """``(N, C/ib, H, W, ib) x packed -> (N, O/ob, OH, OW, ob)``, the chunk's lanes
     computed as ``tile.split`` segments of one group each (module docstring)."""
     _check(geo, tile)
     ib, ob = tile.ib, tile.ob
-    seg = geo.opg
+    seg = segment_lanes(geo, ob)
+    cpg, opg = geo.cpg, geo.opg
     cb, ti = reduction_extents(geo, ib)
-    per_chunk = ib // geo.cpg if geo.cpg <= ib else 0  # groups per input chunk
     sh, sw = geo.stride
     dh, dw = geo.dilation
-    dpad = pad_nchwc(data, geo, *input_extent(geo))
+    across = cpg % ib != 0 and ib % cpg != 0  # groups across chunk boundaries
+    if across:
+        dpad = pack_groups(data, geo)
+    else:
+        dpad = pad_nchwc(data, geo, *input_extent(geo))
     rco = te.reduce_axis((0, cb), "rco")
     ry = te.reduce_axis((0, geo.kh), "ry")
     rx = te.reduce_axis((0, geo.kw), "rx")
     rci = te.reduce_axis((0, ti), "rci")
 
+    def group_of(oc, s):  # the group of segment s of output chunk oc
+        if opg == seg:
+            return oc * tile.split + s
+        return (oc * ob + s * seg) // opg
+
+    def input_of(g):  # (chunk, lane) of the group's input channel rco * ti + rci
+        if cpg % ib == 0:
+            return g * cb + rco, rci
+        if ib % cpg == 0:
+            per = ib // cpg
+            return g // per, (g % per) * cpg + rci
+        return g, rci  # the packed input: one chunk per group
+
     def body(n, oc, y, x, s, t):
-        g = oc * tile.split + s  # segment s computes one group
-        if per_chunk:
-            icb, ilane = g // per_chunk, (g % per_chunk) * geo.cpg + rci
-        else:
-            icb, ilane = g * cb + rco, rci
+        icb, lane = input_of(group_of(oc, s))
         return te.sum(
-            dpad[n, icb, y * sh + ry * dh, x * sw + rx * dw, ilane].astype(out_dtype)
+            dpad[n, icb, y * sh + ry * dh, x * sw + rx * dw, lane].astype(out_dtype)
             * packed[oc, rco, ry, rx, rci, s * seg + t].astype(out_dtype),
             axis=[rco, ry, rx, rci],
         )
 
-    return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
-                        {"kind": KIND, "r": 1, "split": tile.split}, out_dtype,
+    attrs = {"kind": KIND, "r": 1, "split": tile.split}
+    if tile.split == 1:  # one group fills the chunk: plain lanes
+        return tiled_output(geo, tile, geo.o // ob, ob,
+                            lambda n, oc, y, x, t: body(n, oc, y, x, 0, t),
+                            "conv2d_nchwc", attrs, out_dtype)
+    return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc", attrs, out_dtype,
                         split=tile.split)

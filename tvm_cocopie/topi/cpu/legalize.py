@@ -66,6 +66,7 @@ class Conv2dPlan:
     data_block: int  # 0: the data arrives NCHW and is packed in the kernel
     out_block: int  # 0: the result leaves NCHW
     depthwise: bool
+    gspc: bool = False  # a grouped conv in GSPC segments (:mod:`.gspc`)
 
 
 def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
@@ -113,7 +114,7 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
         return Conv2dPlan(geo, tile, db, obk, True)
     if gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
         tile = gspc_tile(geo, ib, ob, gspc.segments(geo, ob), info)
-        return Conv2dPlan(geo, tile, db, obk, False)
+        return Conv2dPlan(geo, tile, db, obk, False, gspc=True)
     try:
         tile = conv_tile(geo, ib, ob, info)
         cbg = cn.group_span(geo, tile)
@@ -177,7 +178,7 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
                 lambda w: dw.pack_weight(w, tile.ob, dw.repeats(tile)), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
-        elif tile.split > 1:
+        elif plan.gspc:
             kernel = _packed_weight(
                 bb, call.args[1], lambda w: gspc.pack_weight_numpy(w, geo, tile),
                 lambda w: gspc.pack_weight(w, geo, tile), "gspc_weight_pack")

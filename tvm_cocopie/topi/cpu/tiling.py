@@ -148,17 +148,26 @@ def gspc_tile(geo: ConvGeometry, ib: int, ob: int, split: int, info: CpuInfo) ->
     """The register tile of a GSPC conv (:mod:`.gspc`): ``split`` segment vectors per
     pixel, so ``split * q`` accumulators beside ``split`` weight vectors and a
     broadcast. As many pixels as the registers hold (each broadcast feeds one FMA, so
-    the accumulators are what hides the FMA latency): a row-aligned tile when one
-    divides the rows, else the flattened run that pads least."""
-    budget = _acc_budget(info, split)
+    the accumulators are what hides the FMA latency): a row-aligned tile when one of 4+
+    pixels divides the rows, else the flattened run that pads least."""
+    budget = min(_acc_budget(info, split), MAX_GSPC_ACCUMULATORS)
     qmax = max(1, budget // split)
     if geo.oh * geo.ow <= qmax:
         return ConvTile(ib, ob, 1, geo.oh, geo.ow, False, split=split)
     cands = [ConvTile(ib, ob, 1, th, tw, False, split=split) for th, tw in _ROW_TILES
              if th * tw <= qmax and geo.oh % th == 0 and geo.ow % tw == 0]
     cands += [ConvTile(ib, ob, 1, 1, q, True, split=split) for q in range(1, qmax + 1)]
-    # most useful pixels per tile: q over the padding waste; row-aligned on a tie
-    return max(cands, key=lambda t: (t.th * t.tw / waste(geo, t), not t.flat))
+    # a row-aligned tile of 4+ pixels when one divides the rows (2 threads, znver1: 128@56
+    # G(32) 0.65-0.89 ms against 0.85-1.1 flattened in 6s, equal on one thread; 32@32 G(8)
+    # 70 against 94 us), else the most useful pixels per tile (q over the padding waste)
+    rows = [t for t in cands if not t.flat and t.th * t.tw >= 4]
+    return max(rows or cands, key=lambda t: (t.th * t.tw / waste(geo, t), not t.flat))
+
+
+#: accumulators of a GSPC tile at most: 12 (6 pixels x 2 segments) ran as fast as 10 on
+#: ResNeXt's 128@56 G(32) (znver1); a full-chunk segment would otherwise take 14 of 16
+#: registers beside its weight and broadcast
+MAX_GSPC_ACCUMULATORS = 12
 
 
 #: row-aligned register tiles ``(th, tw)`` in order of preference
