@@ -351,6 +351,15 @@ F43_MIN_SIZE = 20
 #: Below this output size the direct conv is kept: 512@7 was a tie (F(2,3) 1.00x,
 #: F(4,3) 0.94x on a quiet machine); smaller maps are a few tiles, not measured.
 MIN_SIZE = 8
+#: Grouped convs take F(2,3) down to 7x7 maps with 64+ channels per group: their direct
+#: kernel ran 0.73-0.81 of ONNX Runtime's speed there (ResNet-34 G(2)-G(16) 512@7,
+#: MobileNetV2 G(2)-G(8) 960@7, one thread). Measured (znver1, conv + bias + ReLU, two
+#: builds each, ms, direct / F(2,3)): 512@7 G(2) 2.7-3.4 / 2.6 on one thread, 1.9-2.0 /
+#: 1.2-1.4 on two; G(8) 0.70 / 0.70, 0.48-0.51 / 0.36-0.38; 960@7 G(4) 4.9-5.1 /
+#: 4.7-6.0, 3.2-3.3 / 2.2-2.5; at 32 per group (1024@7 G(32)) 0.68-0.74 / 0.82-0.85 on
+#: one thread: left direct
+MIN_GROUP_SIZE = 7
+MIN_GROUP_SMALL_MAP_CHANNELS = 64
 
 #: ``(channels, output size)`` of the C -> C layers measured faster with the tile
 #: :func:`preferred_m` picks (module docstring), and of those measured no faster
@@ -370,7 +379,11 @@ def preferred_m(geo: ConvGeometry) -> int | None:
     """
     size = min(geo.oh, geo.ow)
     least = MIN_CHANNELS if geo.groups == 1 else MIN_GROUP_CHANNELS
-    if min(geo.cpg, geo.opg) < least or size < MIN_SIZE:
+    if geo.groups > 1 and size < MIN_SIZE:
+        least, smallest = MIN_GROUP_SMALL_MAP_CHANNELS, MIN_GROUP_SIZE
+    else:
+        smallest = MIN_SIZE
+    if min(geo.cpg, geo.opg) < least or size < smallest:
         return None
     return 4 if size >= F43_MIN_SIZE else 2
 
