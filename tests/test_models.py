@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tvm_cocopie import models
+from tvm_cocopie.bench.gspc import model_macs
 from tvm_cocopie.errors import ModelError
 from tvm_cocopie.models.graph_builder import GraphBuilder
 
@@ -194,23 +195,6 @@ THESIS_VARIANTS = {
 }
 
 
-def _conv_gemm_macs(model: onnx.ModelProto) -> int:
-    """Multiply-accumulates of the Conv and Gemm nodes (the thesis' formula 5.2)."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in [*inferred.graph.value_info, *inferred.graph.output]}
-    weights = {t.name: list(t.dims) for t in model.graph.initializer}
-    macs = 0
-    for node in model.graph.node:
-        w = weights.get(node.input[1]) if len(node.input) > 1 else None
-        if node.op_type == "Conv":
-            out = shapes[node.output[0]]
-            macs += int(np.prod(out[1:])) * int(np.prod(w[1:]))
-        elif node.op_type == "Gemm":
-            macs += int(np.prod(w))
-    return macs
-
-
 @pytest.mark.parametrize("name", sorted(THESIS_VARIANTS))
 def test_grouped_variants_reproduce_the_thesis_tables(name):
     """Parameters (BN scale and shift included, as PyTorch counts them) within 0.5% of the
@@ -219,7 +203,7 @@ def test_grouped_variants_reproduce_the_thesis_tables(name):
     small = models.build(name, image_size=32)
     assert _parameter_count(small) / 1e6 == pytest.approx(params, rel=5e-3)
     full = models.build(name)
-    assert _conv_gemm_macs(full) / 1e9 == pytest.approx(gmacs, abs=0.015)
+    assert model_macs(full) / 1e9 == pytest.approx(gmacs, abs=0.015)
 
 
 @pytest.mark.parametrize("name,groups", [("resnet34_g4", 4), ("resnet34_gN", "N")])
