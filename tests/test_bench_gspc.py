@@ -35,8 +35,12 @@ def test_model_macs_match_the_thesis_table():
 
 
 def test_compare_layer_times_and_checks_every_contender():
+    from tvm_cocopie.threads import pool_threads
+
     layer = gspc.GroupedLayer(32, 10, 10, 32, 3, 1, (1, 1, 1, 1), 1, 8)
+    before = pool_threads()
     records = gspc.compare_layer(layer, None, [1], repeat=2, max_seconds=5)
+    assert pool_threads() == before  # the process's pool given back as it was
     (rec,) = records
     assert rec["kind"] == "gspc" and rec["threads"] == 1
     for key in ("cocopie", "previous", "tvm", "ort"):
@@ -118,3 +122,17 @@ def test_tune_layer_compares_both_tunings_and_checks_them(tmp_path):
     stamp = [(tmp_path / d / "tuning.json").stat().st_mtime for d in dirs]
     script.tune_layer(layer, None, tmp_path, trials=2, repeat=2, population=4)
     assert [(tmp_path / d / "tuning.json").stat().st_mtime for d in dirs] == stamp
+
+
+@pytest.mark.parametrize("name,groups", [("wrn40_2_g16", 16), ("mobilenetv2_g4", 4)])
+def test_compare_model_keeps_the_blocked_layout_through_grouped_layers(name, groups):
+    """A variant end to end: checked against ONNX Runtime, timed, its MACs, and only the
+    graph's own two layout transforms (WRN G(16): 2 per group in 8-lane chunks;
+    MobileNetV2 G(4): 36 per group across chunks)."""
+    (rec,) = gspc.compare_model(name, "test", groups, None, [1], repeat=2, max_seconds=3,
+                                image_size=16 if name.startswith("wrn") else 32)
+    assert rec["max_rel_err"] < 1e-4
+    assert rec["cocopie_ms"] > 0 and rec["ort_ms"] > 0
+    assert rec["layout_transforms"] == 2
+    assert rec["macs"] == gspc.model_macs(build(name, image_size=16 if name.startswith("wrn")
+                                                else 32))

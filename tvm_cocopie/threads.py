@@ -72,7 +72,7 @@ def ensure_thread_pool(cores: int | None = None) -> int:
     wanted = int(cores or usable_cores())
     configure_thread_pool(wanted)
     expected = configured_threads(wanted)
-    started = _pool_threads()
+    started = pool_threads()
     if started < expected:
         warnings.warn(
             f"TVM's thread pool already runs with {started} thread(s) of the {expected} "
@@ -117,7 +117,7 @@ class ThreadGovernor:
         self.max_interval = max_interval
         self.samples = {n: deque(maxlen=window) for n in {self.max_threads, 1}}
         self._apply = apply or set_pool_threads
-        self._pool_threads = current or _pool_threads
+        self._pool_threads = current or pool_threads
         self._current = None
         self._switched = False
         self._since_probe = 0
@@ -179,7 +179,8 @@ def _median(values) -> float:
     return ordered[len(ordered) // 2]
 
 
-def _pool_threads() -> int:
+def pool_threads() -> int:
+    """Threads TVM's pool runs with now (starting it if it has not started)."""
     import tvm
 
     return int(tvm.get_global_func("runtime.NumThreads")())

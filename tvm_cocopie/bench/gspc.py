@@ -236,7 +236,7 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
 
     from ..pipeline import cocopie_pipeline
     from ..target import cpu_info, parse_target
-    from ..threads import set_pool_threads
+    from ..threads import pool_threads, set_pool_threads
     from ..topi.cpu.tiling import channel_block
 
     target = parse_target(target)
@@ -276,6 +276,7 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
 
     records = []
     model = _onnx_layer(layer, w, b)
+    before = pool_threads()  # the process's pool: given back as it was
     for t in threads:
         set_pool_threads(t)
         sess = bm.ort_session(model, t)
@@ -301,7 +302,7 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
         if errors:
             rec["errors"] = errors
         records.append(rec)
-    set_pool_threads(max(threads))
+    set_pool_threads(before)
     return records
 
 
@@ -333,15 +334,21 @@ def compare_model(name: str, family: str, groups, target, threads: list[int],
                   repeat: int = 10, max_seconds: float | None = 30.0,
                   image_size: int | None = None) -> list[dict]:
     """One record per thread count: a model variant through the cocopie pipeline and
-    ONNX Runtime (median ms, blocks of 4), its MACs and the largest error."""
+    ONNX Runtime (median ms, blocks of 4), its MACs, the largest error and the layout
+    transforms the layout stage left (2 when the blocked layout runs through the whole
+    network, grouped layers included)."""
     from ..api import compile_model
     from ..models.workloads import get_workload
-    from ..threads import set_pool_threads
+    from ..threads import pool_threads, set_pool_threads
+    from .runtime_stats import layout_transform_count
 
     wl = get_workload(name, image_size=image_size)
     compiled = compile_model(wl.model, target, shapes=wl.shapes, adaptive_threads=False)
     macs = model_macs(wl.model)
+    # the blocked layout through the grouped layers: transforms at the graph's ends only
+    transforms = layout_transform_count(wl.model, target, wl.shapes)
     records = []
+    before = pool_threads()
     for t in threads:
         set_pool_threads(t)
         sess = bm.ort_session(wl.model, t)
@@ -354,8 +361,9 @@ def compare_model(name: str, family: str, groups, target, threads: list[int],
         ms = {k: bm.median(v) for k, v in times.items()}
         records.append({"model": name, "family": family, "groups": groups, "threads": t,
                         "macs": macs, "cocopie_ms": ms["cocopie"], "ort_ms": ms["ort"],
-                        "cocopie_over_ort": ms["cocopie"] / ms["ort"], "max_rel_err": err})
-    set_pool_threads(max(threads))
+                        "cocopie_over_ort": ms["cocopie"] / ms["ort"], "max_rel_err": err,
+                        "layout_transforms": transforms})
+    set_pool_threads(before)
     return records
 
 
