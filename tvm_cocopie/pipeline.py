@@ -54,7 +54,7 @@ class PipelineOptions:
     #: Winograd for 3x3 stride-1 convs: ``"auto"`` (where measured faster), ``"off"``, or
     #: ``"2"`` / ``"4"`` to force F(2,3) / F(4,3) (:mod:`.topi.cpu.winograd`)
     winograd: str = "auto"
-    #: grouped convs whose groups are narrower than a channel chunk: ``"gspc"``
+    #: grouped convs whose groups do not fall on whole channel chunks: ``"gspc"``
     #: (:mod:`.topi.cpu.gspc`, no zero weights) or ``"blocked"`` (several groups per
     #: vector, block-diagonal weights, no grouped Winograd: the CPU layer's kernels before
     #: GSPC)

@@ -27,8 +27,8 @@ def legalize_overrides(target: tvm.target.Target, winograd: str = "auto",
                        grouped: str = "gspc") -> dict:
     """Relax op name -> legalize function for ``target`` (empty: TVM's own legalization);
     ``winograd``: Winograd for 3x3 stride-1 convs (``auto``, ``off``, ``2``, ``4``);
-    ``grouped``: the kernel of grouped convs with groups narrower than a channel chunk
-    (``gspc``, or ``blocked``: block-diagonal, the CPU layer's before GSPC)."""
+    ``grouped``: the kernel of grouped convs whose groups do not fall on whole channel
+    chunks (``gspc``, or ``blocked``: block-diagonal, the CPU layer's before GSPC)."""
     if target.kind.name != "llvm" or is_hexagon(target):
         return {}
 

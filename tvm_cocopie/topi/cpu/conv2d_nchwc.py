@@ -92,8 +92,8 @@ class ConvTile:
     #: the conv block computes ``wb`` lanes per pixel, the ``r`` chunks of a weight tile
     #: side by side, so its vector ops are whole; the slice after it gives the chunks
     wide: bool = False
-    #: grouped convs whose groups are narrower than the output chunk (GSPC,
-    #: :mod:`.gspc`): the chunk's lanes are ``split`` groups of ``ob / split`` outputs,
+    #: grouped convs whose groups do not fall on whole chunks (GSPC, :mod:`.gspc`): the
+    #: chunk's lanes are ``split`` segments of ``ob / split`` outputs inside one group,
     #: each its own vector reading its own group's inputs (no zero weights)
     split: int = 1
 
@@ -107,6 +107,13 @@ class ConvTile:
         tiles. A :attr:`wide` tile fills its vector with ``r`` chunks even when ``r`` does
         not divide them; the extra chunks are computed on zero weights and dropped."""
         return _round_up(outputs // self.ob, self.r)
+
+
+def groups_on_chunks(geo: ConvGeometry, ib: int, ob: int) -> bool:
+    """Whether every group's inputs are whole chunks of ``ib`` and its outputs whole
+    blocks of ``ob`` (a dense conv trivially): the convs a kernel tiled by chunks computes
+    group by group without zero weights."""
+    return geo.groups == 1 or (geo.cpg % ib == 0 and geo.opg % ob == 0)
 
 
 def group_span(geo: ConvGeometry, tile: ConvTile) -> int:

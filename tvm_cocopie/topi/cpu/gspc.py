@@ -39,15 +39,22 @@ import numpy as np
 from tvm import te, tirx
 
 from ...errors import CompilationError
-from .conv2d_nchwc import ConvGeometry, ConvTile, input_extent, pad_nchwc, tiled_output
+from .conv2d_nchwc import (
+    ConvGeometry,
+    ConvTile,
+    groups_on_chunks,
+    input_extent,
+    pad_nchwc,
+    tiled_output,
+)
 
 #: block annotation kind the conv schedule rule reads (with ``split`` segments)
 KIND = "conv"
 
-#: kernels for grouped convs whose groups are narrower than a chunk: ``"gspc"`` (this
+#: kernels for grouped convs whose groups do not fall on whole chunks: ``"gspc"`` (this
 #: module) or ``"blocked"``, the block-diagonal packing of :mod:`.conv2d_nchwc` that the
 #: CPU layer used before (several groups per vector, zeros off the diagonal; convs it
-#: would pad more than 4x go to TVM's own grouped conv)
+#: would pad more than 4x, or whose groups cross chunks, go to TVM's own grouped conv)
 GROUPED = ("gspc", "blocked")
 
 
@@ -65,7 +72,7 @@ def applies(geo: ConvGeometry, ib: int, ob: int) -> bool:
     group's inputs whole input chunks and its outputs whole output chunks)."""
     if geo.groups == 1 or geo.groups == geo.c == geo.o or geo.o % ob or geo.c % ib:
         return False
-    return not (geo.cpg % ib == 0 and geo.opg % ob == 0)
+    return not groups_on_chunks(geo, ib, ob)
 
 
 def segment_lanes(geo: ConvGeometry, ob: int) -> int:

@@ -73,7 +73,7 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
                 out_block: int | None = None, grouped: str = "gspc") -> Conv2dPlan | None:
     """Plan ``call``; ``data_block``/``out_block`` override the call's own layouts
     (the layout pass asks "what if this conv were blocked?"); ``grouped``: the kernel of
-    grouped convs whose groups are narrower than a chunk (:data:`.gspc.GROUPED`)."""
+    grouped convs whose groups do not fall on whole chunks (:data:`.gspc.GROUPED`)."""
     attrs = call.attrs
     why = _conv_unsupported(call)
     if why:
@@ -165,7 +165,7 @@ def _packed_weight(bb, weight, pack_numpy, pack_te, name: str):
 def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: str = "gspc"):
     """The ``relax.nn.conv2d`` legalization for a CPU described by ``info``; ``winograd``:
     Winograd for 3x3 stride-1 convs (:data:`.winograd.SETTINGS`); ``grouped``: the
-    kernel of narrow-group convs (:data:`.gspc.GROUPED`)."""
+    kernel of grouped convs off the chunks (:data:`.gspc.GROUPED`)."""
 
     def _legalize(bb: relax.BlockBuilder, call) -> relax.Expr:
         plan = conv2d_plan(call, info, grouped=grouped)

@@ -66,7 +66,7 @@ import numpy as np
 from tvm import te, tirx
 
 from ...errors import CompilationError
-from .conv2d_nchwc import ConvGeometry, pad_nchwc
+from .conv2d_nchwc import ConvGeometry, groups_on_chunks, pad_nchwc
 
 #: block annotation of the batched GEMM: the tile sizes the schedule uses
 ANNOTATION = "cocopie.winograd"
@@ -158,7 +158,7 @@ def aligned(geo: ConvGeometry, ib: int, wb: int) -> bool:
     """Whether the groups fall on whole input chunks and whole GEMM weight tiles (each
     tile's outputs in one group, each group's inputs whole chunks): G(2) of a ResNet
     layer, not ResNeXt's 4 channels per group."""
-    return geo.groups == 1 or (geo.cpg % ib == 0 and geo.opg % wb == 0)
+    return groups_on_chunks(geo, ib, wb)
 
 
 def tiles(geo: ConvGeometry, m: int) -> tuple[int, int]:
