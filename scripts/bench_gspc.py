@@ -192,8 +192,6 @@ def tune_layer(layer, target, work_dir, trials: int = 64,
     (reused when finished: ``tuning.json`` says so)."""
     from pathlib import Path
 
-    import numpy as np
-
     from tvm_cocopie.bench import gspc
     from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.pipeline import PipelineOptions, cocopie_pipeline
@@ -206,8 +204,7 @@ def tune_layer(layer, target, work_dir, trials: int = 64,
     info = cpu_info(target)
     w, b, x = gspc.layer_data(layer)
     ib, ob = channel_block(layer.c, info), channel_block(layer.o, info)
-    xb = np.ascontiguousarray(x.reshape(1, layer.c // ib, ib, layer.h, layer.w)
-                              .transpose(0, 1, 3, 4, 2))
+    xb = gspc.blocked_array(x, ib)
     blocked = gspc.relax_layer(layer, w, b, ib, ob)
     plain = gspc.relax_layer(layer, w, b, 0, 0)
     # stock TVM: its own layout, legalization and fusion; only MetaSchedule's schedules
@@ -225,19 +222,14 @@ def tune_layer(layer, target, work_dir, trials: int = 64,
                        population=population)
         runs[name], outs[name] = gspc.vm_runner(
             mod, target, arg, cocopie_pipeline(**vars(options.replace(database=str(log_dir)))))
-    oh, ow = layer.out_hw
     ref = outs["ms_tuned"]
-    errs = {k: bm.max_rel_error(v.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
-                                if v.ndim == 5 else v, ref) for k, v in outs.items()}
-    numbers = {k: gspc.calls_for(r) for k, r in runs.items()}
-    times = bm.interleaved_times({k: gspc.repeated(r, numbers[k]) for k, r in runs.items()},
-                                 repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
-    ms_ = {k: bm.median(v) / numbers[k] for k, v in times.items()}
+    errs = {k: bm.max_rel_error(gspc.nchw_array(v), ref) for k, v in outs.items()}
+    ms_ = gspc.time_per_call(runs, repeat, max_seconds)
     return {"layer": layer.name, "trials": trials, "threads": info.num_cores,
             **{f"{k}_ms": v for k, v in ms_.items()},
             "untuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie"],
             "tuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie_tuned"],
-            "max_rel_err": max(errs.values()), "out_hw": [oh, ow]}
+            "max_rel_err": max(errs.values()), "out_hw": list(layer.out_hw)}
 
 
 def _previous_part(path, key: str) -> list:

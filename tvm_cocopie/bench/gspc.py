@@ -180,7 +180,7 @@ def relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
 
     if ib:
         shape = [1, layer.c // ib, layer.h, layer.w, ib]
-        bias = b.reshape(1, layer.o // ob, ob, 1, 1).transpose(0, 1, 3, 4, 2)
+        bias = blocked_array(b.reshape(1, layer.o, 1, 1), ob)
         layouts = {"data_layout": f"NCHW{ib}c", "out_layout": f"NCHW{ob}c"}
     else:
         shape = [1, layer.c, layer.h, layer.w]
@@ -193,7 +193,7 @@ def relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
             y = bb.emit(R.nn.conv2d(var, relax.const(w), strides=[layer.stride] * 2,
                                     padding=list(layer.pad), dilation=[layer.dilation] * 2,
                                     groups=layer.groups, kernel_layout="OIHW", **layouts))
-            out = bb.emit_output(R.nn.relu(R.add(y, relax.const(np.ascontiguousarray(bias)))))
+            out = bb.emit_output(R.nn.relu(R.add(y, relax.const(bias))))
         bb.emit_func_output(out)
     return bb.get()
 
@@ -209,6 +209,29 @@ def vm_runner(mod, target, arg: np.ndarray, pipeline):
     data = tvm.runtime.tensor(arg)
     fn = vm["main"]
     return (lambda: fn(data)), fn(data).numpy()
+
+
+def blocked_array(x: np.ndarray, block: int) -> np.ndarray:
+    """NCHW -> NCHW{block}c (numpy)."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def nchw_array(y: np.ndarray) -> np.ndarray:
+    """NCHW[x]c -> NCHW (numpy); an NCHW array as it is."""
+    if y.ndim != 5:
+        return y
+    n, cb, h, w, block = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w)
+
+
+def time_per_call(runs: dict, repeat: int, max_seconds: float | None) -> dict:
+    """``{name: median ms per call}`` of no-argument callables, interleaved in blocks of
+    4, each timed call running its callable enough times for :data:`CALL_SECONDS`."""
+    numbers = {k: calls_for(r) for k, r in runs.items()}
+    times = bm.interleaved_times({k: repeated(r, numbers[k]) for k, r in runs.items()},
+                                 repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
+    return {k: bm.median(v) / numbers[k] for k, v in times.items()}
 
 
 def repeated(run, number: int):
@@ -244,8 +267,7 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
     w, b, x = layer_data(layer)
     ib, ob = channel_block(layer.c, info), channel_block(layer.o, info)
     blocked = ib > 1 and ob > 1
-    xb = (np.ascontiguousarray(x.reshape(1, layer.c // ib, ib, layer.h, layer.w)
-                               .transpose(0, 1, 3, 4, 2)) if blocked else x)
+    xb = blocked_array(x, ib) if blocked else x
     mod = relax_layer(layer, w, b, ib if blocked else 0, ob if blocked else 0)
     plain = relax_layer(layer, w, b, 0, 0)
     runs, outs, errors, layouts = {}, {}, {}, {}
@@ -267,13 +289,6 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
             runs["tvm"], outs["tvm"] = vm_runner(plain, target, x, relax.get_pipeline("default"))
         except Exception as err:  # noqa: BLE001 - stock TVM's failure is recorded, not fatal
             errors["tvm"] = str(err).strip().splitlines()[-1]
-    oh, ow = layer.out_hw
-
-    def nchw(out):
-        if out.ndim == 5:
-            return out.transpose(0, 1, 4, 2, 3).reshape(1, layer.o, oh, ow)
-        return out
-
     records = []
     model = _onnx_layer(layer, w, b)
     before = pool_threads()  # the process's pool: given back as it was
@@ -282,12 +297,8 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
         sess = bm.ort_session(model, t)
         ort_run = bm.ort_runner(sess, {"x": x})
         ref = ort_run()[0]
-        errs = {k: bm.max_rel_error(nchw(v), ref) for k, v in outs.items()}
-        contenders = {"ort": ort_run, **runs}
-        numbers = {k: calls_for(r) for k, r in contenders.items()}
-        times = bm.interleaved_times({k: repeated(r, numbers[k]) for k, r in contenders.items()},
-                                     repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
-        ms = {k: bm.median(v) / numbers[k] for k, v in times.items()}
+        errs = {k: bm.max_rel_error(nchw_array(v), ref) for k, v in outs.items()}
+        ms = time_per_call({"ort": ort_run, **runs}, repeat, max_seconds)
         rec = {"layer": layer.name, **{f: v for f, v in asdict(layer).items()},
                "macs": layer.macs, "threads": t,
                "kind": _kind(layer, info) if layouts["cocopie"] == "blocked" or not blocked
