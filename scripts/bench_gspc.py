@@ -128,13 +128,14 @@ def main(argv=None) -> int:
             name = s_model if g == "S" else by_group[g]
             if name:
                 variants.append((family, g, name))
+    # each grouped variant's layers, read once from its graph (S models have none to time)
+    layers_of = {name: gspc.grouped_layers(build(name)) for _, g, name in variants
+                 if g != "S" and (not args.no_layers or args.ms_trials)}
 
     if not args.no_layers:
         layers = []
-        for family, g, name in variants:
-            if g == "S":
-                continue
-            for layer in gspc.grouped_layers(build(name)):
+        for variant_layers in layers_of.values():
+            for layer in variant_layers:
                 if layer not in layers:
                     layers.append(layer)
         done = {r["layer"] for r in records}
@@ -146,12 +147,9 @@ def main(argv=None) -> int:
     if args.ms_trials:
         # the largest layer of each variant, variants in order, up to --ms-layers
         chosen = []
-        for family, g, name in variants:
-            if g == "S":
-                continue
-            layers_of = gspc.grouped_layers(build(name))
-            if layers_of:
-                top = max(layers_of, key=lambda x: x.macs)
+        for variant_layers in layers_of.values():
+            if variant_layers:
+                top = max(variant_layers, key=lambda x: x.macs)
                 if top not in chosen:
                     chosen.append(top)
         chosen = chosen[:args.ms_layers] if args.ms_layers else chosen
