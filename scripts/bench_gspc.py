@@ -222,7 +222,7 @@ def tune_layer(layer, target, work_dir, trials: int = 64,
             mod, target, arg, cocopie_pipeline(**vars(options.replace(database=str(log_dir)))))
     ref = outs["ms_tuned"]
     errs = {k: bm.max_rel_error(gspc.nchw_array(v), ref) for k, v in outs.items()}
-    ms_ = gspc.time_per_call(runs, repeat, max_seconds)
+    ms_ = bm.time_per_call(runs, repeat, max_seconds)
     return {"layer": layer.name, "trials": trials, "threads": info.num_cores,
             **{f"{k}_ms": v for k, v in ms_.items()},
             "untuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie"],

@@ -156,6 +156,69 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _conv_input_shapes(model) -> dict:
+    """``{conv output name: its input's static NCHW shape}`` from ONNX shape inference."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - knobs are optional: no shapes, no knobs
+        return {}
+    shapes = {}
+    for vi in [*inferred.graph.value_info, *inferred.graph.input]:
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in vi.type.tensor_type.shape.dim]
+        if len(dims) == 4 and all(dims):
+            shapes[vi.name] = dims
+    return {n.output[0]: shapes.get(n.input[0]) for n in inferred.graph.node
+            if n.op_type == "Conv"}
+
+
+def cmd_prune(args) -> int:
+    """``tvm-cocopie prune``: pattern + connectivity pruning of an ONNX model's 3x3 convs,
+    with the layerwise representation as JSON (PatDNN); exit code."""
+    import dataclasses
+
+    import onnx
+
+    from .errors import ModelError
+    from .frontend.model import load_model
+    from .pruning import prune_model
+    from .target import cpu_info, parse_target
+    from .topi.cpu.conv2d_nchwc import ConvGeometry
+    from .topi.cpu.pattern_conv import default_knobs
+
+    if args.connectivity < 1:
+        raise ModelError(f"--connectivity {args.connectivity}: the rate is kernels before over "
+                         "kernels after, 1 (none) or more (3.6 keeps 1 kernel in 3.6)")
+    model = load_model(args.model)
+    pruned, lr = prune_model(model, args.patterns, args.connectivity,
+                             first_exempt=not args.prune_first)
+    lanes = cpu_info(parse_target(None)).f32_lanes
+    inputs = _conv_input_shapes(model)
+    nodes = {n.name or n.output[0]: n for n in model.graph.node}
+    for layer in lr.layers:
+        node = nodes.get(layer.name)
+        shape = inputs.get(node.output[0]) if node is not None else None
+        if shape is None:
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        pads = list(attrs.get("pads", [0, 0, 0, 0]))
+        geo = ConvGeometry(shape[0], shape[1], shape[2], shape[3], layer.shape[0], 3, 3,
+                           tuple(attrs.get("strides", [1, 1])), (pads[0], pads[1], pads[2],
+                                                                pads[3]), (1, 1), 1)
+        knobs = default_knobs(geo, lanes)
+        layer.knobs = {k: v for k, v in dataclasses.asdict(knobs).items()}
+    onnx.save(pruned, args.output)
+    lr_path = args.lr or str(Path(args.output).with_suffix(".lr.json"))
+    lr.save(lr_path)
+    kept = sum(layer.kernels for layer in lr.layers)
+    total = sum(layer.shape[0] * layer.shape[1] for layer in lr.layers)
+    print(f"pruned {len(lr.layers)} 3x3 convs to {args.patterns} patterns, "
+          f"{total / max(kept, 1):.2f}x fewer kernels overall -> {args.output} (LR: {lr_path})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tvm-cocopie`` argument parser with every subcommand (those of transfer-tuning and
     Hexagon included)."""
@@ -197,6 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", help="e2e, kernels, ...")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
+
+    prune = sub.add_parser("prune", help="pattern + connectivity pruning of an ONNX model's "
+                                         "3x3 convs (PatDNN), with its layerwise representation")
+    prune.add_argument("model", help="MODEL.onnx")
+    prune.add_argument("--patterns", type=int, default=8, help="pattern set size, 4 to 12")
+    prune.add_argument("--connectivity", type=float, default=3.6,
+                       help="kernels kept: 1 in this many (1: none removed)")
+    prune.add_argument("--prune-first", action="store_true",
+                       help="prune the first 3x3 conv's connectivity too (exempt by default)")
+    prune.add_argument("-o", "--output", required=True, help="OUT.onnx")
+    prune.add_argument("--lr", help="layerwise representation JSON (default: OUT.lr.json)")
+    prune.set_defaults(func=cmd_prune)
 
     info = sub.add_parser("info", help="register and show the cocopie pipeline")
     info.set_defaults(func=cmd_info)

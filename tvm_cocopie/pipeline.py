@@ -59,6 +59,9 @@ class PipelineOptions:
     #: vector, block-diagonal weights, no grouped Winograd: the CPU layer's kernels before
     #: GSPC)
     grouped: str = "gspc"
+    #: 3x3 convs whose constant weights are pattern-sparse (PatDNN: a few kernel patterns,
+    #: pruned connectivity) on the pattern kernel (:mod:`.relay_passes.pattern_sparse`)
+    pattern_sparse: bool = True
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
     fusion: str = "stock"
@@ -80,7 +83,10 @@ class PipelineOptions:
 def _legalize_stage(target, options: PipelineOptions) -> list:
     overrides = (topi.legalize_overrides(target, options.winograd, options.grouped)
                  if options.custom_legalize else {})
+    patterns = (relay_passes.pattern_passes(target)
+                if options.custom_legalize and options.pattern_sparse else [])
     return [
+        *patterns,
         relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

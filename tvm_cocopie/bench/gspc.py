@@ -26,7 +26,6 @@ its convs and FC layers (the thesis' formula 5.2).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -48,8 +47,6 @@ FAMILIES = {
     "resnext50": (None, {32: "resnext50_32x4d"}),
 }
 
-#: the timed seconds one contender call should take (``number`` runs of the layer)
-CALL_SECONDS = 0.002
 
 
 @dataclass(frozen=True)
@@ -153,7 +150,7 @@ def layer_data(layer: GroupedLayer, seed: int = 0):
     return w, b, x
 
 
-def _onnx_layer(layer: GroupedLayer, w, b):
+def onnx_layer(layer: GroupedLayer, w, b):
     from onnx import TensorProto, helper, numpy_helper
 
     from ..models.graph_builder import IR_VERSION
@@ -225,32 +222,6 @@ def nchw_array(y: np.ndarray) -> np.ndarray:
     return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w)
 
 
-def time_per_call(runs: dict, repeat: int, max_seconds: float | None) -> dict:
-    """``{name: median ms per call}`` of no-argument callables, interleaved in blocks of
-    4, each timed call running its callable enough times for :data:`CALL_SECONDS`."""
-    numbers = {k: calls_for(r) for k, r in runs.items()}
-    times = bm.interleaved_times({k: repeated(r, numbers[k]) for k, r in runs.items()},
-                                 repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
-    return {k: bm.median(v) / numbers[k] for k, v in times.items()}
-
-
-def repeated(run, number: int):
-    """A contender calling ``run`` ``number`` times (one timed call of the benchmark)."""
-    def call():
-        for _ in range(number):
-            run()
-    return call
-
-
-def calls_for(run, seconds: float = CALL_SECONDS) -> int:
-    """How many calls of ``run`` take about ``seconds`` (at least one)."""
-    run()
-    t0 = time.perf_counter()
-    run()
-    once = max(time.perf_counter() - t0, 1e-6)
-    return max(1, int(seconds / once))
-
-
 def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int = 10,
                   max_seconds: float | None = 20.0, stock: bool = True) -> list[dict]:
     """One record per thread count: the median ms of each contender (module docstring),
@@ -290,7 +261,7 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
         except Exception as err:  # noqa: BLE001 - stock TVM's failure is recorded, not fatal
             errors["tvm"] = str(err).strip().splitlines()[-1]
     records = []
-    model = _onnx_layer(layer, w, b)
+    model = onnx_layer(layer, w, b)
     before = pool_threads()  # the process's pool: given back as it was
     for t in threads:
         set_pool_threads(t)
@@ -298,7 +269,7 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
         ort_run = bm.ort_runner(sess, {"x": x})
         ref = ort_run()[0]
         errs = {k: bm.max_rel_error(nchw_array(v), ref) for k, v in outs.items()}
-        ms = time_per_call({"ort": ort_run, **runs}, repeat, max_seconds)
+        ms = bm.time_per_call({"ort": ort_run, **runs}, repeat, max_seconds)
         rec = {"layer": layer.name, **{f: v for f, v in asdict(layer).items()},
                "macs": layer.macs, "threads": t,
                "kind": _kind(layer, info) if layouts["cocopie"] == "blocked" or not blocked

@@ -119,6 +119,36 @@ def interleaved_times(
     return times
 
 
+#: the timed seconds one contender call should take (``number`` runs of a short kernel)
+CALL_SECONDS = 0.002
+
+
+def repeated(run, number: int):
+    """A contender calling ``run`` ``number`` times (one timed call of the benchmark)."""
+    def call():
+        for _ in range(number):
+            run()
+    return call
+
+
+def calls_for(run, seconds: float = CALL_SECONDS) -> int:
+    """How many calls of ``run`` take about ``seconds`` (at least one)."""
+    run()
+    t0 = time.perf_counter()
+    run()
+    once = max(time.perf_counter() - t0, 1e-6)
+    return max(1, int(seconds / once))
+
+
+def time_per_call(runs: dict, repeat: int, max_seconds: float | None) -> dict:
+    """``{name: median ms per call}`` of no-argument callables, interleaved in blocks of
+    4, each timed call running its callable enough times for :data:`CALL_SECONDS`."""
+    numbers = {k: calls_for(r) for k, r in runs.items()}
+    times = interleaved_times({k: repeated(r, numbers[k]) for k, r in runs.items()},
+                              repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
+    return {k: median(v) / numbers[k] for k, v in times.items()}
+
+
 def median(values: Iterable[float]) -> float:
     """The median of ``values``, as a float."""
     return float(statistics.median(list(values)))

@@ -18,10 +18,12 @@ import tvm
 from tvm import relax
 
 from ..errors import CompilationError
+from ..target import is_hexagon
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
 from .fusion.profiler import MeasuredDecision
 from .layout import layout_passes_for
+from .pattern_sparse import pattern_sparse_convs
 from .rewriting import MathPropertyRewrite
 
 
@@ -35,6 +37,14 @@ def layout_passes(target: tvm.target.Target, grouped: str = "gspc") -> list:
     (empty for targets other than CPUs); ``grouped``: the narrow-group conv kernel the
     legalization uses (``PipelineOptions.grouped``)."""
     return layout_passes_for(target, grouped)
+
+
+def pattern_passes(target: tvm.target.Target) -> list:
+    """Passes giving pattern-sparse constant-weight convs their kernel (PatDNN), run at the
+    start of the ``legalize`` stage; empty for targets other than CPUs."""
+    if target.kind.name != "llvm" or is_hexagon(target):
+        return []
+    return [pattern_sparse_convs(target)]
 
 
 #: the fusion methods of :func:`fusion_passes`

@@ -1,0 +1,273 @@
+"""Pattern-sparse convolution (PatDNN): pattern tools, FKW, the kernel against numpy,
+the pipeline's choice of kernel per layer, model pruning and its CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_cocopie.errors import CompilationError, ModelError
+from tvm_cocopie.pruning import (
+    ALL_PATTERNS,
+    PatternLayout,
+    detect,
+    pattern_set,
+    project,
+    prune,
+    prune_connectivity,
+    prune_model,
+)
+from tvm_cocopie.topi.cpu import pattern_conv as pc
+from tvm_cocopie.topi.cpu.conv2d_nchwc import ConvGeometry
+
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+def _pruned(o, c, seed=0, k=8, rate=3.6):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((o, c, 3, 3)).astype("float32")
+    return prune(w, pattern_set([w], k), rate)
+
+
+def _layout(w, k=8):
+    """The pattern layout of a pruned weight, also for layers too small for detect()."""
+    pats = pattern_set([w], k)
+    _, ids = project(w, pats)
+    return PatternLayout(pats, ids)
+
+
+# --- pattern tools -----------------------------------------------------------------
+
+
+def test_all_patterns_keep_the_centre():
+    assert len(ALL_PATTERNS) == 56 and len(set(ALL_PATTERNS)) == 56
+    assert all(len(p) == 4 and 4 in p for p in ALL_PATTERNS)
+
+
+def test_pattern_set_size_is_checked():
+    w = np.ones((2, 2, 3, 3), "float32")
+    with pytest.raises(CompilationError, match="4 to 12"):
+        pattern_set([w], 3)
+    assert len(pattern_set([w], 12)) == 12
+
+
+def test_projection_keeps_the_best_pattern():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 5, 3, 3)).astype("float32")
+    pats = pattern_set([w], 6)
+    out, ids = project(w, pats)
+    for o in range(6):
+        for i in range(5):
+            k = w[o, i].ravel()
+            kept = [float((k[list(p)] ** 2).sum()) for p in pats]
+            assert ids[o, i] == int(np.argmax(kept))
+            mask = np.zeros(9, bool)
+            mask[list(pats[ids[o, i]])] = True
+            np.testing.assert_array_equal(out[o, i].ravel(), np.where(mask, k, 0))
+
+
+def test_connectivity_pruning_rate_and_survivors():
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((16, 32, 3, 3)).astype("float32")
+    out = prune_connectivity(w, 4.0)
+    kept = (np.abs(out).sum(axis=(2, 3)) > 0)
+    assert kept.sum() >= round(16 * 32 / 4) and kept.sum() <= round(16 * 32 / 4) + 16
+    assert kept.any(axis=1).all()  # no filter left empty
+    norms = np.sqrt((w ** 2).sum(axis=(2, 3)))
+    assert norms[kept].min() >= np.sort(norms.ravel())[::-1][round(16 * 32 / 4) - 1] - 1e-6 \
+        or kept.sum() > round(16 * 32 / 4)
+    with pytest.raises(CompilationError, match="rate"):
+        prune_connectivity(w, 0.5)
+
+
+@pytest.mark.parametrize("shape", [(16, 8, 3, 3), (64, 64, 3, 3), (3, 5, 3, 3)])
+def test_detection_has_no_false_positive_on_dense_weights(shape):
+    rng = np.random.default_rng(3)
+    assert detect(rng.standard_normal(shape).astype("float32")) is None
+    # nor on a sparse weight with arbitrary supports (unstructured pruning)
+    w = rng.standard_normal(shape).astype("float32")
+    w[rng.random(shape) < 0.85] = 0
+    assert detect(w) is None
+    assert detect(rng.standard_normal((8, 8, 1, 1)).astype("float32")) is None
+
+
+def test_detection_reads_patterns_and_folds_subsets():
+    w = _pruned(32, 16)
+    found = detect(w)
+    assert found is not None and len(found.patterns) <= 8
+    assert abs(found.connectivity - 3.6) < 0.1
+    # a kernel keeping only its centre reads as the pattern that contains it
+    w2 = w.copy()
+    k = np.nonzero(found.ids[0] >= 0)[0][0]
+    w2[0, k] = 0
+    w2[0, k, 1, 1] = 1.0
+    again = detect(w2)
+    assert again is not None and len(again.patterns) == len(found.patterns)
+    assert 4 in again.patterns[again.ids[0, k]]
+
+
+# --- FKW -----------------------------------------------------------------------------
+
+
+def test_fkw_round_trip_and_index_overhead():
+    w = _pruned(24, 20, seed=4)
+    found = detect(w)
+    f = pc.fkw(w, found.patterns, found.ids)
+    np.testing.assert_array_equal(f.dense(20), w)
+    counts = np.diff(f.offset)
+    assert (np.diff(counts) <= 0).all()  # filters reordered by kernel count
+    assert sorted(f.reorder.tolist()) == list(range(24))
+    c = pc.csr(w)
+    assert c.values.size == int((w != 0).sum())
+    # per kernel one index against CSR's one per weight (4 per kernel), plus per-filter
+    # arrays (the pattern bounds of each filter): about a third on a 128x128 layer
+    w = _pruned(128, 128, seed=4)
+    found = detect(w)
+    assert pc.fkw(w, found.patterns, found.ids).index_bytes() < 0.35 * pc.csr(w).index_bytes()
+
+
+# --- the kernel ----------------------------------------------------------------------
+
+
+def _run_kernel(spec, w, layout, x, bias):
+    func = pc.pattern_conv_func(spec).with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(TARGET))
+    arrays = pc.weight_arrays(spec, w, layout) + ([bias] if spec.bias else [])
+    if spec.mode == "kernel":
+        arrays.append(pc.pattern_table(spec))
+    db = spec.data_block
+    n, c, h, wd = x.shape
+    xin = x.reshape(n, c // db, db, h, wd).transpose(0, 1, 3, 4, 2).copy() if db else x
+    out = tvm.runtime.tensor(np.zeros(spec.out_shape(), "float32"))
+    lib.mod["main"](*[tvm.runtime.tensor(a) for a in (xin, *arrays)], out)
+    y = out.numpy()
+    if spec.out_block:
+        y = y.transpose(0, 1, 4, 2, 3).reshape(n, spec.geo.o, spec.geo.oh, spec.geo.ow)
+    return y
+
+
+CASES = [  # n, c, h, w, o, stride, padding, data_block, out_block, mode, knobs
+    (1, 5, 9, 11, 7, 1, (1, 1, 1, 1), 0, 0, "pattern", (4, 1)),
+    (2, 16, 13, 13, 24, 1, (1, 1, 1, 1), 8, 8, "pattern", (3, 2)),
+    (1, 16, 15, 17, 16, 2, (1, 1, 1, 1), 8, 8, "pattern", (4, 1)),
+    (1, 12, 12, 12, 9, 2, (0, 0, 1, 1), 4, 0, "pattern", (2, 2)),
+    (1, 8, 10, 10, 8, 1, (0, 0, 0, 0), 8, 8, "pattern", (8, 1)),
+    (2, 16, 11, 9, 16, 1, (1, 1, 1, 1), 8, 8, "kernel", (1, 1)),
+    (1, 16, 11, 9, 16, 2, (1, 1, 1, 1), 8, 0, "csr", (4, 1)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[9]}-c{c[1]}-s{c[5]}-n{c[0]}" for c in CASES])
+def test_kernel_matches_numpy(case):
+    n, c, h, wd, o, s, pad, db, ob, mode, (rows, vectors) = case
+    rng = np.random.default_rng(5)
+    w = _pruned(o, c, seed=6, rate=2.0)
+    layout = _layout(w)
+    geo = ConvGeometry(n, c, h, wd, o, 3, 3, (s, s), pad, (1, 1), 1)
+    nk = int((w != 0).sum()) if mode == "csr" else layout.kernels
+    act = "relu" if mode != "kernel" else "clip"
+    spec = pc.PatternConv(geo, layout.patterns, nk, pc.PatternKnobs(rows, vectors, 8,
+                                                                    tile_copy=rows != 1),
+                          mode, db, ob, True, act, (-0.5, 0.75))
+    x = rng.standard_normal((n, c, h, wd)).astype("float32")
+    bias = rng.standard_normal(o).astype("float32")
+    ref = pc.reference(x, w, geo) + bias[None, :, None, None]
+    ref = np.maximum(ref, 0) if act == "relu" else np.clip(ref, -0.5, 0.75)
+    np.testing.assert_allclose(_run_kernel(spec, w, layout, x, bias), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_kernel_refuses_other_convs():
+    geo = ConvGeometry(1, 8, 8, 8, 8, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1)
+    with pytest.raises(CompilationError, match="3x3"):
+        pc.pattern_conv_func(pc.PatternConv(geo, ((0, 4),), 4))
+
+
+def test_default_knobs_fit_the_image():
+    for hw, rows in ((224, 8), (14, 7), (30, 6)):
+        geo = ConvGeometry(1, 8, hw, hw, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+        knobs = pc.default_knobs(geo, 8)
+        assert knobs.rows == rows and knobs.rows * knobs.vectors <= pc.MAX_ACCUMULATORS
+
+
+# --- the pipeline --------------------------------------------------------------------
+
+
+def _model(layers, size=20):
+    """conv(+bias)+ReLU chain; ``layers``: (out channels, pruned, stride)."""
+    rng = np.random.default_rng(7)
+    nodes, inits, x, c = [], [], "x", 3
+    h = size
+    for i, (o, pruned, s) in enumerate(layers):
+        w = (rng.standard_normal((o, c, 3, 3)) * 0.3).astype("float32")
+        if pruned:
+            w = prune(w, pattern_set([w], 8), 3.6)
+        b = rng.standard_normal(o).astype("float32")
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1] * 4,
+                                   strides=[s, s]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        x, c, h = f"r{i}", o, (h - 1) // s + 1
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, h, h])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_pipeline_puts_each_layer_on_its_kernel():
+    import onnxruntime as ort
+
+    import tvm_cocopie
+    from tvm_cocopie.pipeline import PipelineOptions, run_until
+
+    model = _model([(16, False, 1), (24, True, 1), (32, True, 2), (24, False, 1),
+                    (16, True, 1)])
+    tvm_cocopie.register()
+    mod = tvm_cocopie.from_onnx(model)
+    names = [gv.name_hint for gv, _ in run_until(mod, TARGET, "legalize").functions_items()]
+    assert sum(n.startswith("conv2d_pattern_sparse") for n in names) == 3
+    assert sum(n.startswith(("conv2d_nchwc", "conv2d_winograd")) for n in names) == 2
+    assert sum(n.startswith("relu") for n in names) == 2  # pattern layers: epilogue inside
+    off = run_until(mod, TARGET, "legalize", PipelineOptions(pattern_sparse=False))
+    assert not any(gv.name_hint.startswith("conv2d_pattern") for gv, _ in off.functions_items())
+    x = np.random.default_rng(8).standard_normal((1, 3, 20, 20)).astype("float32")
+    ours = tvm_cocopie.compile(model, TARGET)(x)
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+# --- model pruning and the CLI -------------------------------------------------------
+
+
+def test_prune_model_and_cli(tmp_path):
+    from tvm_cocopie.cli import main
+
+    model = _model([(16, False, 1), (24, False, 1), (16, False, 2)])
+    pruned, lr = prune_model(model, 6, 3.0)
+    assert len(lr.pattern_set) == 6 and len(lr.layers) == 3
+    assert lr.layers[0].connectivity == 1.0  # the first layer keeps its connections
+    assert all(abs(layer.connectivity - 3.0) < 0.2 for layer in lr.layers[1:])
+    inits = {t.name: numpy_helper.to_array(t) for t in pruned.graph.initializer}
+    for layer in lr.layers[1:]:
+        assert detect(inits[layer.weight]) is not None
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    out = tmp_path / "p.onnx"
+    assert main(["prune", str(path), "--patterns", "8", "--connectivity", "3.6",
+                 "-o", str(out)]) == 0
+    lrj = json.loads((tmp_path / "p.lr.json").read_text())
+    assert len(lrj["layers"]) == 3 and lrj["layers"][1]["knobs"]["rows"] >= 1
+    assert main(["prune", str(path), "--patterns", "20", "-o", str(out)]) == 2
+    assert main(["prune", str(path), "--connectivity", "0.5", "-o", str(out)]) == 2
+    dense_1x1 = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [numpy_helper.from_array(np.ones((2, 2, 1, 1), "float32"), "w")]))
+    with pytest.raises(ModelError, match="3x3"):
+        prune_model(dense_1x1)

@@ -1,0 +1,195 @@
+"""Pattern-sparse convolutions (PatDNN) found in a graph and given their kernel.
+
+Every ``relax.nn.conv2d`` whose constant 3x3 weight is pattern-sparse
+(:func:`tvm_cocopie.pruning.detect`: at most a few distinct kernel supports, most
+kernels empty) becomes one call of the pattern kernel
+(:mod:`tvm_cocopie.topi.cpu.pattern_conv`) with its FKW arrays as constants; a
+following bias ``add`` (per-channel constant) and ``relu`` / ``clip`` are taken into
+the kernel's epilogue when the conv's result has no other use. Dense convs are left to
+the legalization. It runs in the ``legalize`` stage, after the layout stage chose the
+conv's ``NCHW{b}c`` layouts, which the kernel then reads and writes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..exprs import const_np, is_constant, op_name, static_shape
+from ..pruning import detect
+from ..target import cpu_info
+from ..topi.cpu import pattern_conv as pc
+from ..topi.cpu.conv2d_nchwc import ConvGeometry
+from ..topi.cpu.legalize import layout_block
+
+log = logging.getLogger(__name__)
+
+
+def _geometry(call, data_block: int) -> ConvGeometry | None:
+    attrs = call.attrs
+    dshape, wshape = static_shape(call.args[0]), static_shape(call.args[1])
+    if dshape is None or wshape is None or str(attrs.kernel_layout) != "OIHW":
+        return None
+    if str(call.args[0].ty.dtype) != "float32" or str(attrs.out_dtype) not in (
+            "", "float32", "void", "None"):
+        return None
+    n, c, h, w = (dshape[0], dshape[1] * dshape[4], dshape[2], dshape[3]) if data_block \
+        else dshape
+    o, _, kh, kw = wshape
+    return ConvGeometry(n, c, h, w, o, kh, kw, tuple(int(s) for s in attrs.strides),
+                        tuple(int(p) for p in attrs.padding),
+                        tuple(int(d) for d in attrs.dilation), int(attrs.groups))
+
+
+def _channel_bias(value: np.ndarray, o: int, out_block: int) -> np.ndarray | None:
+    """A per-output-channel bias of length ``o`` from a broadcast constant in the conv's
+    output layout, or None if the constant is not one."""
+    v = np.asarray(value, np.float32)
+    if out_block:
+        if v.shape != (1, o // out_block, 1, 1, out_block):
+            return None
+        return v.reshape(o)
+    if v.shape not in ((1, o, 1, 1), (o, 1, 1)):
+        return None
+    return v.reshape(o)
+
+
+def _counts(func: relax.Function) -> dict:
+    uses: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            uses[expr] = uses.get(expr, 0) + 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return uses
+
+
+@relax.expr_functor.mutator
+class _PatternRewriter(relax.PyExprMutator):
+    def __init__(self, mod, lanes: int, knobs_for):
+        super().__init__(mod)
+        self.lanes = lanes
+        self.knobs_for = knobs_for
+        self.uses: dict = {}
+        self.calls: list = []  # (call_tir expr, spec, data, weight arrays, bias)
+        self.count = 0
+
+    def _emit(self, spec: pc.PatternConv, data, arrays, bias):
+        func = pc.pattern_conv_func(spec)
+        gv = self.builder_.add_func(func, "conv2d_pattern_sparse")
+        args = [data, *(relax.const(a) for a in arrays)]
+        if bias is not None:
+            args.append(relax.const(bias))
+        call = relax.call_tir(gv, args, relax.TensorType(list(spec.out_shape()), "float32"))
+        self.calls.append((call, spec, data, arrays))
+        return call
+
+    def _pattern_call(self, var):
+        """The pattern call ``var`` is bound to, if it has no epilogue yet and one use."""
+        if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
+            return None
+        try:
+            bound = self.lookup_binding(var)
+        except Exception:  # noqa: BLE001 - not a binding of this function
+            return None
+        for entry in self.calls:
+            if entry[0].same_as(bound):
+                return entry
+        return None
+
+    def visit_call_(self, call):
+        new = super().visit_call_(call)
+        name = op_name(new)
+        replacement = None
+        if name == "nn.conv2d":
+            replacement = self._conv(new)
+        elif name == "add":
+            replacement = self._bias(new)
+        elif name in ("nn.relu", "clip"):
+            replacement = self._activation(new, name)
+        return new if replacement is None else replacement
+
+    def _conv(self, call):
+        weight = call.args[1]
+        if not is_constant(weight):
+            return None
+        db = layout_block(str(call.attrs.data_layout))
+        obk = layout_block(str(call.attrs.out_layout))
+        if db is None or obk is None:
+            return None
+        geo = _geometry(call, db)
+        if geo is None or (geo.kh, geo.kw) != (3, 3) or geo.groups != 1 or \
+                geo.dilation != (1, 1) or geo.stride[0] != geo.stride[1]:
+            return None
+        w = const_np(weight)
+        layout = detect(w)
+        if layout is None:
+            return None
+        spec = pc.PatternConv(geo, layout.patterns, layout.kernels, self.knobs_for(geo),
+                              "pattern", db, obk)
+        self.count += 1
+        log.debug("pattern-sparse conv %dx%d @%dx%d: %d patterns, connectivity %.2fx",
+                  geo.o, geo.c, geo.h, geo.w, len(layout.patterns), layout.connectivity)
+        return self._emit(spec, call.args[0], pc.weight_arrays(spec, w, layout), None)
+
+    def _bias(self, call):
+        lhs, rhs = call.args
+        if is_constant(lhs):
+            lhs, rhs = rhs, lhs
+        entry = self._pattern_call(lhs)
+        if entry is None or not is_constant(rhs):
+            return None
+        _, spec, data, arrays = entry
+        if spec.bias or spec.activation != "none":
+            return None
+        bias = _channel_bias(const_np(rhs), spec.geo.o, spec.out_block)
+        if bias is None:
+            return None
+        return self._emit(spec.__class__(**{**spec.__dict__, "bias": True}), data, arrays, bias)
+
+    def _activation(self, call, name):
+        entry = self._pattern_call(call.args[0])
+        if entry is None:
+            return None
+        prev, spec, data, arrays = entry
+        if spec.activation != "none":
+            return None
+        bias = const_np(prev.args[1].fields[-1]) if spec.bias else None
+        changes = {"activation": "relu"}
+        if name == "clip":
+            lo, hi = (float(v.value) for v in call.args[1:3])
+            changes = {"activation": "clip", "clip": (lo, hi)}
+        return self._emit(spec.__class__(**{**spec.__dict__, **changes}), data, arrays, bias)
+
+
+def pattern_sparse_convs(target, knobs_for=None) -> tvm.transform.Pass:
+    """The pass: pattern-sparse constant-weight convs (with their bias and activation)
+    as pattern kernel calls, for the CPU ``target``. ``knobs_for(geo)`` gives each conv's
+    :class:`~tvm_cocopie.topi.cpu.pattern_conv.PatternKnobs` (default:
+    :func:`~tvm_cocopie.topi.cpu.pattern_conv.default_knobs`)."""
+    lanes = cpu_info(target).f32_lanes
+
+    def knobs(geo):
+        return knobs_for(geo) if knobs_for else pc.default_knobs(geo, lanes)
+
+    @tvm.transform.module_pass(opt_level=0, name="PatternSparseConv")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        rewriter = _PatternRewriter(mod, lanes, knobs)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.uses = _counts(func)
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        if not rewriter.count:
+            return mod
+        log.info("%d pattern-sparse convs on the pattern kernel", rewriter.count)
+        out = relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+        return out
+
+    return _pass
+
+
+__all__ = ["pattern_sparse_convs"]
