@@ -32,13 +32,13 @@ import sys
 from tvm_cocopie.threads import configure_thread_pool
 
 MODELS = ("vgg16", "resnet50")
-LAYER_COLUMNS = [("layer", "layer", "s"), ("threads", "thr", "d"),
-                 ("dense_ms", "dense ms", ".3f"), ("ort_ms", "ORT ms", ".3f"),
-                 ("csr_ms", "CSR ms", ".3f"), ("tuned_ms", "pattern ms", ".3f"),
-                 ("speedup_vs_dense", "x dense", ".2f"),
-                 ("speedup_vs_dense_direct", "x direct", ".2f"),
-                 ("speedup_vs_ort", "x ORT", ".2f"), ("speedup_vs_csr", "x CSR", ".2f"),
-                 ("tuned_knobs", "tile", "s")]
+LAYER_COLUMNS = [("layer", "layer", "{}"), ("threads", "thr", "{}"),
+                 ("dense_ms", "dense ms", "{:.3f}"), ("ort_ms", "ORT ms", "{:.3f}"),
+                 ("csr_ms", "CSR ms", "{:.3f}"), ("tuned_ms", "pattern ms", "{:.3f}"),
+                 ("speedup_vs_dense", "x dense", "{:.2f}"),
+                 ("speedup_vs_dense_direct", "x direct", "{:.2f}"),
+                 ("speedup_vs_ort", "x ORT", "{:.2f}"), ("speedup_vs_csr", "x CSR", "{:.2f}"),
+                 ("tuned_knobs", "tile", "{}")]
 
 
 def parse_args(argv=None):
