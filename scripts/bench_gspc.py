@@ -100,12 +100,12 @@ def main(argv=None) -> int:
                 "ms_trials": args.ms_trials}
     try:
         previous = bm.previous_records(args.json, settings) if args.resume else []
-        models_done = _previous_part(args.json, "models") if args.resume else []
+        models_done = bm.previous_part(args.json, "models") if args.resume else []
     except CocopieError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     records, model_records = list(previous), list(models_done)
-    tuned_records = _previous_part(args.json, "tuned") if args.resume else []
+    tuned_records = bm.previous_part(args.json, "tuned") if args.resume else []
 
     def save():
         summary = gspc.summarize(records, model_records, tuned_records)
@@ -228,16 +228,6 @@ def tune_layer(layer, target, work_dir, trials: int = 64,
             "untuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie"],
             "tuned_over_ms_tuned": ms_["ms_tuned"] / ms_["cocopie_tuned"],
             "max_rel_err": max(errs.values()), "out_hw": list(layer.out_hw)}
-
-
-def _previous_part(path, key: str) -> list:
-    """The ``key`` list (``models``, ``tuned``) of an earlier run's JSON (none if absent)."""
-    import json
-
-    if not path or not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return json.load(fh).get(key, [])
 
 
 if __name__ == "__main__":

@@ -62,15 +62,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def _previous_models(path) -> list:
-    import json
-
-    if not path or not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return json.load(fh).get("models", [])
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     cores = len(os.sched_getaffinity(0))
@@ -113,7 +104,7 @@ def main(argv=None) -> int:
     except CocopieError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    model_records = _previous_models(args.json) if args.resume else []
+    model_records = bm.previous_part(args.json, "models") if args.resume else []
 
     def save():
         summary = pattern.summarize(records, model_records)

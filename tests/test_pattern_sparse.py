@@ -271,3 +271,26 @@ def test_prune_model_and_cli(tmp_path):
         [numpy_helper.from_array(np.ones((2, 2, 1, 1), "float32"), "w")]))
     with pytest.raises(ModelError, match="3x3"):
         prune_model(dense_1x1)
+
+
+# --- the benchmark's layer comparison --------------------------------------------------
+
+
+def test_bench_layer_record_and_summary():
+    import tvm_cocopie
+    from tvm_cocopie.bench import pattern as bp
+
+    tvm_cocopie.register()
+    layer = bp.PatternLayer("t", 16, 16, 12)
+    records = bp.compare_layer(layer, TARGET, [1], repeat=2, max_seconds=5.0)
+    (rec,) = records
+    assert rec["max_rel_err"] < 1e-4  # every contender against ONNX Runtime
+    for key in ("dense_ms", "dense_direct_ms", "ort_ms", "pattern_ms", "noopt_ms",
+                "reorder_ms", "lre_ms", "tuned_ms", "csr_ms"):
+        assert rec[key] > 0
+    assert rec["tuned_knobs"] in rec["tuning_ms"]["pattern"]
+    assert rec["fkw_index_bytes"] < rec["csr_index_bytes"]
+    summary = bp.summarize(records, [{"model": "m", "threads": 1, "speedup_vs_dense": 1.5,
+                                      "speedup_vs_ort": 2.0}])
+    assert summary["e2e_speedup_m"] == 1.5
+    assert summary["speedup_vs_dense"] == pytest.approx(rec["speedup_vs_dense"])

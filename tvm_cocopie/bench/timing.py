@@ -338,6 +338,16 @@ def previous_records(path, settings: dict) -> list:
     return [r for r in previous.get("records", []) if "skipped" not in r]
 
 
+def previous_part(path, key: str) -> list:
+    """The ``key`` list (``models``, ``tuned``) of an earlier run's JSON at ``path`` (none
+    if there is no file): the parts of a result beside its ``records`` that ``--resume``
+    keeps."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return json.load(fh).get(key, [])
+
+
 @contextlib.contextmanager
 def busy_processes(count: int):
     """``count`` processes spinning on a core while the block runs (a machine where other
