@@ -64,3 +64,17 @@ def is_load(expr) -> bool:
     """Whether the TIR expression ``expr`` reads one element of a buffer (``TensorLoad``
     in TVM 0.27, ``BufferLoad`` before)."""
     return type(expr).__name__ in ("TensorLoad", "BufferLoad")
+
+
+def f32(value: float) -> tvm.tirx.PrimExpr:
+    """A float32 TIR constant."""
+    return tvm.tirx.const(value, "float32")
+
+
+def builder_store(buf, value, *idx) -> None:
+    """``buf[idx] = value`` inside an IRBuilder program (the kernels written directly as
+    TIR: the recurrent loop, the pattern-sparse conv)."""
+    from tvm.script.ir_builder import tirx as T
+
+    T.buffer_store(buf, value, list(idx))
+

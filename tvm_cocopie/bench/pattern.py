@@ -185,8 +185,7 @@ def compare_layer(layer: PatternLayer, target, threads: list[int], repeat: int =
         ms = bm.time_per_call({"ort": ort_run, **runs}, repeat, max_seconds)
         best = ms.get("tuned", ms["lre"])
         rec = {"layer": layer.name, **asdict(layer), "threads": t,
-               "dense_macs": conv.macs, "pattern_macs": int(layout.kernels * 4 * conv.out_hw[0]
-                                                            * conv.out_hw[1]),
+               "dense_macs": conv.macs, "pattern_macs": specs["lre"].macs(),
                "patterns": len(layout.patterns), "connectivity": layout.connectivity,
                **{f"{k}_ms": v for k, v in ms.items()},
                "max_rel_err": max(errs.values()),

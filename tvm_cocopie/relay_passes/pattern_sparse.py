@@ -12,6 +12,7 @@ conv's ``NCHW{b}c`` layouts, which the kernel then reads and writes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -22,26 +23,9 @@ from ..exprs import const_np, is_constant, op_name, static_shape
 from ..pruning import detect
 from ..target import cpu_info
 from ..topi.cpu import pattern_conv as pc
-from ..topi.cpu.conv2d_nchwc import ConvGeometry
-from ..topi.cpu.legalize import layout_block
+from ..topi.cpu.legalize import conv_geometry, conv_unsupported, layout_block
 
 log = logging.getLogger(__name__)
-
-
-def _geometry(call, data_block: int) -> ConvGeometry | None:
-    attrs = call.attrs
-    dshape, wshape = static_shape(call.args[0]), static_shape(call.args[1])
-    if dshape is None or wshape is None or str(attrs.kernel_layout) != "OIHW":
-        return None
-    if str(call.args[0].ty.dtype) != "float32" or str(attrs.out_dtype) not in (
-            "", "float32", "void", "None"):
-        return None
-    n, c, h, w = (dshape[0], dshape[1] * dshape[4], dshape[2], dshape[3]) if data_block \
-        else dshape
-    o, _, kh, kw = wshape
-    return ConvGeometry(n, c, h, w, o, kh, kw, tuple(int(s) for s in attrs.strides),
-                        tuple(int(p) for p in attrs.padding),
-                        tuple(int(d) for d in attrs.dilation), int(attrs.groups))
 
 
 def _channel_bias(value: np.ndarray, o: int, out_block: int) -> np.ndarray | None:
@@ -70,12 +54,11 @@ def _counts(func: relax.Function) -> dict:
 
 @relax.expr_functor.mutator
 class _PatternRewriter(relax.PyExprMutator):
-    def __init__(self, mod, lanes: int, knobs_for):
+    def __init__(self, mod, knobs_for):
         super().__init__(mod)
-        self.lanes = lanes
         self.knobs_for = knobs_for
         self.uses: dict = {}
-        self.calls: list = []  # (call_tir expr, spec, data, weight arrays, bias)
+        self.calls: list = []  # (call_tir expr, spec, data, weight arrays, bias or None)
         self.count = 0
 
     def _emit(self, spec: pc.PatternConv, data, arrays, bias):
@@ -85,7 +68,7 @@ class _PatternRewriter(relax.PyExprMutator):
         if bias is not None:
             args.append(relax.const(bias))
         call = relax.call_tir(gv, args, relax.TensorType(list(spec.out_shape()), "float32"))
-        self.calls.append((call, spec, data, arrays))
+        self.calls.append((call, spec, data, arrays, bias))
         return call
 
     def _pattern_call(self, var):
@@ -115,15 +98,14 @@ class _PatternRewriter(relax.PyExprMutator):
 
     def _conv(self, call):
         weight = call.args[1]
-        if not is_constant(weight):
+        if not is_constant(weight) or conv_unsupported(call):
             return None
         db = layout_block(str(call.attrs.data_layout))
         obk = layout_block(str(call.attrs.out_layout))
         if db is None or obk is None:
             return None
-        geo = _geometry(call, db)
-        if geo is None or (geo.kh, geo.kw) != (3, 3) or geo.groups != 1 or \
-                geo.dilation != (1, 1) or geo.stride[0] != geo.stride[1]:
+        geo = conv_geometry(call, static_shape(call.args[0]), static_shape(weight))
+        if pc.unsupported(geo):
             return None
         w = const_np(weight)
         layout = detect(w)
@@ -143,27 +125,26 @@ class _PatternRewriter(relax.PyExprMutator):
         entry = self._pattern_call(lhs)
         if entry is None or not is_constant(rhs):
             return None
-        _, spec, data, arrays = entry
+        _, spec, data, arrays, _ = entry
         if spec.bias or spec.activation != "none":
             return None
         bias = _channel_bias(const_np(rhs), spec.geo.o, spec.out_block)
         if bias is None:
             return None
-        return self._emit(spec.__class__(**{**spec.__dict__, "bias": True}), data, arrays, bias)
+        return self._emit(dataclasses.replace(spec, bias=True), data, arrays, bias)
 
     def _activation(self, call, name):
         entry = self._pattern_call(call.args[0])
         if entry is None:
             return None
-        prev, spec, data, arrays = entry
+        _, spec, data, arrays, bias = entry
         if spec.activation != "none":
             return None
-        bias = const_np(prev.args[1].fields[-1]) if spec.bias else None
         changes = {"activation": "relu"}
         if name == "clip":
             lo, hi = (float(v.value) for v in call.args[1:3])
             changes = {"activation": "clip", "clip": (lo, hi)}
-        return self._emit(spec.__class__(**{**spec.__dict__, **changes}), data, arrays, bias)
+        return self._emit(dataclasses.replace(spec, **changes), data, arrays, bias)
 
 
 def pattern_sparse_convs(target, knobs_for=None) -> tvm.transform.Pass:
@@ -178,7 +159,7 @@ def pattern_sparse_convs(target, knobs_for=None) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="PatternSparseConv")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rewriter = _PatternRewriter(mod, lanes, knobs)
+        rewriter = _PatternRewriter(mod, knobs)
         for gvar, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 rewriter.uses = _counts(func)
@@ -186,8 +167,7 @@ def pattern_sparse_convs(target, knobs_for=None) -> tvm.transform.Pass:
         if not rewriter.count:
             return mod
         log.info("%d pattern-sparse convs on the pattern kernel", rewriter.count)
-        out = relax.transform.DeadCodeElimination()(rewriter.builder_.get())
-        return out
+        return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
     return _pass
 

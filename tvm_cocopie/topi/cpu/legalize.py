@@ -75,7 +75,7 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     (the layout pass asks "what if this conv were blocked?"); ``grouped``: the kernel of
     grouped convs whose groups do not fall on whole chunks (:data:`.gspc.GROUPED`)."""
     attrs = call.attrs
-    why = _conv_unsupported(call)
+    why = conv_unsupported(call)
     if why:
         log.debug("conv2d left to TVM: %s", why)
         return None
@@ -87,20 +87,10 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     wshape = static_shape(call.args[1])
     if data_block is not None and db and len(dshape) == 4:  # hypothetical blocking
         dshape = [dshape[0], dshape[1] // db, dshape[2], dshape[3], db]
-    if db:
-        n, cb, h, w, ib = dshape
-        c = cb * ib
-    else:
-        n, c, h, w = dshape
-    o, _, kh, kw = wshape
-    geo = cn.ConvGeometry(
-        n, c, h, w, o, kh, kw,
-        tuple(int(s) for s in attrs.strides), tuple(int(p) for p in attrs.padding),
-        tuple(int(d) for d in attrs.dilation), int(attrs.groups),
-    )
-    ib = db or channel_block(c, info)
-    ob = obk or channel_block(o, info)
-    if c % ib or o % ob:
+    geo = conv_geometry(call, dshape, wshape)
+    ib = db or channel_block(geo.c, info)
+    ob = obk or channel_block(geo.o, info)
+    if geo.c % ib or geo.o % ob:
         return None
     if dw.is_depthwise(geo):
         if ib != ob:
@@ -128,7 +118,22 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     return Conv2dPlan(geo, tile, db, obk, False)
 
 
-def _conv_unsupported(call) -> str | None:
+def conv_geometry(call, dshape: list[int], wshape: list[int]) -> cn.ConvGeometry:
+    """The geometry of conv ``call`` on data of shape ``dshape`` (``NCHW`` or
+    ``NCHW{b}c``) and an ``OIHW`` weight of shape ``wshape``."""
+    attrs = call.attrs
+    n, c, h, w = (dshape[0], dshape[1] * dshape[4], dshape[2], dshape[3]) \
+        if len(dshape) == 5 else dshape
+    o, _, kh, kw = wshape
+    return cn.ConvGeometry(
+        n, c, h, w, o, kh, kw,
+        tuple(int(s) for s in attrs.strides), tuple(int(p) for p in attrs.padding),
+        tuple(int(d) for d in attrs.dilation), int(attrs.groups),
+    )
+
+
+def conv_unsupported(call) -> str | None:
+    """Why our conv kernels cannot take ``call`` (layout, dtype, symbolic shape), or None."""
     attrs = call.attrs
     if str(attrs.kernel_layout) != "OIHW":
         return f"kernel layout {attrs.kernel_layout}"
@@ -285,6 +290,8 @@ __all__ = [
     "Conv2dPlan",
     "MatmulPlan",
     "conv2d_plan",
+    "conv_geometry",
+    "conv_unsupported",
     "legalize_conv2d",
     "legalize_matmul",
     "matmul_plan",

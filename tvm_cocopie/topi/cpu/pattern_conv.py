@@ -44,6 +44,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ...errors import CompilationError
+from ...exprs import builder_store, f32
 from .conv2d_nchwc import ConvGeometry
 
 #: code generation modes: PatDNN's pattern code, its no-opt version, CSR
@@ -107,10 +108,6 @@ class FKW:
     index: np.ndarray  # [nk] int32: input channel of each kernel
     weights: np.ndarray  # [nk, taps] float32: the pattern's positions, zero padded
     pattern_of: np.ndarray  # [nk] int32: each kernel's pattern (the no-opt mode reads it)
-
-    @property
-    def taps(self) -> int:
-        return int(self.weights.shape[1])
 
     def index_bytes(self) -> int:
         """Bytes of the FKW arrays other than the weights (the thesis' overhead): offset,
@@ -183,14 +180,21 @@ def csr(weight: np.ndarray) -> CSR:
     return CSR(row_ptr, cols, m[nz].astype(np.float32))
 
 
+def unsupported(geo: ConvGeometry) -> str | None:
+    """Why this kernel does not compute ``geo``, or None."""
+    if (geo.kh, geo.kw) != (3, 3) or geo.groups != 1 or geo.dilation != (1, 1):
+        return (f"pattern-sparse conv takes dense 3x3 convs without dilation; got kernel "
+                f"{geo.kh}x{geo.kw}, groups {geo.groups}, dilation {geo.dilation}")
+    if geo.stride[0] != geo.stride[1]:
+        return f"pattern-sparse conv needs equal strides; got {geo.stride}"
+    return None
+
+
 def check_geometry(geo: ConvGeometry) -> None:
     """A clear error for convs this kernel does not compute."""
-    if (geo.kh, geo.kw) != (3, 3) or geo.groups != 1 or geo.dilation != (1, 1):
-        raise CompilationError(
-            f"pattern-sparse conv takes dense 3x3 convs without dilation; got kernel "
-            f"{geo.kh}x{geo.kw}, groups {geo.groups}, dilation {geo.dilation}")
-    if geo.stride[0] != geo.stride[1]:
-        raise CompilationError(f"pattern-sparse conv needs equal strides; got {geo.stride}")
+    why = unsupported(geo)
+    if why:
+        raise CompilationError(why)
 
 
 @dataclass(frozen=True)
@@ -275,12 +279,6 @@ def weight_arrays(spec: PatternConv, weight: np.ndarray,
     return arrays
 
 
-def _store(buf, value, *idx) -> None:
-    T.buffer_store(buf, value, list(idx))
-
-
-def _f32(v: float):
-    return tirx.const(v, "float32")
 
 
 def _fill_padded(spec: PatternConv, data, pbuf) -> None:
@@ -294,18 +292,18 @@ def _fill_padded(spec: PatternConv, data, pbuf) -> None:
     b = spec.data_block
     with T.parallel(0, g.n * g.c) as nc, T.serial(0, s * hp) as row, \
             T.vectorized(0, wq) as xq:
-        _store(pbuf, _f32(0.0), nc // g.c, nc % g.c, row // hp, row % hp, xq)
+        builder_store(pbuf, f32(0.0), nc // g.c, nc % g.c, row // hp, row % hp, xq)
     if b:
         cb = g.c // b
         with T.parallel(0, g.n * cb * g.h) as ny, T.serial(0, g.w) as x, \
                 T.vectorized(0, b) as ci:
             n, c0, y = ny // (cb * g.h), ny // g.h % cb, ny % g.h
-            _store(pbuf, data[n, c0, y, x, ci], n, c0 * b + ci, (x + pl) % s, y + pt,
+            builder_store(pbuf, data[n, c0, y, x, ci], n, c0 * b + ci, (x + pl) % s, y + pt,
                    (x + pl) // s)
     else:
         with T.parallel(0, g.n * g.c * g.h) as ny, T.vectorized(0, g.w) as x:
             n, c, y = ny // (g.c * g.h), ny // g.h % g.c, ny % g.h
-            _store(pbuf, data[n, c, y, x], n, c, (x + pl) % s, y + pt, (x + pl) // s)
+            builder_store(pbuf, data[n, c, y, x], n, c, (x + pl) % s, y + pt, (x + pl) // s)
 
 
 def _accumulate(spec: PatternConv, acc, src, ic, weight_of, position) -> None:
@@ -322,7 +320,7 @@ def _accumulate(spec: PatternConv, acc, src, ic, weight_of, position) -> None:
             for v in range(k.vectors):
                 with T.vectorized(0, k.lanes) as lane:
                     col = v * k.lanes + lane
-                    _store(acc, acc[r, col] + w * src(ic, dx, r * s + dy, col), r, col)
+                    builder_store(acc, acc[r, col] + w * src(ic, dx, r * s + dy, col), r, col)
 
 
 def _tile_body(spec: PatternConv, ins: dict, acc, src, f, prefetch=None) -> None:
@@ -359,9 +357,9 @@ def _epilogue(spec: PatternConv, value, bias, o):
     if bias is not None:
         value = value + bias[o]
     if spec.activation == "relu":
-        value = tirx.max(value, _f32(0.0))
+        value = tirx.max(value, f32(0.0))
     elif spec.activation == "clip":
-        value = tirx.max(tirx.min(value, _f32(spec.clip[1])), _f32(spec.clip[0]))
+        value = tirx.max(tirx.min(value, f32(spec.clip[1])), f32(spec.clip[0]))
     return value
 
 
@@ -377,18 +375,18 @@ def _copy_tile(spec: PatternConv, data, tb, n, y0, x0) -> None:
         yc = tirx.max(tirx.min(y, g.h - 1), 0)
         xc = tirx.max(tirx.min(x, g.w - 1), 0)
         v = data[n, c_index, yc, xc, lane] if b else data[n, c_index, yc, xc]
-        return tirx.Select(tirx.all(y >= 0, y < g.h, x >= 0, x < g.w), v, _f32(0.0))
+        return tirx.Select(tirx.all(y >= 0, y < g.h, x >= 0, x < g.w), v, f32(0.0))
 
     for ph in range(s):
         if b:
             with T.serial(0, g.c // b) as c0, T.serial(0, rs) as rr, \
                     T.serial(0, ws) as xq, T.vectorized(0, b) as ci:
                 y, x = y0 * s + rr - pt, (x0 + xq) * s + ph - pl
-                _store(tb, value(c0, y, x, ci), c0 * b + ci, ph, rr, xq)
+                builder_store(tb, value(c0, y, x, ci), c0 * b + ci, ph, rr, xq)
         else:
             with T.serial(0, g.c) as c, T.serial(0, rs) as rr, T.vectorized(0, ws) as xq:
                 y, x = y0 * s + rr - pt, (x0 + xq) * s + ph - pl
-                _store(tb, value(c, y, x), c, ph, rr, xq)
+                builder_store(tb, value(c, y, x), c, ph, rr, xq)
 
 
 def _tile_source(spec: PatternConv, data, pbuf, n, y0, x0):
@@ -427,9 +425,9 @@ def _store_tile(spec: PatternConv, out, acc, bias, n, y0, x0, o) -> None:
     def put(r, c):
         value = _epilogue(spec, acc[r, c], bias, o)
         if ob:
-            _store(out, value, n, o // ob, y0 + r, x0 + c, o % ob)
+            builder_store(out, value, n, o // ob, y0 + r, x0 + c, o % ob)
         else:
-            _store(out, value, n, o, y0 + r, x0 + c)
+            builder_store(out, value, n, o, y0 + r, x0 + c)
 
     full = tirx.all(y0 + k.rows <= g.oh, x0 + k.width <= g.ow)
     with T.If(full):
@@ -462,7 +460,7 @@ def _kernel(spec: PatternConv, ins: dict, out):
                 acc = T.decl_buffer((k.rows, k.width), "float32", scope="local")
                 for r in range(k.rows):
                     with T.vectorized(0, k.width) as c:
-                        _store(acc, _f32(0.0), r, c)
+                        builder_store(acc, f32(0.0), r, c)
                 _tile_body(spec, ins, acc, src, f, prefetch)
                 _store_tile(spec, out, acc, ins.get("bias"), n, y0, x0, o)
     return ib.get()
@@ -527,6 +525,7 @@ __all__ = [
     "pattern_conv_func",
     "pattern_table",
     "reference",
+    "unsupported",
     "weight_arrays",
 ]
 

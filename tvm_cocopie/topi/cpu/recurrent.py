@@ -32,6 +32,8 @@ from tvm import te, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ...exprs import builder_store, f32
+
 #: Columns of one GEMV register tile (4 AVX2 vectors) and its most batch rows: 3 rows
 #: of 4 accumulators + 3 broadcasts fit AVX2's 16 registers.
 COLUMN_TILE = 32
@@ -58,9 +60,6 @@ def _row_tile(batch: int) -> int:
     return next(r for r in range(min(batch, MAX_ROW_TILE), 0, -1) if batch % r == 0)
 
 
-def _f32(value: float) -> tirx.PrimExpr:
-    return tirx.const(value, "float32")
-
 
 # --- vectorizable transcendental functions ----------------------------------------
 # The same arithmetic as TVM's C++ topi::fast_exp / fast_tanh (checked bit for bit in
@@ -83,33 +82,33 @@ def fast_exp(x: tirx.PrimExpr, bind=_same) -> tirx.PrimExpr:
     """``exp(x)`` by range reduction to ``2^n * p(r)`` (``topi.fast_exp``). ``bind``
     names a subexpression used more than once (``T.Bind`` inside an IRBuilder)."""
     x = bind(x)
-    xc = bind(tirx.max(tirx.min(x, _f32(88.3762626647950)), _f32(-88.3762626647949)))
-    n = bind(tirx.floor(xc * _f32(1.44269504088896341) + _f32(0.5)))
-    r = bind(xc - n * _f32(0.6931471805599453))
-    y = _f32(_EXP_POLY[0])
+    xc = bind(tirx.max(tirx.min(x, f32(88.3762626647950)), f32(-88.3762626647949)))
+    n = bind(tirx.floor(xc * f32(1.44269504088896341) + f32(0.5)))
+    r = bind(xc - n * f32(0.6931471805599453))
+    y = f32(_EXP_POLY[0])
     for c in _EXP_POLY[1:]:
-        y = y * r + _f32(c)
-    y = y * r * r + r + _f32(1.0)
+        y = y * r + f32(c)
+    y = y * r * r + r + f32(1.0)
     two_n = tirx.reinterpret("float32", (tirx.Cast("int32", n) + 127) << 23)
     return tirx.max(two_n * y, x)
 
 
 def fast_tanh(x: tirx.PrimExpr, bind=_same) -> tirx.PrimExpr:
     """``tanh(x)`` as a rational polynomial on ``[-9, 9]`` (``topi.fast_tanh``)."""
-    xc = bind(tirx.max(_f32(-9.0), tirx.min(_f32(9.0), x)))
+    xc = bind(tirx.max(f32(-9.0), tirx.min(f32(9.0), x)))
     x2 = bind(xc * xc)
-    p = _f32(_TANH_NUM[0])
+    p = f32(_TANH_NUM[0])
     for c in _TANH_NUM[1:]:
-        p = p * x2 + _f32(c)
-    q = _f32(_TANH_DEN[0])
+        p = p * x2 + f32(c)
+    q = f32(_TANH_DEN[0])
     for c in _TANH_DEN[1:]:
-        q = q * x2 + _f32(c)
+        q = q * x2 + f32(c)
     return p * xc / q
 
 
 def fast_sigmoid(x: tirx.PrimExpr, bind=_same) -> tirx.PrimExpr:
     """``1 / (1 + exp(-x))`` with :func:`fast_exp` (as ``fast_math``'s sigmoid)."""
-    return _f32(1.0) / (_f32(1.0) + fast_exp(-x, bind))
+    return f32(1.0) / (f32(1.0) + fast_exp(-x, bind))
 
 
 def _sigmoid(x):
@@ -194,9 +193,6 @@ def _vector_loop(extent: int, body) -> None:
             body(main + jt)
 
 
-def _store(buf, value, *idx) -> None:
-    T.buffer_store(buf, value, list(idx))
-
 
 def _gemv(acc_out, h_in, rt, d, batch: int, hidden: int, flip=None) -> None:
     """``acc_out[b, j] = sum_k h_in[b, k] * rt[d, j // JT, k, j % JT]`` for all padded
@@ -209,15 +205,15 @@ def _gemv(acc_out, h_in, rt, d, batch: int, hidden: int, flip=None) -> None:
         acc = T.decl_buffer((rows, jt), "float32", scope="local")
         for bi in range(rows):
             with T.vectorized(0, jt) as ji:
-                _store(acc, _f32(0.0), bi, ji)
+                builder_store(acc, f32(0.0), bi, ji)
         with T.serial(0, hidden) as k:
             for bi in range(rows):
                 hk = h_in[bo * rows + bi, k]
                 with T.vectorized(0, jt) as ji:
-                    _store(acc, acc[bi, ji] + hk * rt[d, jo, k, ji], bi, ji)
+                    builder_store(acc, acc[bi, ji] + hk * rt[d, jo, k, ji], bi, ji)
         for bi in range(rows):
             with T.vectorized(0, jt) as ji:
-                _store(acc_out, acc[bi, ji], bo * rows + bi, jo * jt + ji)
+                builder_store(acc_out, acc[bi, ji], bo * rows + bi, jo * jt + ji)
 
 
 def _kernel(spec: LoopSpec, ins: dict, outs: list):
@@ -237,9 +233,9 @@ def _kernel(spec: LoopSpec, ins: dict, outs: list):
             rh = T.decl_buffer((B, H), "float32") if spec.cell == "gru" else None
             with T.serial(0, B) as b:
                 def init(j, b=b):
-                    _store(hs, ins["h0"][d, b, j] if spec.init_h else _f32(0.0), b, j)
+                    builder_store(hs, ins["h0"][d, b, j] if spec.init_h else f32(0.0), b, j)
                     if cs is not None:
-                        _store(cs, ins["c0"][d, b, j] if spec.init_c else _f32(0.0), b, j)
+                        builder_store(cs, ins["c0"][d, b, j] if spec.init_c else f32(0.0), b, j)
                 _vector_loop(H, init)
             with T.serial(0, S) as s:
                 walks = [S - 1 - s if r else s for r in spec.reverse]
@@ -259,8 +255,8 @@ def _kernel(spec: LoopSpec, ins: dict, outs: list):
                     elif spec.cell == "rnn":
                         def rnn(j, b=b, x_at=x_at):
                             h_new = _tanh(gbufs[0][b, j] + x_at(0, j))
-                            _store(hs, h_new, b, j)
-                            _store(y, h_new, t, d, b, j)
+                            builder_store(hs, h_new, b, j)
+                            builder_store(y, h_new, t, d, b, j)
                         _vector_loop(H, rnn)
                     else:
                         _gru_zr(spec, gbufs[0], x_at, hs, rh, b)
@@ -271,9 +267,9 @@ def _kernel(spec: LoopSpec, ins: dict, outs: list):
                         _gru_h(spec, ins, gbufs, rh, x_row(b), hs, y, t, d, b)
             with T.serial(0, B) as b:
                 def final(j, b=b):
-                    _store(y_h, hs[b, j], d, b, j)
+                    builder_store(y_h, hs[b, j], d, b, j)
                     if y_c is not None:
-                        _store(y_c, cs[b, j], d, b, j)
+                        builder_store(y_c, cs[b, j], d, b, j)
                 _vector_loop(H, final)
     return ib.get()
 
@@ -291,13 +287,13 @@ def _lstm_gates(spec, ins, g, x_at, hs, cs, y, t, d, b) -> None:
             i_pre = i_pre + ins["p"][d, j] * c
             f_pre = f_pre + ins["p"][d, 2 * H + j] * c
         c_new = T.Bind(_sigmoid(f_pre) * c + _sigmoid(i_pre) * _tanh(pre(3, j)))
-        _store(cs, c_new, b, j)
+        builder_store(cs, c_new, b, j)
         o_pre = pre(1, j)
         if spec.peepholes:
             o_pre = o_pre + ins["p"][d, H + j] * c_new
         h_new = T.Bind(_sigmoid(o_pre) * _tanh(c_new))
-        _store(hs, h_new, b, j)
-        _store(y, h_new, t, d, b, j)
+        builder_store(hs, h_new, b, j)
+        builder_store(y, h_new, t, d, b, j)
 
     _vector_loop(H, body)
 
@@ -310,8 +306,8 @@ def _gru_zr(spec, g, x_at, hs, rh, b) -> None:
     def body(j):
         z = _sigmoid(g[b, j] + x_at(0, j))
         r = _sigmoid(g[b, H + j] + x_at(1, j))
-        _store(g, z, b, j)
-        _store(rh, r if spec.linear_before_reset else r * hs[b, j], b, j)
+        builder_store(g, z, b, j)
+        builder_store(rh, r if spec.linear_before_reset else r * hs[b, j], b, j)
 
     _vector_loop(H, body)
 
@@ -328,9 +324,9 @@ def _gru_h(spec, ins, gbufs, rh, x_at, hs, y, t, d, b) -> None:
         else:
             cand = _tanh(x_at(2, j) + hh[b, j])
         z = T.Bind(z_buf[b, j])
-        h_new = T.Bind((_f32(1.0) - z) * cand + z * hs[b, j])
-        _store(hs, h_new, b, j)
-        _store(y, h_new, t, d, b, j)
+        h_new = T.Bind((f32(1.0) - z) * cand + z * hs[b, j])
+        builder_store(hs, h_new, b, j)
+        builder_store(y, h_new, t, d, b, j)
 
     _vector_loop(H, body)
 
