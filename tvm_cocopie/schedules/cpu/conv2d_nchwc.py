@@ -73,6 +73,13 @@ class ConvKnobs:
     #: padding). Depthwise convs are memory-bound and have no output-channel tiles: the
     #: separate pass tripled their DRAM traffic (1.4-2x slower, stride 2), so on for them
     pad_per_tile: bool = False
+    #: read the input through the padding condition instead of a padded copy
+    #: (:func:`inline_padding`): on for depthwise convs whose vector is one chunk, where
+    #: a copy per row band cost as much as the 9 FMAs per pixel it feeds (znver1, 2
+    #: threads, flushed caches: 32 channels at 112x112 stride 2 91 -> 55 us, 64 at 56x56
+    #: 101 -> 90, 672 at 14x14 5x5 stride 2 45 -> 30); off for wide tiles, whose vector
+    #: spans pixels the condition would split (58 channels at 28x28: 31 -> 137 us)
+    pad_inline: bool = False
     #: loop over the output-channel tiles inside the pixel tiles (input-stationary)
     #: when all the weights fit in L2: measured with cold caches (as inside a network),
     #: 0-13% faster for 1x1 convs reading a large input (256 channels at 56x56), equal
@@ -94,9 +101,11 @@ class ConvKnobs:
         """The knobs a compute's annotation fixes (its register tile) with the schedule's
         defaults."""
         kind = str(ann["kind"])
+        wide = bool(int(ann.get("wide", 0)))
         return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
                    int(ann["ow"]), pad_per_tile=kind == "depthwise",
-                   group=int(ann.get("group", 1)), wide=bool(int(ann.get("wide", 0))),
+                   pad_inline=kind == "depthwise" and not wide,
+                   group=int(ann.get("group", 1)), wide=wide,
                    split=int(ann.get("split", 1)))
 
 
@@ -157,6 +166,20 @@ def attach_prologue(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> N
         vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
 
 
+def inline_padding(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> None:
+    """Inline the padded input (and any packing) into the conv, which then reads the
+    data under the padding condition; a block that cannot be inlined is computed per
+    parallel iteration (:func:`attach_prologue`)."""
+    kept = []
+    for block in reversed(blocks):  # the direct producer of the anchor first
+        try:
+            sch.compute_inline(block)
+        except Exception:  # noqa: BLE001 - not inlinable (a reduction, say)
+            kept.insert(0, block)
+    if kept:
+        attach_prologue(sch, kept, loop, info)
+
+
 def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:
     """Name the design space of ``knobs`` on the anchor block (a string annotation)."""
     sch.annotate(anchor, SPACE_ANNOTATION, f"kind={knobs.kind};pad={int(knobs.pad_per_tile)};"
@@ -187,6 +210,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     if knobs.kind == "conv" and (knobs.r > 1 or knobs.sample_tiles):
         oc, ocr = split_tile(sch, oc, knobs.r, 4, knobs.sample_tiles)
         inner.append(ocr)
+    band = 1
     if knobs.flat:
         (p,) = spatial
         po, pi = split_tile(sch, p, knobs.tw, 16, knobs.sample_tiles)
@@ -196,22 +220,37 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         yo, yi = split_tile(sch, y, knobs.th, 4, knobs.sample_tiles)
         xo, xi = split_tile(sch, x, knobs.tw, 16, knobs.sample_tiles)
         outer, tile = [yo, xo], [yi, xi]
+        if (knobs.pad_per_tile and not knobs.pad_inline and not knobs.oc_inner
+                and not knobs.sample_tiles):
+            band = row_band(sch, n, oc, yo, prologue, knobs, info)
+        if band > 1:  # the padded rows of a band of row tiles, computed once per band
+            yb, yt = sch.split(yo, [None, band])
+            outer = [yb, yt, xo]
     inner += tile
     if knobs.oc_inner:  # input-stationary: a pixel tile meets every weight tile
         sch.reorder(n, *outer, oc, *reductions, *inner, oi)
         par_loops, attach = [n, *outer], oc
+    elif band > 1:  # parallel over bands; their row tiles serial under the padded rows
+        sch.reorder(n, oc, *outer, *reductions, *inner, oi)
+        par_loops, attach = [n, oc, outer[0]], outer[-1]
     else:  # weight-stationary: a weight tile meets every pixel tile
         sch.reorder(n, oc, *outer, *reductions, *inner, oi)
         par_loops, attach = [n, oc, *outer[:-1]], outer[-1]
+    # a depthwise MAC costs about 4 of a dense conv's (no reuse across output channels:
+    # 10-15 against 30-36 GFLOP/s a core on znver1), so the same ~40 us of single-core
+    # work takes 4x fewer of them
+    min_macs = MIN_PARALLEL_MACS // 4 if knobs.kind == "depthwise" else MIN_PARALLEL_MACS
     par_iters = 1
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
-    if par_iters < 4 * max(1, info.num_cores):
-        attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
+    if par_iters < 4 * max(1, info.num_cores) and band == 1:
+        attach = fuse_parallel(sch, [*par_loops, attach], info, work, min_macs)
         par = attach
     else:
-        par = fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
-    if knobs.pad_per_tile:
+        par = fuse_parallel(sch, par_loops, info, work, min_macs)
+    if knobs.pad_inline:
+        inline_padding(sch, prologue, par, info)
+    elif knobs.pad_per_tile:
         attach_prologue(sch, prologue, par, info)
     else:
         for block in prologue:
@@ -237,6 +276,43 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     sch.vectorize(oi)
     sch.decompose_reduction(anchor, reductions[0])
     return sch
+
+
+#: bytes of padded input rows one parallel iteration of a depthwise conv computes
+#: (:func:`row_band`): L1-sized, so that the rows are still there when read
+BAND_BYTES = 32 * 1024
+
+
+def row_band(sch: s_tir.Schedule, n, oc, yo, prologue: list, knobs: ConvKnobs,
+             info: CpuInfo) -> int:
+    """Row tiles per parallel iteration of a conv whose padded input is computed per
+    iteration (``knobs.pad_per_tile``): the input rows of a band of tiles overlap by
+    the window's halo, which one row tile per iteration recomputes for every tile (3 rows
+    copied per output row of a 3x3 conv: the copy cost as much as the FMAs; 64 channels
+    at 56x56 ran at 22 GFLOP/s against 59 for 5x5). The largest band dividing the row
+    tiles that leaves 8 parallel iterations per core and whose padded rows fit
+    :data:`BAND_BYTES`; 1 when the padded input is not a separate block."""
+    if not prologue:
+        return 1
+    pad = sch.get(prologue[-1])
+    shape = [int(d) for d in pad.writes[0].source.shape] if pad.writes else []
+    extents = [const_extent(sch, loop) for loop in (n, oc, yo)]
+    if len(shape) != 5 or None in extents:
+        return 1
+    rows_in, row_bytes = shape[2], 4 * shape[3] * shape[4]
+    tiles = extents[2]
+    rows_out = tiles * knobs.th
+    stride = max(1, rows_in // rows_out)  # input rows per output row, about
+    halo = max(0, rows_in - rows_out * stride)
+    best = 1
+    for band in range(2, tiles + 1):
+        if tiles % band:
+            continue
+        iters = extents[0] * extents[1] * (tiles // band)
+        rows = band * knobs.th * stride + halo
+        if iters >= 8 * max(1, info.num_cores) and rows * row_bytes <= BAND_BYTES:
+            best = band
+    return best
 
 
 #: weights up to this size stay in a core's L2 (512 KiB on znver3) next to the tiles
