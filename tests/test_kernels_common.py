@@ -92,7 +92,7 @@ def test_channel_block(info, channels, block):
 @pytest.mark.parametrize("hw,c,o,k,s", [
     (56, 64, 64, 3, 1), (7, 512, 512, 3, 1), (14, 256, 1024, 1, 1), (28, 128, 128, 3, 2),
     (13, 40, 24, 3, 1), (1, 64, 64, 1, 1), (28, 58, 58, 1, 1), (14, 116, 116, 3, 1),
-    (7, 24, 58, 1, 1), (2, 58, 58, 1, 1),
+    (7, 24, 58, 1, 1), (2, 58, 58, 1, 1), (13, 512, 1000, 1, 1), (7, 64, 88, 3, 1),
 ])
 def test_conv_tile_fits_the_register_file(info, hw, c, o, k, s):
     geo = cn.ConvGeometry(1, c, hw, hw, o, k, k, (s, s), (k // 2,) * 4, (1, 1), 1)
@@ -105,10 +105,25 @@ def test_conv_tile_fits_the_register_file(info, hw, c, o, k, s):
         assert tile.work_chunks(o) * ob < 1.15 * o
     else:
         vectors = tile.r * max(1, ob // info.f32_lanes)
-        assert geo.o % tile.wb == 0
+        # an odd chunk count is padded by one chunk for two weight vectors, never more
+        assert geo.o % tile.wb == 0 or (tile.r == 2 and tile.work_chunks(o) * ob == o + ob
+                                        and o // ob >= tiling.MIN_PADDED_CHUNKS)
     accumulators = vectors * tile.th * tile.tw
     assert accumulators + vectors + 1 <= tiling.vector_registers(info)
     assert cn.waste(geo, tile) < 1.35  # padding never costs a third of the work
+
+
+def test_odd_chunk_counts_take_two_weight_vectors_on_a_padded_chunk():
+    # 1000 outputs = 125 chunks of 8: two vectors per tile, 126 chunks computed
+    geo = cn.ConvGeometry(1, 512, 13, 13, 1000, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)
+    tile = tiling.conv_tile(geo, 8, 8, AVX2)
+    assert tile.r == 2 and tile.work_chunks(1000) == 126
+    assert cn.weight_tiles(geo, tile) == 63
+    # a few odd chunks: the padding would cost more than the second vector saves
+    few = cn.ConvGeometry(1, 64, 13, 13, 24, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)
+    assert tiling.conv_tile(few, 8, 8, AVX2).r == 3
+    five = cn.ConvGeometry(1, 64, 13, 13, 40, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)
+    assert tiling.conv_tile(five, 8, 8, AVX2).r == 1
 
 
 def test_depthwise_wide_tile_spans_pixels_of_narrow_chunks():

@@ -43,7 +43,14 @@ CASES = {
     "narrow-20-s2": (1, 24, 9, 11, 20, 3, 2, (1, 1, 1, 1), 1, 1),
     "depthwise-narrow-58": (1, 58, 12, 12, 58, 3, 1, (1, 1, 1, 1), 1, 58),
     "depthwise-narrow-58-s2": (1, 58, 12, 12, 58, 3, 2, (1, 1, 1, 1), 1, 58),
+    # odd chunk counts (13, 11): two-vector weight tiles over one zero-weight extra chunk
+    "odd-chunks-1x1": (1, 32, 9, 9, 104, 1, 1, (0, 0, 0, 0), 1, 1),
+    "odd-chunks-3x3-s2": (1, 16, 11, 11, 88, 3, 2, (1, 1, 1, 1), 1, 1),
+    "odd-chunks-1-pixel": (1, 64, 1, 1, 120, 1, 1, (0, 0, 0, 0), 1, 1),
     "depthwise": (1, 32, 13, 13, 32, 3, 1, (1, 1, 1, 1), 1, 32),
+    # row tiles that do not divide the rows / columns, inline padding on every border
+    "depthwise-7x7-odd": (1, 16, 17, 19, 16, 7, 1, (3, 3, 3, 3), 1, 16),
+    "depthwise-s2-asym": (1, 24, 15, 16, 24, 3, 2, (0, 0, 1, 1), 1, 24),
     "depthwise-s2": (2, 16, 14, 14, 16, 3, 2, (1, 1, 1, 1), 1, 16),
     "depthwise-5x5-dil": (1, 24, 11, 11, 24, 5, 1, (4, 4, 4, 4), 2, 24),
     "depthwise-multiplier": (1, 8, 8, 8, 16, 3, 1, (1, 1, 1, 1), 1, 8),
@@ -108,7 +115,7 @@ EPILOGUES = {
 
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
 @pytest.mark.parametrize("name", ["resnet-3x3", "7x7-flat", "depthwise", "prime-channels",
-                                  "narrow-58-1x1"])
+                                  "narrow-58-1x1", "odd-chunks-1x1"])
 def test_fused_epilogues(name, epilogue):
     build_epi, ref_epi = EPILOGUES[epilogue]
     mod, data, ref, bias = _conv_model(CASES[name], build_epi)

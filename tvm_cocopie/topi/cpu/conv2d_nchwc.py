@@ -105,7 +105,9 @@ class ConvTile:
     def work_chunks(self, outputs: int) -> int:
         """Output chunks the conv computes: ``outputs / ob`` rounded up to whole weight
         tiles. A :attr:`wide` tile fills its vector with ``r`` chunks even when ``r`` does
-        not divide them; the extra chunks are computed on zero weights and dropped."""
+        not divide them, and a dense conv with an odd number of chunks takes two weight
+        vectors per tile all the same (:func:`~.tiling.conv_tile`); the extra chunks are
+        computed on zero weights and dropped."""
         return _round_up(outputs // self.ob, self.r)
 
 
@@ -158,9 +160,9 @@ def weight_tiles(geo: ConvGeometry, tile: ConvTile) -> int:
     if geo.o % tile.ob:
         raise CompilationError(f"{geo.o} output channels are not a multiple of the chunk "
                                f"{tile.ob}")
-    if geo.o % tile.wb and (geo.groups > 1 or not tile.wide):
+    if geo.o % tile.wb and (geo.groups > 1 or tile.split > 1):
         raise CompilationError(f"{geo.o} output channels are not a multiple of the tile "
-                               f"{tile.wb} (only wide tiles of dense convs are padded)")
+                               f"{tile.wb} (only the tiles of dense convs are padded)")
     return tile.work_chunks(geo.o) // tile.r
 
 
@@ -268,14 +270,15 @@ def input_extent(geo: ConvGeometry) -> tuple[int, int]:
 
 def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, body,
                  name: str, attrs: dict, out_dtype: str, group: int = 1,
-                 split: int = 1) -> te.Tensor:
+                 split: int = 1, computed: int | None = None) -> te.Tensor:
     """A ``(N, chunks, OH, OW, lanes)`` result computed over the padded extent.
 
     ``body(n, c, y, x, ci)`` gives the value of output pixel ``(y, x)``; it is called
     on clamped coordinates for the padding pixels. With ``group > 1`` the block doing
     the work computes ``group`` chunks side by side (``c`` a group of chunks, ``ci``
     one of its ``group * lanes`` lanes, iterated as ``(group, lanes)``), ``chunks``
-    rounded up to whole groups. With ``split > 1`` it is the other way round: one chunk's
+    rounded up to whole groups. ``computed``: chunks the work block computes when more
+    than ``chunks`` (whole weight tiles; the extra ones are dropped). With ``split > 1`` it is the other way round: one chunk's
     lanes are iterated as ``(split, lanes / split)`` (the segments of a GSPC tile) and
     ``body(n, c, y, x, segment, lane)`` takes both.
     That block carries the annotation
@@ -287,7 +290,7 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
     attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat), oh=oh, ow=ow)
     if group > 1 and split > 1:
         raise ValueError("a work block is either wide (group > 1) or split, not both")
-    work_chunks = -(-chunks // group)
+    work_chunks = computed or -(-chunks // group)
     seg = lanes // split
     lane_shape = (group, lanes) if group > 1 else (split, seg) if split > 1 else (lanes,)
 
@@ -317,7 +320,7 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
 
         work = te.compute((geo.n, work_chunks, ext[0], ext[1], *lane_shape), f2d, name=name,
                           attrs={ANNOTATION: attrs})
-        if ext == (oh, ow) and len(lane_shape) == 1:
+        if ext == (oh, ow) and len(lane_shape) == 1 and work_chunks == chunks:
             return work
 
     def fout(n, c, y, x, ci):
@@ -367,4 +370,4 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Co
         return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
                             {"kind": "conv", "r": 1, "group": r}, out_dtype, group=r)
     return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
-                        {"kind": "conv", "r": r}, out_dtype)
+                        {"kind": "conv", "r": r}, out_dtype, computed=tile.work_chunks(geo.o))
