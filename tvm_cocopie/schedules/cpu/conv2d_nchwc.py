@@ -182,7 +182,8 @@ def inline_padding(sch: s_tir.Schedule, blocks: list, loop, info: CpuInfo) -> No
 
 def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:
     """Name the design space of ``knobs`` on the anchor block (a string annotation)."""
-    sch.annotate(anchor, SPACE_ANNOTATION, f"kind={knobs.kind};pad={int(knobs.pad_per_tile)};"
+    pad = 2 if knobs.pad_inline else int(knobs.pad_per_tile)  # inline / per tile / a pass
+    sch.annotate(anchor, SPACE_ANNOTATION, f"kind={knobs.kind};pad={pad};"
                                            f"ocin={int(knobs.oc_inner)};flat={int(knobs.flat)};"
                                            f"split={knobs.split}")
 
@@ -356,14 +357,17 @@ class Conv2dNCHWc(CpuRule):
         knobs = choose_knobs(sch, anchor)
         if not tunable:
             return schedule_conv(sch, anchor, knobs, info)
-        # design spaces: padding placement x loop order, each with sampled register
-        # tiles and unroll budget
+        # design spaces: padding placement (a pass, per tile, and read inline where the
+        # compute allows it) x loop order, each with sampled register tiles and unroll budget
+        placements = [(False, False), (True, False)]
+        if knobs.pad_inline:
+            placements.append((True, True))
         spaces = []
-        for pad_per_tile in (False, True):
+        for pad_per_tile, pad_inline in placements:
             for oc_inner in (False, True) if knobs.kind == "conv" else (False,):
                 trial = sch.copy()
                 variant = _replace(knobs, sample_unroll=True, sample_tiles=True,
-                                   pad_per_tile=pad_per_tile,
+                                   pad_per_tile=pad_per_tile, pad_inline=pad_inline,
                                    oc_inner=oc_inner)
                 spaces.append(schedule_conv(trial, trial.get_sblock(name), variant, info))
         return spaces

@@ -270,15 +270,16 @@ def input_extent(geo: ConvGeometry) -> tuple[int, int]:
 
 def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, body,
                  name: str, attrs: dict, out_dtype: str, group: int = 1,
-                 split: int = 1, computed: int | None = None) -> te.Tensor:
+                 split: int = 1) -> te.Tensor:
     """A ``(N, chunks, OH, OW, lanes)`` result computed over the padded extent.
 
     ``body(n, c, y, x, ci)`` gives the value of output pixel ``(y, x)``; it is called
     on clamped coordinates for the padding pixels. With ``group > 1`` the block doing
     the work computes ``group`` chunks side by side (``c`` a group of chunks, ``ci``
     one of its ``group * lanes`` lanes, iterated as ``(group, lanes)``), ``chunks``
-    rounded up to whole groups. ``computed``: chunks the work block computes when more
-    than ``chunks`` (whole weight tiles; the extra ones are dropped). With ``split > 1`` it is the other way round: one chunk's
+    rounded up to whole groups; else ``chunks`` is rounded up to whole weight tiles of
+    ``tile.r`` chunks (:meth:`ConvTile.work_chunks`; the extra ones are dropped). With
+    ``split > 1`` it is the other way round: one chunk's
     lanes are iterated as ``(split, lanes / split)`` (the segments of a GSPC tile) and
     ``body(n, c, y, x, segment, lane)`` takes both.
     That block carries the annotation
@@ -290,7 +291,7 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
     attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat), oh=oh, ow=ow)
     if group > 1 and split > 1:
         raise ValueError("a work block is either wide (group > 1) or split, not both")
-    work_chunks = computed or -(-chunks // group)
+    work_chunks = -(-chunks // group) if group > 1 else _round_up(chunks, tile.r)
     seg = lanes // split
     lane_shape = (group, lanes) if group > 1 else (split, seg) if split > 1 else (lanes,)
 
@@ -370,4 +371,4 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Co
         return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
                             {"kind": "conv", "r": 1, "group": r}, out_dtype, group=r)
     return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc",
-                        {"kind": "conv", "r": r}, out_dtype, computed=tile.work_chunks(geo.o))
+                        {"kind": "conv", "r": r}, out_dtype)
