@@ -60,6 +60,29 @@ def static_shape(expr) -> list[int] | None:
     return out
 
 
+def batched_shape(expr) -> list | None:
+    """The shape of a Relax tensor expression whose dims are all static except perhaps
+    the first, a symbolic batch: ints, the first an ``int`` or a TIR ``PrimExpr``;
+    ``None`` if it has no shape or another dim is symbolic. The CPU kernels plan their
+    tiles per image, so a symbolic batch only becomes the extent of their outer loop."""
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    if shape is None:
+        return None
+    try:
+        values = list(shape.values) if hasattr(shape, "values") else list(shape)
+    except TypeError:
+        return None
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, (int, tvm.tirx.IntImm)):
+            out.append(int(v))
+        elif i == 0 and isinstance(v, tvm.ir.expr.Expr) and str(v.ty).startswith("int"):
+            out.append(v)
+        else:
+            return None
+    return out
+
+
 def is_load(expr) -> bool:
     """Whether the TIR expression ``expr`` reads one element of a buffer (``TensorLoad``
     in TVM 0.27, ``BufferLoad`` before)."""

@@ -100,6 +100,8 @@ class _PatternRewriter(relax.PyExprMutator):
         weight = call.args[1]
         if not is_constant(weight) or conv_unsupported(call):
             return None
+        if static_shape(call.args[0]) is None:  # a symbolic batch: the kernel is static
+            return None
         db = layout_block(str(call.attrs.data_layout))
         obk = layout_block(str(call.attrs.out_layout))
         if db is None or obk is None:

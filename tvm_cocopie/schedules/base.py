@@ -17,6 +17,7 @@ from collections.abc import Callable
 import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight
+from tvm.sym import Analyzer
 
 from ..errors import last_line
 from ..target import CpuInfo, cpu_info
@@ -244,16 +245,13 @@ def spills_over(sch: s_tir.Schedule, block, producer) -> bool:
     concat unwritten); such a consumer stays outside the tile."""
     iterations = 1
     for iv in sch.get(block).iter_vars:
-        extent = iv.dom.extent
-        if not isinstance(extent, tirx.IntImm):
-            return True
-        iterations *= int(extent)
+        iterations *= iv.dom.extent
     produced = 1
     for dim in sch.get(producer).writes[0].source.shape:
-        if not isinstance(dim, tirx.IntImm):
-            return True
-        produced *= int(dim)
-    return iterations > produced
+        produced *= dim
+    # symbolic extents (a batch) are compared as expressions: spilling over unless
+    # provably not
+    return not Analyzer().can_prove(iterations <= produced)
 
 
 def inline_prologue(sch: s_tir.Schedule, anchor) -> list:
@@ -336,8 +334,8 @@ def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | N
     for loop in loops:
         chosen.append(loop)
         ext = const_extent(sch, loop)
-        if ext is None:
-            break
+        if ext is None:  # symbolic (a batch): maybe 1, so the loops after it join too
+            continue
         total *= ext
         if total >= want:
             break

@@ -296,11 +296,11 @@ def row_band(sch: s_tir.Schedule, n, oc, yo, prologue: list, knobs: ConvKnobs,
     if not prologue:
         return 1
     pad = sch.get(prologue[-1])
-    shape = [int(d) for d in pad.writes[0].source.shape] if pad.writes else []
+    shape = list(pad.writes[0].source.shape) if pad.writes else []
     extents = [const_extent(sch, loop) for loop in (n, oc, yo)]
-    if len(shape) != 5 or None in extents:
+    if len(shape) != 5 or None in extents:  # a symbolic batch: one row tile per iteration
         return 1
-    rows_in, row_bytes = shape[2], 4 * shape[3] * shape[4]
+    rows_in, row_bytes = int(shape[2]), 4 * int(shape[3]) * int(shape[4])
     tiles = extents[2]
     rows_out = tiles * knobs.th
     stride = max(1, rows_in // rows_out)  # input rows per output row, about
@@ -324,8 +324,8 @@ def weight_bytes(sch: s_tir.Schedule, anchor) -> int:
     """Size of the packed weight a dense conv block reads (its only 6-D input)."""
     sizes = [0]
     for region in sch.get(anchor).reads:
-        shape = [int(d) for d in region.source.shape]
-        if len(shape) == 6:
+        shape = list(region.source.shape)
+        if len(shape) == 6:  # the weight is static (only data may have a symbolic batch)
             total = 4
             for d in shape:
                 total *= d

@@ -25,7 +25,7 @@ parallel pass of its own instead (the GEMM parallel over ``xi, nu, K / wb``).
 
 from __future__ import annotations
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from ...target import CpuInfo
 from ...topi.cpu.winograd import ANNOTATION
@@ -131,21 +131,23 @@ def schedule_untile(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     fuse_parallel(sch, loops[:-2], info, block_work(sch, block))
 
 
-def untile_in_block(sch: s_tir.Schedule, block, loop, m: int, info: CpuInfo) -> None:
+def untile_in_block(sch: s_tir.Schedule, block, loop, m: int, info: CpuInfo,
+                    per_image: int = 0) -> None:
     """Iterate the gather (and its epilogue) tile by tile, ``(p, kb, yi, xi, ki)``, and
     compute it under the cache-block ``loop``, right after the block's output transform:
     no pass of its own over memory. Needs whole tiles (``m`` divides the output)."""
-    n, _, oh, ow, _ = (int(iv.dom.extent) for iv in sch.get(block).iter_vars)
+    oh, ow = (int(iv.dom.extent) for iv in sch.get(block).iter_vars[2:4])
     if oh % m or ow % m:
         raise ValueError(f"{oh}x{ow} output is not made of whole {m}x{m} tiles")
     th, tw = oh // m, ow // m
+    per_image = per_image or th * tw  # tiles from one image to the next
     sch.transform_block_layout(
-        block, lambda b, kb, y, x, ki: ((b * th + y // m) * tw + x // m, kb, y % m, x % m, ki))
+        block, lambda b, kb, y, x, ki: (b * per_image + y // m * tw + x // m, kb, y % m, x % m,
+                                        ki))
     sch.reverse_compute_at(block, loop, preserve_unit_loops=True)
     loops = sch.get_loops(block)
     if vectorizable(sch, block):
         sch.vectorize(loops[-1])
-    del n
 
 
 def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Schedule:
@@ -158,6 +160,7 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
     """
     ann = sch.get(anchor).annotations[ANNOTATION]
     m, r, tp, pb = int(ann["m"]), int(ann["r"]), int(ann["tp"]), int(ann["pb"])
+    ppi = int(ann.get("ppi", 0))
     vblock = _block(sch, "winograd_V")
     prologue = [b for b in inline_prologue(sch, _block(sch, "winograd_window"))
                 if not _inline_if_possible(sch, b)]  # the padding, into the window
@@ -169,8 +172,10 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
         final = None
     ib = int(sch.get(vblock).iter_vars[-1].dom.extent)
     ytiles = _block(sch, "winograd_Yt")
-    blocks = int(sch.get(ytiles).iter_vars[0].dom.extent) // pb
-    fused = blocks >= FUSE_MIN_BLOCKS * max(1, info.num_cores)
+    tiles = sch.get(ytiles).iter_vars[0].dom.extent
+    # a symbolic batch: the cache block was planned so that one image has enough blocks
+    fused = (not isinstance(tiles, tirx.IntImm)
+             or int(tiles) // pb >= FUSE_MIN_BLOCKS * max(1, info.num_cores))
     loop = schedule_output_tiles(sch, ytiles, info, pb, fused)
     if fused:
         sch.compute_at(anchor, loop, preserve_unit_loops=True)
@@ -179,10 +184,11 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
     schedule_input_transform(sch, _block(sch, "winograd_V"), info, prologue, parallel=not fused)
     yname = "winograd_Y"
     if not fused or try_apply(sch, lambda s: untile_in_block(
-            s, s.get_sblock(yname), s.get_loops(s.get_sblock("winograd_Yt"))[0], m, info)) is None:
+            s, s.get_sblock(yname), s.get_loops(s.get_sblock("winograd_Yt"))[0], m, info,
+        ppi)) is None:
         schedule_untile(sch, _block(sch, yname), info)
     else:
-        untile_in_block(sch, _block(sch, yname), loop, m, info)
+        untile_in_block(sch, _block(sch, yname), loop, m, info, ppi)
     if final is not None:
         parallel_spatial(sch, final, info)
     return sch

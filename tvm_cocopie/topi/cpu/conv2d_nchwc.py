@@ -38,7 +38,7 @@ ANNOTATION = "cocopie.conv2d_nchwc"
 class ConvGeometry:
     """Static shape facts of a 2-D convolution, in channels (not chunks)."""
 
-    n: int
+    n: int  # or a symbolic batch (a TIR ``PrimExpr``): see :attr:`images`
     c: int
     h: int
     w: int
@@ -71,6 +71,12 @@ class ConvGeometry:
     def opg(self) -> int:
         """Output channels per group."""
         return self.o // self.groups
+
+    @property
+    def images(self) -> int:
+        """The batch the tiles are planned for: :attr:`n`, or 1 when the batch is symbolic
+        (a ``PrimExpr``: the kernels then loop over it, planned per image)."""
+        return self.n if isinstance(self.n, int) else 1
 
     @property
     def flops(self) -> int:
@@ -215,7 +221,7 @@ def pack_weight_numpy(weight: np.ndarray, geo: ConvGeometry, tile: ConvTile) -> 
 def pad_nchwc(data: te.Tensor, geo: ConvGeometry, rows: int, cols: int) -> te.Tensor:
     """Zero-pad a NCHWc tensor to ``rows x cols`` (top/left padding from ``geo``)."""
     pt, pl = geo.padding[0], geo.padding[1]
-    _, _, h, w, _ = (int(s) for s in data.shape)
+    h, w = (int(s) for s in data.shape[2:4])
     if pt == 0 and pl == 0 and rows <= h and cols <= w:
         return data
     shape = (data.shape[0], data.shape[1], rows, cols, data.shape[4])

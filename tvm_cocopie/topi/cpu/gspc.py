@@ -139,7 +139,7 @@ def pack_groups(data: te.Tensor, geo: ConvGeometry) -> te.Tensor:
     segment's broadcasts are one pointer apart by one float. Computed in the pass that
     pads the input anyway, with the zero border."""
     pt, pl = geo.padding[0], geo.padding[1]
-    _, _, h, w, ib = (int(d) for d in data.shape)
+    h, w, ib = (int(d) for d in data.shape[2:])
     rows, cols = input_extent(geo)
     cpg = geo.cpg
 

@@ -14,6 +14,7 @@ which ``FoldConstant`` folds away when its input turns out constant.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax, te
 
-from ...exprs import const_np, is_constant, static_shape
+from ...exprs import batched_shape, const_np, is_constant, static_shape
 from ...target import CpuInfo
 from . import conv2d_nchwc as cn
 from . import dense_packed as dp
@@ -83,7 +84,7 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     obk = layout_block(str(attrs.out_layout)) if out_block is None else out_block
     if db is None or obk is None:
         return None
-    dshape = static_shape(call.args[0])
+    dshape = batched_shape(call.args[0])
     wshape = static_shape(call.args[1])
     if data_block is not None and db and len(dshape) == 4:  # hypothetical blocking
         dshape = [dshape[0], dshape[1] // db, dshape[2], dshape[3], db]
@@ -142,8 +143,8 @@ def conv_unsupported(call) -> str | None:
     out_dtype = str(attrs.out_dtype or "")
     if out_dtype not in ("", "float32"):
         return f"out_dtype {out_dtype}"
-    if static_shape(call.args[0]) is None or static_shape(call.args[1]) is None:
-        return "symbolic shape"
+    if batched_shape(call.args[0]) is None or static_shape(call.args[1]) is None:
+        return "symbolic shape (other than the batch)"
     return None
 
 
@@ -203,9 +204,11 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
             name = "conv2d_nchwc"
 
         def fte(data, packed):
+            # a symbolic batch: the placeholder's own var, not the Relax-level one
+            shaped = geo if isinstance(geo.n, int) else dataclasses.replace(geo, n=data.shape[0])
             if not plan.data_block:
                 data = to_blocked(data, tile.ib)
-            out = compute(data, packed, geo, tile)
+            out = compute(data, packed, shaped, tile)
             if not plan.out_block:
                 out = from_blocked(out, geo.o)
             return out

@@ -1,4 +1,5 @@
-"""LSTM / GRU / RNN layers as one loop kernel each (fp32, static sizes).
+"""LSTM / GRU / RNN layers as one loop kernel each (fp32; static batch and hidden size,
+static or symbolic sequence length).
 
 An unrolled recurrent layer launches a few kernels per time step (the ``H @ R^T``
 matmul, the gates); a CRNN recognizer then runs hundreds of tiny kernels per
@@ -22,11 +23,16 @@ one batched matmul: the kernel reads it as ``XW[T, B, D * G * H]`` and writes
 ``Y[T, D, B, H]`` (ONNX's layout 0), ``Y_h`` and ``Y_c`` (``[D, B, H]``).
 The PrimFunc is marked ``tirx.is_scheduled``: schedule rules (ours and dlight's)
 leave it as written, and both the cocopie and the stock pipeline build it.
+
+Only the time loop's extent may be symbolic (SOD², thesis chapter 5: a recognizer's
+sequence length follows its image width): nothing in the body unrolls or tiles over
+time, so one PrimFunc serves every length, reading ``T`` from ``XW``'s shape at run time.
+The batch and hidden sizes choose the register tiles and stay static.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tvm import te, tirx
 from tvm.script.ir_builder import IRBuilder
@@ -124,16 +130,18 @@ def _tanh(x):
 
 @dataclass(frozen=True)
 class LoopSpec:
-    """What one loop kernel computes; every size static.
+    """What one loop kernel computes.
 
-    ``reverse`` has one flag per direction (``(False, True)`` for bidirectional).
+    ``steps``: an int, or a symbolic extent (any integer PrimExpr: a shape var of the
+    Relax graph, or an expression of one such as ``W // 4``); ``batch`` and ``hidden``
+    are static. ``reverse`` has one flag per direction (``(False, True)`` for bidirectional).
     ``init_h`` / ``init_c``: whether initial states are inputs (else zeros).
     ``peepholes``: LSTM's ``P[D, 3H]`` is an input. ``linear_before_reset``: GRU's
     ``r * (h @ Rh^T + Rbh)`` (``Rbh[D, H]`` an input) instead of ``(r * h) @ Rh^T``.
     """
 
     cell: str
-    steps: int
+    steps: int | tirx.PrimExpr
     batch: int
     hidden: int
     reverse: tuple[bool, ...]
@@ -331,11 +339,29 @@ def _gru_h(spec, ins, gbufs, rh, x_at, hs, y, t, d, b) -> None:
     _vector_loop(H, body)
 
 
+def _own_steps(spec: LoopSpec) -> LoopSpec:
+    """``spec`` with a symbolic step count replaced by the kernel's own variable.
+
+    The caller's extent may be an expression (``W // 4``) that no parameter's shape
+    binds; a fresh int32 var as ``XW``'s and ``Y``'s first dim is bound from those
+    buffers at the call, and keeps the index arithmetic int32 like the static kernel's.
+    """
+    if isinstance(spec.steps, int):
+        return spec
+    if isinstance(spec.steps, tirx.IntImm):
+        return replace(spec, steps=int(spec.steps))
+    return replace(spec, steps=tirx.Var("steps", "int32"))
+
+
 def recurrent_loop(spec: LoopSpec, name: str | None = None) -> tirx.PrimFunc:
     """The loop kernel of ``spec`` as a PrimFunc marked ``tirx.is_scheduled``;
     parameters: :meth:`LoopSpec.input_shapes`, then :meth:`LoopSpec.output_shapes`."""
     if spec.cell not in CELLS:
         raise ValueError(f"unknown recurrent cell {spec.cell!r}; one of {CELLS}")
+    if not isinstance(spec.batch, int) or not isinstance(spec.hidden, int):
+        raise TypeError(f"the loop kernel needs a static batch and hidden size, got "
+                        f"batch={spec.batch}, hidden={spec.hidden}")
+    spec = _own_steps(spec)
     names = [n for n, _ in spec.input_shapes()]
     placeholders = [te.placeholder(shape, "float32", name=n) for n, shape in spec.input_shapes()]
     out_shapes = spec.output_shapes()

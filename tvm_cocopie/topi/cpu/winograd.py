@@ -166,9 +166,23 @@ def tiles(geo: ConvGeometry, m: int) -> tuple[int, int]:
     return -(-geo.oh // m), -(-geo.ow // m)
 
 
-def padded_tiles(geo: ConvGeometry, tile: WinogradTile) -> int:
-    """``P'``: all tiles of the batch, rounded up to the cache block."""
+def image_tiles(geo: ConvGeometry, tile: WinogradTile) -> int:
+    """Tiles per image on the tile axis when the batch is symbolic: one image's tiles
+    rounded up to the cache block (each image starts a block, so the axis is ``N`` times
+    a constant); 0 for a static batch, whose images share one rounded-up axis."""
+    if isinstance(geo.n, int):
+        return 0
     th, tw = tiles(geo, tile.m)
+    return -(-(th * tw) // tile.block) * tile.block
+
+
+def padded_tiles(geo: ConvGeometry, tile: WinogradTile):
+    """``P'``: all tiles of the batch, rounded up to the cache block (per image for a
+    symbolic batch: :func:`image_tiles`)."""
+    th, tw = tiles(geo, tile.m)
+    per_image = image_tiles(geo, tile)
+    if per_image:
+        return geo.n * per_image
     return -(-(geo.n * th * tw) // tile.block) * tile.block
 
 
@@ -218,10 +232,16 @@ def _input_transform(dpad: te.Tensor, geo: ConvGeometry, tile: WinogradTile,
     th, tw = tiles(geo, m)
     last = geo.n * th * tw - 1
     cb_count, ib = int(dpad.shape[1]), tile.ib
+    per_image = image_tiles(geo, tile)
 
     def fwindow(p, cb, i, j, ci):
-        pc = tirx.min(p, last) if ptiles > last + 1 else p
-        n, rest = pc // (th * tw), pc % (th * tw)
+        if per_image:  # a symbolic batch: each image's tiles padded on their own
+            n, rest = p // per_image, p % per_image
+            if per_image > th * tw:
+                rest = tirx.min(rest, th * tw - 1)
+        else:
+            pc = tirx.min(p, last) if ptiles > last + 1 else p
+            n, rest = pc // (th * tw), pc % (th * tw)
         return dpad[n, cb, rest // tw * m + i, rest % tw * m + j, ci]
 
     # the tile's alpha x alpha window addressed plainly, then the transform in two
@@ -246,7 +266,7 @@ def _output_transform(mmat: te.Tensor, geo: ConvGeometry, tile: WinogradTile,
     """``Yt[p, kb, yi, xi, ki] = (A^T M_p A)[yi, xi]``: the output tiles, tile-major."""
     at, _, _ = winograd_matrices(tile.m)
     m = tile.m
-    ptiles = int(mmat.shape[3])
+    ptiles = mmat.shape[3]
 
     def fcompute(p, kb, yi, xi, ki):
         def inner(yy, xx):
@@ -262,9 +282,14 @@ def _untile(ytiles: te.Tensor, geo: ConvGeometry, tile: WinogradTile) -> te.Tens
     """``Y[n, kb, y, x, ki]`` gathered from the tiles: the block the epilogue joins."""
     m = tile.m
     th, tw = tiles(geo, m)
+    per_image = image_tiles(geo, tile)
+
+    def first(n):  # the image's first tile
+        return n * per_image if per_image else n * th * tw
+
     return te.compute(
         (geo.n, geo.o // tile.ob, geo.oh, geo.ow, tile.ob),
-        lambda n, kb, y, x, ki: ytiles[(n * th + y // m) * tw + x // m, kb, y % m, x % m, ki],
+        lambda n, kb, y, x, ki: ytiles[first(n) + y // m * tw + x // m, kb, y % m, x % m, ki],
         name="winograd_Y")
 
 
@@ -289,7 +314,8 @@ def conv2d_winograd_nchwc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry,
     rc = te.reduce_axis((0, geo.cpg), "rc")  # the group's input channels
     ib, ob, wb = tile.ib, tile.ob, tile.wb
     group_chunks = geo.cpg // ib
-    attrs = {"m": m, "r": tile.r, "tp": tile.tp, "pb": tile.block}
+    attrs = {"m": m, "r": tile.r, "tp": tile.tp, "pb": tile.block,
+             "ppi": image_tiles(geo, tile)}
 
     def first_chunk(kb):  # first input chunk of output chunk kb's group
         return (kb * ob // geo.opg) * group_chunks if geo.groups > 1 else 0
@@ -315,6 +341,7 @@ __all__ = [
     "WinogradTile",
     "aligned",
     "conv2d_winograd_nchwc",
+    "image_tiles",
     "padded_tiles",
     "supports",
     "tiles",
@@ -428,5 +455,5 @@ def cache_block(geo: ConvGeometry, m: int, tp: int, cores: int) -> int:
     per_tile = 4 * (a * a * (geo.c + geo.o) + m * m * geo.o)
     th, tw = tiles(geo, m)
     by_cache = BLOCK_BYTES // (per_tile * tp)
-    by_cores = geo.n * th * tw // (tp * 4 * cores)
+    by_cores = geo.images * th * tw // (tp * 4 * cores)
     return tp * max(1, min(by_cache, by_cores))
