@@ -68,13 +68,15 @@ def test_unsupported_are_reported_once_whole_with_opsets_and_nodes():
 
 
 def test_conversion_errors_name_the_op_and_node():
-    """A converter that fails says which node; RNN needs a static sequence length."""
+    """A converter that fails says which node; an RNN with ``clip`` (which the loop
+    kernel lacks) needs a static sequence length to be unrolled."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", 2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 1, 2, 4])
     w = onnx.numpy_helper.from_array(np.zeros((1, 4, 3), np.float32), "W")
     r = onnx.numpy_helper.from_array(np.zeros((1, 4, 4), np.float32), "R")
-    node = helper.make_node("RNN", ["x", "W", "R"], ["y"], hidden_size=4, name="my_rnn")
+    node = helper.make_node("RNN", ["x", "W", "R"], ["y"], hidden_size=4, clip=1.0,
+                            name="my_rnn")
     model = make_model([node], [x], [y], [w, r])
-    with pytest.raises(ModelError, match="RNN node 'my_rnn'.*static sequence length"):
+    with pytest.raises(ModelError, match="RNN node 'my_rnn'.*needs a static length"):
         from_onnx(model)
     from_onnx(model, shapes={"x": [5, 2, 3]})  # fixing the length makes it import

@@ -18,13 +18,21 @@ of batch entry ``b`` only updates the state when ``t < sequence_lens[b]`` and wr
 zeros to ``Y`` otherwise, so ``Y_h``/``Y_c`` hold each entry's last valid state. A reverse
 direction walks ``t`` from the end down, and the same mask makes entry ``b`` start
 at its own ``sequence_lens[b] - 1``, as the spec asks.
+
+A symbolic sequence length (a recognizer's, which follows its image width; SOD²,
+thesis chapter 5) takes the loop kernel too: its time loop reads the length at run
+time, so the layer compiles once for every length, and ``Y`` keeps the symbolic dim.
+Such a layer outside the common case cannot be unrolled and raises a ``ModelError``
+that names what the loop kernel lacks.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 
@@ -129,17 +137,15 @@ class _Recurrent(OnnxOpConverter):
             init_h = None if init_h is None else bb.emit(op.permute_dims(init_h, [1, 0, 2]))
             init_c = None if init_c is None else bb.emit(op.permute_dims(init_c, [1, 0, 2]))
         shape = shape_of(x)
-        steps = shape[0]
-        if not isinstance(steps, int):
-            raise ModelError(
-                f"{cls.__name__} needs a static sequence length to unroll, got {steps}: "
-                "fix the input shape with shapes={...}")
         hidden = shape_of(w)[1] // cls.spec.gates
         if "hidden_size" in attr and int(attr["hidden_size"]) != hidden:
             raise ModelError(f"hidden_size={attr['hidden_size']} but W holds {hidden} per gate")
         names = attr_strs(attr, "activations") or list(cls.spec.activations) * len(dirs)
         funcs = activation_functions(attr, names, dtype)
-        if cls._loop_applies(attr, names, dirs, dtype, shape, hidden, lens):
+        refusal = cls._loop_refusal(attr, names, dirs, dtype, shape, hidden, lens)
+        if not isinstance(shape[0], int):
+            cls._check_symbolic(shape[0], refusal)
+        if refusal is None:
             y, y_h, y_c = cls._loop(bb, x, w, r, bias, init_h, init_c, peep, dirs, hidden, attr)
         else:
             y, y_h, y_c = cls._unrolled(bb, x, w, r, bias, lens, init_h, init_c, peep, dirs,
@@ -152,21 +158,38 @@ class _Recurrent(OnnxOpConverter):
         return relax.Tuple([bb.emit(o) for o in outs])
 
     @classmethod
-    def _loop_applies(cls, attr, names, dirs, dtype, shape, hidden, lens) -> bool:
-        """Whether the layer is the common case the loop kernel implements."""
-        if not USE_LOOP_KERNEL or dtype != "float32":
-            return False
-        if not all(isinstance(v, int) for v in shape[:2]) or not isinstance(hidden, int):
-            return False
+    def _check_symbolic(cls, steps, refusal: str | None) -> None:
+        """A symbolic sequence length cannot be unrolled: only the loop kernel, whose
+        time loop takes its extent at run time, compiles it (SOD², chapter 5)."""
+        if refusal is None:
+            return
+        raise ModelError(
+            f"{cls.__name__} with symbolic sequence length {_dim_text(steps)}: {refusal}, "
+            "and unrolling needs a static length; fix the length with shapes={...}")
+
+    @classmethod
+    def _loop_refusal(cls, attr, names, dirs, dtype, shape, hidden, lens) -> str | None:
+        """Why the layer is not the common case the loop kernel implements (``None``
+        when it is); the reason ends up in the error of a symbolic-length layer."""
+        lacks = "the loop kernel does not support "
+        if not USE_LOOP_KERNEL:
+            return "the loop kernel is switched off (USE_LOOP_KERNEL)"
+        if dtype != "float32":
+            return f"{lacks}{dtype} (float32 only)"
+        if not isinstance(shape[1], int) or not isinstance(hidden, int):
+            return f"{lacks}a symbolic batch size ({_dim_text(shape[1])})"
         defaults = [a.lower() for a in cls.spec.activations] * len(dirs)
         if [n.lower() for n in names] != defaults:
-            return False
-        if attr.get("clip") is not None or int(attr.get("input_forget", 0)):
-            return False
+            return f"{lacks}activations {names} (only {', '.join(cls.spec.activations)})"
+        if attr.get("clip") is not None:
+            return f"{lacks}clip"
+        if int(attr.get("input_forget", 0)):
+            return f"{lacks}input_forget"
         if lens is not None:  # only lengths that are all the full sequence
             value = const_value(lens)
-            return value is not None and bool(np.all(value == shape[0]))
-        return True
+            if not isinstance(shape[0], int) or value is None or not np.all(value == shape[0]):
+                return f"{lacks}sequence_lens"
+        return None
 
     @classmethod
     def _loop(cls, bb, x, w, r, bias, init_h, init_c, peep, dirs, hidden, attr):
@@ -405,6 +428,14 @@ class LSTM(_Recurrent):
         o = bb.emit(act[0](cls._clip(o, clip, dtype)))
         new_h = bb.emit(op.multiply(o, act[2](new_c)))
         return {"h": new_h, "c": new_c}
+
+
+def _dim_text(dim) -> str:
+    """A shape dim as a user wrote it: a var's name (TVM prints ``T`` as ``T_1``),
+    int64 constants without their ``T.int64(...)``."""
+    if isinstance(dim, tvm.tirx.Var):
+        return dim.name
+    return re.sub(r"T\.int64\((-?\d+)\)", r"\1", str(dim))
 
 
 def _folded(bb, expr, np_fn, relax_fn) -> relax.Expr:
