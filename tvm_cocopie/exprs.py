@@ -60,11 +60,13 @@ def static_shape(expr) -> list[int] | None:
     return out
 
 
-def batched_shape(expr) -> list | None:
-    """The shape of a Relax tensor expression whose dims are all static except perhaps
-    the first, a symbolic batch: ints, the first an ``int`` or a TIR ``PrimExpr``;
-    ``None`` if it has no shape or another dim is symbolic. The CPU kernels plan their
-    tiles per image, so a symbolic batch only becomes the extent of their outer loop."""
+def batched_shape(expr, symbolic: tuple[int, ...] = (0,)) -> list | None:
+    """The shape of a Relax tensor expression whose dims are static except perhaps those
+    at the indices ``symbolic`` (a batch, a conv's rows and columns): ints, those others
+    an ``int`` or a TIR integer expression; ``None`` if it has no shape or another dim is
+    symbolic. The CPU kernels plan their tiles for one size (per image, and for a
+    symbolic row or column at a planning size), so the symbolic dims only become the
+    extents of their outer loops."""
     shape = getattr(getattr(expr, "ty", None), "shape", None)
     if shape is None:
         return None
@@ -76,7 +78,7 @@ def batched_shape(expr) -> list | None:
     for i, v in enumerate(values):
         if isinstance(v, (int, tvm.tirx.IntImm)):
             out.append(int(v))
-        elif i == 0 and isinstance(v, tvm.ir.expr.Expr) and str(v.ty).startswith("int"):
+        elif i in symbolic and isinstance(v, tvm.ir.expr.Expr) and str(v.ty).startswith("int"):
             out.append(v)
         else:
             return None

@@ -35,7 +35,11 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from . import relay_passes, schedules, topi
 from .errors import TargetError
 from .hexagon.select_stage import HexagonSelect, check_target
-from .relay_passes.static_memory import cache_static_allocations, keep_scratch_registers
+from .relay_passes.static_memory import (
+    bound_symbolic_dims,
+    cache_static_allocations,
+    keep_scratch_registers,
+)
 from .target import is_hexagon, is_host, parse_target
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,11 @@ class PipelineOptions:
     #: (:mod:`.relay_passes.static_memory`; host targets only; a library exported with
     #: it needs ``import tvm_cocopie`` where it is loaded)
     static_memory: bool = True
+    #: upper bounds of symbolic input dims by name (``{"W": 2048}``): the memory plan is
+    #: made for them once, every smaller size a view into it (SOD²;
+    #: :func:`.relay_passes.static_memory.bound_symbolic_dims`); none: storages of
+    #: symbolic size are allocated per call
+    dim_bounds: dict | None = None
 
     def replace(self, **changes) -> PipelineOptions:
         """A copy with ``changes`` applied (the options are frozen)."""
@@ -114,8 +123,9 @@ def _lower_stage(target, options: PipelineOptions) -> list:
     # (LowerAllocTensor); the kills KillAfterLastUse puts on the kept tensors dropped
     names = [p.info.name for p in passes]
     plan, kill = names.index("StaticPlanBlockMemory"), names.index("KillAfterLastUse")
-    return [*passes[:plan + 1], cache_static_allocations, *passes[plan + 1:kill + 1],
-            keep_scratch_registers, *passes[kill + 1:]]
+    bound = [bound_symbolic_dims(options.dim_bounds)] if options.dim_bounds else []
+    return [*bound, *passes[:plan + 1], cache_static_allocations,
+            *passes[plan + 1:kill + 1], keep_scratch_registers, *passes[kill + 1:]]
 
 
 _STAGE_BUILDERS = {

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..api import compile_model
 from ..pipeline import PipelineOptions
-from .timing import interleaved_times, median
+from .timing import interleaved_times, median, output_list
 
 
 def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
@@ -28,19 +28,14 @@ def compare_builds(model, target, variants: dict, inputs: dict, reference: str,
     models = model if isinstance(model, dict) else {name: model for name in variants}
     compiled = {name: compile_model(models[name], target=target, pipeline=pipe, options=opt)
                 for name, (pipe, opt) in variants.items()}
-    ref = [np.asarray(o) for o in _outputs(compiled[reference](**inputs))]
+    ref = [np.asarray(o) for o in output_list(compiled[reference](**inputs))]
     err = 0.0
     for comp in compiled.values():
-        for got, want in zip(_outputs(comp(**inputs)), ref):
+        for got, want in zip(output_list(comp(**inputs)), ref):
             err = max(err, float(np.max(np.abs(np.asarray(got, "float64") - want), initial=0.0)))
     times = interleaved_times({n: (lambda c=c: c(**inputs)) for n, c in compiled.items()},
                               repeat=repeat, max_seconds=max_seconds, block=4)
     return {n: median(t) for n, t in times.items()} | {"max_abs_err": err}
-
-
-def _outputs(result) -> list:
-    """A compiled model's result as a list of outputs."""
-    return list(result) if isinstance(result, (list, tuple)) else [result]
 
 
 def measure_model(model, target, database: str | Path, inputs: dict, repeat: int = 10,

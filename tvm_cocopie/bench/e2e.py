@@ -59,7 +59,7 @@ def compare_workload(wl: Workload, target, threads: int, repeat: int = 10,
         except CocopieError as err:
             errors["tvm"] = last_line(err)
             log.warning("%s: stock TVM failed: %s", wl.name, errors["tvm"])
-    outs = {k: _as_list(b(**wl.inputs)) for k, b in builds.items()}
+    outs = {k: bm.output_list(b(**wl.inputs)) for k, b in builds.items()}
     contenders = {"ort": bm.ort_runner(sess, wl.inputs)}
     if openvino:
         try:
@@ -123,12 +123,12 @@ def summarize(records: list[dict]) -> dict:
     return {
         "models": len(done),
         "skipped": [r["model"] for r in records if "skipped" in r],
-        "geomean_cocopie_over_ort": _geomean_or_none(r["cocopie_over_ort"] for r in done),
+        "geomean_cocopie_over_ort": bm.geomean_or_none(r["cocopie_over_ort"] for r in done),
         "worst_cocopie_over_ort": worst["cocopie_over_ort"] if worst else None,
         "worst_cocopie_over_ort_model": worst["model"] if worst else None,
-        "geomean_cocopie_over_openvino": _geomean_or_none(
+        "geomean_cocopie_over_openvino": bm.geomean_or_none(
             r.get("cocopie_over_openvino") for r in done),
-        "geomean_cocopie_over_tvm": _geomean_or_none(r["cocopie_over_tvm"] for r in done),
+        "geomean_cocopie_over_tvm": bm.geomean_or_none(r["cocopie_over_tvm"] for r in done),
         "openvino_failed": {r["model"]: r["openvino_error"] for r in done
                             if r.get("openvino_error")},
         "max_abs_err": max((r["max_abs_err"] for r in done), default=None),
@@ -146,16 +146,6 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
-def _geomean_or_none(values):
-    """Geometric mean, or None (valid JSON, unlike NaN) when nothing was measured."""
-    vals = [v for v in values if v]
-    return bm.geomean(vals) if vals else None
-
-
 def table(records: list[dict]) -> str:
     """The records (skipped models left out) as a text table of :data:`COLUMNS`."""
     return bm.format_table([r for r in records if "skipped" not in r], COLUMNS)
-
-
-def _as_list(out):
-    return out if isinstance(out, list) else [out]

@@ -187,7 +187,7 @@ def compare_fusion(wl, target, threads: int, db_path, repeat: int = 10,
     stock = compile_model(wl.model, target, shapes=wl.shapes, options=stock_opts)
     ref = bm.ort_session(wl.model, threads).run(None, wl.inputs)
     builds = {"stock": stock, "dnnfusion": fused}
-    errors = {k: bm.max_rel_error(_as_list(b(**wl.inputs)), ref) for k, b in builds.items()}
+    errors = {k: bm.max_rel_error(bm.output_list(b(**wl.inputs)), ref) for k, b in builds.items()}
     timed = bm.interleaved_times({k: (lambda b=b: b(**wl.inputs)) for k, b in builds.items()},
                                  repeat=repeat, warmup=1, max_seconds=max_seconds, block=4)
     rec = {"model": wl.name, "family": family(wl.model), "input_shapes": wl.shapes}
@@ -246,10 +246,6 @@ COLUMNS = [
 def table(records: list[dict]) -> str:
     """The records (skipped models left out) as a text table of :data:`COLUMNS`."""
     return bm.format_table([r for r in records if "skipped" not in r], COLUMNS)
-
-
-def _as_list(out):
-    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def stock_groups(mod: tvm.IRModule) -> list[list[int]]:

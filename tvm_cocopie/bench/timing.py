@@ -162,6 +162,18 @@ def geomean(values: Iterable[float]) -> float:
     return float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
 
 
+def geomean_or_none(values: Iterable[float | None]) -> float | None:
+    """:func:`geomean` of the measured ``values`` (``None`` and 0 left out), or ``None``
+    (valid JSON, unlike NaN) when nothing was measured."""
+    vals = [v for v in values if v]
+    return geomean(vals) if vals else None
+
+
+def output_list(result) -> list:
+    """A model's result (one array, or a list or tuple of them) as a list of outputs."""
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
 def max_abs_error(a, b) -> float:
     """Largest absolute difference over all outputs (lists are compared pairwise)."""
     if isinstance(a, (list, tuple)):

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
+from .symbolic_shapes import has_symbolic_inputs, resolve_reshapes
+
 log = logging.getLogger(__name__)
 
 #: Outputs larger than this many elements stay in the graph (no constant blow-up).
@@ -29,7 +31,8 @@ _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
 
 
 def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
-    """A copy of ``model`` whose graph inputs in ``shapes`` have those static dims."""
+    """A copy of ``model`` whose graph inputs in ``shapes`` have those dims (an int a
+    static dim, a string a symbolic dim of that name)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for value in out.graph.input:
@@ -37,7 +40,10 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
             dims = value.type.tensor_type.shape.dim
             for d, size in zip(dims, shapes[value.name]):
                 d.Clear()
-                d.dim_value = int(size)
+                if isinstance(size, str):
+                    d.dim_param = size
+                else:
+                    d.dim_value = int(size)
     return out
 
 
@@ -111,8 +117,11 @@ def fold_constants(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] |
     if shapes:
         model = fix_input_shapes(model, shapes)
     total = 0
+    symbolic = has_symbolic_inputs(model)
     for _ in range(max_rounds):
         model, folded = _fold_once(model, opset)
+        if not folded and symbolic:  # reshapes to computed targets over symbolic dims
+            model, folded = resolve_reshapes(model, _light_copy(model)[0])
         total += folded
         if not folded:
             break

@@ -19,11 +19,12 @@ from typing import ClassVar
 
 import onnx
 import tvm
+import tvm_ffi
 
 from ..errors import ModelError, UnsupportedOperatorError, last_line
 from .control_flow import fold_keeping_captures, simplify
 from .folding import fold_constants
-from .model import ModelLike, check_shapes, load_model, model_opset
+from .model import ModelLike, check_shapes, load_model, model_opset, static_shapes
 from .ops.registry import converter_map
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,9 @@ def from_onnx(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # checker warnings and renames are already handled
         try:
-            mod = import_model(
-                proto, shape_dict=shapes or None, keep_params_in_input=keep_params_in_input
-            )
+            # inputs with a symbolic dim kept by name have their dims in the folded proto
+            mod = import_model(proto, shape_dict=static_shapes(shapes) or None,
+                               keep_params_in_input=keep_params_in_input)
         except UnsupportedOperatorError:
             raise
         except Exception as err:
@@ -139,6 +140,9 @@ def _importer_class():
             converter = self.convert_map.get(op_name)
             if converter is None:
                 raise UnsupportedOperatorError(f"no converter for ONNX operator {op_name}")
+            if op_name in BROADCAST_OPS or op_name == "Concat":
+                inputs = unify_symbolic_dims(self.bb, inputs, attrs.get("axis")
+                                             if op_name == "Concat" else None)
             try:
                 result = converter.get_converter(opset)(
                     self.bb, inputs, attrs, [self._nodes, self._params]
@@ -158,6 +162,80 @@ def _importer_class():
             return result
 
     return CocopieOnnxImporter
+
+
+#: ONNX elementwise operators with numpy broadcasting (:func:`broadcast_shape_kept`)
+BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean",
+                           "Where", "PRelu", "Equal", "Less", "Greater", "And", "Or"})
+
+
+def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
+    """The operands of a broadcasting op (or a ``Concat`` along ``concat_axis``) with
+    their symbolic dims made the same expression where the op needs them equal.
+
+    A detector neck adds ``(H - 1) // 16 + 1`` rows to an upsampled
+    ``((H - 1) // 32 + 1) * 2``: equal for the sizes the model takes (multiples of 32),
+    not provably, and Relax would type the sum as a tensor of unknown shape, losing the
+    shape of every later kernel (SOD²'s RDP would recover it as a constraint). Two
+    broadcast dims that are not 1 must be equal, so the operands are ``match_cast`` to
+    one new symbolic dim for each such axis: bound by the first cast, checked by the
+    others at run time (a size that breaks it stops the model with an error, never a
+    wrong answer)."""
+    from tvm import relax
+
+    shapes = []
+    for arg in inputs:
+        ty = getattr(arg, "ty", None) if isinstance(arg, relax.Expr) else None
+        if not isinstance(ty, relax.TensorType) or ty.ndim <= 0:
+            shapes.append(None)
+        elif not isinstance(ty.shape, relax.ShapeExpr):
+            return inputs
+        else:
+            shapes.append(list(ty.shape.values))
+    known = [sh for sh in shapes if sh is not None]
+    if len(known) < 2:
+        return inputs
+    rank = max(len(sh) for sh in known)
+    if concat_axis is not None:
+        if any(len(sh) != rank for sh in known):
+            return inputs
+        concat_axis = int(concat_axis) % rank
+    target = {}
+    for axis in range(rank):
+        if axis == concat_axis:
+            continue
+        present = [sh[len(sh) - rank + axis] for sh in known if len(sh) - rank + axis >= 0]
+        symbolic = [d for d in present if not isinstance(d, tvm.tirx.IntImm)]
+        if any(isinstance(d, tvm.tirx.IntImm) and int(d) != 1 for d in present) or not symbolic:
+            continue  # a static dim decides, or nothing to unify
+        if any(not tvm_ffi.structural_equal(d, symbolic[0]) for d in symbolic):
+            target[axis] = tvm.tirx.Var(f"d{axis}_{_fresh_id()}", "int64")
+    if not target:
+        return inputs
+    # every operand cast to the fresh dims: the first cast binds them at run time, the
+    # others check against them (a cast to an existing var's simpler expression crashed
+    # TVM 0.27's CanonicalizeBindings; fresh vars do not)
+    order = sorted(range(len(inputs)), key=lambda i: -len(str(shapes[i])) if shapes[i] else 0)
+    out = list(inputs)
+    for i in order:
+        arg, sh = inputs[i], shapes[i]
+        if sh is None:
+            continue
+        dims = list(sh)
+        for axis, dim in target.items():
+            local = len(sh) - rank + axis
+            if local >= 0 and not isinstance(dims[local], tvm.tirx.IntImm):
+                dims[local] = dim
+        if any(not tvm_ffi.structural_equal(a, b) for a, b in zip(dims, sh)):
+            out[i] = bb.match_cast(arg, relax.TensorType(dims, arg.ty.dtype))
+    return out
+
+
+_counter = iter(range(1 << 62))
+
+
+def _fresh_id() -> int:
+    return next(_counter)
 
 
 def _zero_sized_inputs(proto: onnx.ModelProto) -> dict[str, list[int]]:

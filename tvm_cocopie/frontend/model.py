@@ -96,8 +96,12 @@ def graph_inputs(proto: onnx.ModelProto) -> dict[str, tuple[list, str]]:
     return result
 
 
-def check_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None) -> dict:
-    """Validate user-given input shapes against the model; return them as lists."""
+def check_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int | str]] | None) -> dict:
+    """Validate user-given input shapes against the model; return them as lists.
+
+    A dim given as a string stays symbolic under that name (``{"x": [1, 3, 48, "W"]}``
+    fixes a recognizer's batch and height and keeps its width: one build for every
+    width); inputs naming the same string share the dim."""
     declared = graph_inputs(proto)
     shapes = dict(shapes or {})
     for name, shape in shapes.items():
@@ -106,20 +110,39 @@ def check_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | N
                 f"the model has no input named {name!r}; its inputs are {sorted(declared)}"
             )
         dims, _ = declared[name]
-        shape = [int(s) for s in shape]
+        shape = [_dim(name, s) for s in shape]
         if dims and len(dims) != len(shape):
             raise InputShapeError(
                 f"input {name!r} has rank {len(dims)} ({_fmt(dims)}), the given shape "
                 f"{shape} has rank {len(shape)}"
             )
         for axis, (want, got) in enumerate(zip(dims, shape)):
-            if isinstance(want, int) and want != got:
+            if isinstance(want, int) and (isinstance(got, str) or want != got):
                 raise InputShapeError(
                     f"input {name!r} is declared {_fmt(dims)}; dim {axis} is fixed at {want}, "
                     f"the given shape {shape} has {got}. Only symbolic dims can be set."
                 )
         shapes[name] = shape
     return shapes
+
+
+def _dim(name: str, value) -> int | str:
+    """One dim of a user-given shape: an int, or a symbolic dim's name."""
+    if isinstance(value, str) and not value.lstrip("-").isdigit():
+        if not value.isidentifier():
+            raise InputShapeError(f"input {name!r}: a symbolic dim is named by an identifier "
+                                  f"(such as 'W'), not {value!r}")
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InputShapeError(f"input {name!r}: a dim is an int or a symbolic dim's name, "
+                              f"not {value!r}") from None
+
+
+def static_shapes(shapes: Mapping[str, Sequence[int | str]]) -> dict[str, list[int]]:
+    """The entries of checked ``shapes`` whose dims are all ints."""
+    return {k: list(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)}
 
 
 def _fmt(dims: Sequence) -> str:

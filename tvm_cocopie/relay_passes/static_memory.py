@@ -22,8 +22,10 @@ storages out of a function for CUDA graphs and caches them per VM):
 Per inference a function's intermediates then cost 1 + (distinct tensors) VM calls
 (the lookup, a ``tuple_getitem`` each) instead of 2 x (storages + tensors) calls of
 allocation and about as many kills. Outputs are never in the plan, so they stay fresh
-tensors every call; storages of symbolic size, and storages holding a tensor of
-symbolic shape or one not at offset 0, stay allocated per call. Who shares the scratch (one set per VM, one
+tensors every call; storages of symbolic size and storages holding a tensor not at
+offset 0 stay allocated per call. A tensor of symbolic shape in a constant-size storage
+(its size bounded: :func:`bound_symbolic_dims`) becomes a view of that storage, made per
+call. Who shares the scratch (one set per VM, one
 call at a time) is described in :mod:`tvm_cocopie.vm_scratch`.
 """
 
@@ -34,6 +36,7 @@ import logging
 import tvm
 from tvm import relax
 
+from ..errors import CompilationError
 from ..vm_scratch import CACHED_SCRATCH, plan_text
 
 log = logging.getLogger(__name__)
@@ -96,29 +99,36 @@ class _Plan:
                 dims = _constant_shape(shape)
                 if dims is not None and len(dims) == 1 and str(scope.value) == "global":
                     sizes[b.var] = dims[0]
-        tensors = {}  # tensor var -> (storage var, shape, dtype)
+        tensors = {}  # tensor var -> (storage var, shape or None, dtype, shape expr)
         for b in _var_bindings(func.body):
             if _op(b.value) != _ALLOC_TENSOR or b.value.args[0] not in sizes:
                 continue
             storage, offset, shape, dtype = b.value.args[:4]
-            dims = _constant_shape(shape)
-            if dims is None or not isinstance(offset, tvm.tirx.IntImm) or int(offset.value):
-                # placed per call (symbolic shape), or not at the start: all per call
-                sizes.pop(storage)
+            if not isinstance(offset, tvm.tirx.IntImm) or int(offset.value):
+                sizes.pop(storage)  # not at the start: the storage stays per call
                 continue
-            tensors[b.var] = (storage, dims, str(getattr(dtype, "value", dtype)))
+            tensors[b.var] = (storage, _constant_shape(shape),
+                              str(getattr(dtype, "value", dtype)), shape)
         self.storages = list(sizes)
         index = {var: i for i, var in enumerate(self.storages)}
         self.tensors: list = []  # (storage index, shape, dtype), the tuple's items
-        self.replace: dict = dict.fromkeys(self.storages)  # var -> tuple item, None: dropped
-        for var, (storage, dims, dtype) in tensors.items():
+        #: var -> tuple item, ``(item, shape expr, dtype)`` for a view of a symbolic
+        #: shape into the item that is its whole storage, None: dropped
+        self.replace: dict = dict.fromkeys(self.storages)
+        for var, (storage, dims, dtype, shape) in tensors.items():
             if storage not in index:
                 continue
-            item = (index[storage], dims, dtype)
-            if item not in self.tensors:
-                self.tensors.append(item)
-            self.replace[var] = self.tensors.index(item)
+            if dims is None:  # a symbolic shape in a bounded storage: a view per call
+                whole = (index[storage], (sizes[storage],), "uint8")
+                self.replace[var] = (self._item(whole), shape, dtype)
+            else:
+                self.replace[var] = self._item((index[storage], dims, dtype))
         self.sizes = [sizes[var] for var in self.storages]
+
+    def _item(self, item) -> int:
+        if item not in self.tensors:
+            self.tensors.append(item)
+        return self.tensors.index(item)
 
     def text(self) -> str:
         return plan_text(self.sizes, self.tensors)
@@ -140,7 +150,12 @@ class _ReadScratch(relax.PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.replace:
             index = self.replace[binding.var]
-            if index is not None:
+            if isinstance(index, tuple):  # a view of a symbolic shape into its storage
+                item, shape, dtype = index
+                value = self.builder_.normalize(relax.op.memory.view(
+                    relax.TupleGetItem(self.scratch, item), shape=shape, dtype=dtype))
+                self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+            elif index is not None:
                 self.builder_.emit_normalized(
                     relax.VarBinding(binding.var, relax.TupleGetItem(self.scratch, index)))
             return
@@ -173,6 +188,36 @@ def cache_static_allocations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         log.debug("%s: %d storages (%d bytes), %d tensors allocated once per VM",
                   gv.name_hint, len(plan.sizes), sum(plan.sizes), len(plan.tensors))
     return mod
+
+
+def bound_symbolic_dims(bounds: dict[str, int]) -> tvm.transform.Pass:
+    """A pass giving every Relax function the upper bounds of its symbolic dims (by var
+    name: ``{"W": 2048}``) as the ``tir_var_upper_bound`` attribute, which
+    ``StaticPlanBlockMemory`` reads: storages of symbolic size are then planned for the
+    bound, a constant size that :func:`cache_static_allocations` allocates once per VM,
+    and the tensors of a call's actual sizes become views into them (SOD²: one memory
+    plan for every input size up to the bounds). A call with a dim above its bound stops
+    with an error from the view's size check, never writes past the storage."""
+    bounds = {str(k): int(v) for k, v in dict(bounds).items()}
+    for name, value in bounds.items():
+        if value < 1:
+            raise CompilationError(f"dim_bounds[{name!r}] = {value}: a bound is a positive "
+                                   "size")
+
+    @tvm.transform.module_pass(opt_level=0, name="BoundSymbolicDims")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, func in list(mod.functions_items()):
+            if not isinstance(func, relax.Function):
+                continue
+            names = {v.name for v in relax.analysis.defined_symbolic_vars(func)}
+            known = {k: v for k, v in bounds.items() if k in names}
+            if known:
+                current = dict(func.attrs["tir_var_upper_bound"]) if (
+                    func.attrs and "tir_var_upper_bound" in func.attrs) else {}
+                mod[gv] = func.with_attr("tir_var_upper_bound", {**current, **known})
+        return mod
+
+    return _pass
 
 
 def _is_lookup(value) -> bool:

@@ -24,7 +24,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 
 from ...errors import ModelError
-from ...exprs import static_shape
+from ...exprs import batched_shape, static_shape
 from .common import (
     attr_str,
     const,
@@ -191,6 +191,42 @@ def _requested(shape, scales, sizes, axes, policy):
     return [int(shape[i] * ratio[i]) for i in range(rank)], ratio
 
 
+def symbolic_resize(bb, data, scales, sizes, attr, params):
+    """``Resize`` of a tensor with symbolic dims (SOD²: one build for every size), in the
+    case the taps need no sizes: nearest sampling at whole-number scales with
+    ``asymmetric`` coordinates rounded down (a detector neck's 2x/4x/8x upsampling),
+    where output index ``i`` reads input ``i // s``: a ``take`` by a computed index per
+    axis, the ops :mod:`tvm_cocopie.relay_passes.layout.sink` keeps in the blocked
+    layout. Other modes need the input's size at import time."""
+    why = None
+    if not is_empty(sizes):
+        why = "output sizes (not scales)"
+    elif attr_str(attr, "mode", "nearest") != "nearest":
+        why = f"mode {attr_str(attr, 'mode', 'nearest')}"
+    elif attr_str(attr, "coordinate_transformation_mode", "half_pixel") != "asymmetric":
+        why = f"coordinate_transformation_mode {attr_str(attr, 'coordinate_transformation_mode')}"
+    elif attr_str(attr, "nearest_mode", "round_prefer_floor") != "floor":
+        why = f"nearest_mode {attr_str(attr, 'nearest_mode', 'round_prefer_floor')}"
+    value = None if why or is_empty(scales) else const_value(scales, params)
+    dims = batched_shape(data, tuple(range(rank_of(data))))
+    if why is None and (value is None or dims is None or attr.get("axes") is not None):
+        why = "scales that are not constant, or an axes attribute"
+    if why is None and not all(float(v).is_integer() and v >= 1 for v in value.reshape(-1)):
+        why = f"scales {value.reshape(-1).tolist()} (whole numbers only)"
+    if why is not None:
+        raise ModelError(f"Resize of a tensor with symbolic dims supports nearest, asymmetric, "
+                         f"floor sampling at whole-number scales; this one has {why}: fix "
+                         "the input shape with shapes={...}")
+    x = data
+    for axis, scale in enumerate(int(v) for v in value.reshape(-1)):
+        if scale == 1:
+            continue
+        index = relax.op.arange(0, dims[axis] * scale, dtype="int64")
+        index = bb.emit(relax.op.floor_divide(index, relax.const(scale, "int64")))
+        x = bb.emit(relax.op.take(x, index, axis=axis))
+    return x
+
+
 @register("Resize")
 class Resize(OnnxOpConverter):
     """ONNX ``Resize``; opset 10 takes ``(X, scales)`` and samples ``asymmetric``."""
@@ -208,7 +244,7 @@ class Resize(OnnxOpConverter):
     def _convert(cls, bb, data, roi, scales, sizes, attr, params):
         shape = static_shape(data)
         if shape is None:
-            raise ModelError("Resize needs a static input shape: fix it with shapes={...}")
+            return symbolic_resize(bb, data, scales, sizes, attr, params)
         values = {}
         for name, expr in (("roi", roi), ("scales", scales), ("sizes", sizes)):
             if is_empty(expr):
@@ -253,7 +289,10 @@ class Upsample(OnnxOpConverter):
     def _convert(cls, bb, data, scales, attr):
         shape = static_shape(data)
         if shape is None:
-            raise ModelError("Upsample needs a static input shape: fix it with shapes={...}")
+            attr = {"mode": attr_str(attr, "mode", "nearest"),
+                    "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+            return symbolic_resize(bb, data, const(np.asarray(scales, "float32")), None, attr,
+                                   {})
         attr = {"mode": attr_str(attr, "mode", "nearest"),
                 "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
         out_shape = [int(d * s) for d, s in zip(shape, scales)]

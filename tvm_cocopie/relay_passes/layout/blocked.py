@@ -23,7 +23,7 @@ from tvm import relax
 from ...errors import last_line
 from ...exprs import batched_shape, is_constant, static_shape
 from ...target import cpu_info
-from ...topi.cpu.legalize import conv2d_plan
+from ...topi.cpu.legalize import SYMBOLIC_DIMS, conv2d_plan
 from ...topi.cpu.tiling import channel_block
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def conv_layout_choice(call, info, grouped: str = "gspc") -> dict:
     # A conv the kernels leave to TVM keeps NCHW, asked for explicitly: left to its
     # own layout inference it would take a blocked input as it comes and fail.
     keep = {"relax.nn.conv2d": ["NCHW", str(attrs.kernel_layout), "NCHW"]}
-    dshape, wshape = batched_shape(call.args[0]), static_shape(call.args[1])
+    dshape, wshape = batched_shape(call.args[0], SYMBOLIC_DIMS), static_shape(call.args[1])
     if dshape is None or wshape is None or len(dshape) != 4:
         return keep
     ib = channel_block(dshape[1], info)

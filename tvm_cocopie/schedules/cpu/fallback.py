@@ -13,7 +13,11 @@ tried on its own, so that a step TVM refuses is skipped, never half-applied:
    pooling, the columns of a NCHW pooling), the reduction loops move outside that
    axis, which is then vectorized: one vector accumulator per output row.
 
-Symbolic extents are fine: loops of unknown extent are parallelized, not vectorized.
+Symbolic extents (SOD², issue 17: a sequence length known at run time) are fine: loops
+of unknown extent are parallelized, and an innermost one is vectorized in whole vectors
+with a scalar tail (:func:`~.row_reduction.vectorize_symbolic`). Such a kernel carries a
+serial version too, run where its work is below :data:`MIN_PARALLEL_WORK` as a static
+build of that size would (:func:`~tvm_cocopie.schedules.versions.parallel_when`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from ...exprs import is_load
 from ...target import CpuInfo
 from ..base import (
     DATA_PAR,
+    MIN_PARALLEL_WORK,
     CpuRule,
     block_work,
+    const_extent,
     fuse_parallel,
     is_spatial,
     iter_types,
@@ -40,6 +46,8 @@ from ..base import (
     vectorize_inner,
     writes_output,
 )
+from ..versions import block_iterations, parallel_when
+from .row_reduction import vectorize_symbolic
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +228,20 @@ def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     else:
         leading = kinds[: len(spatial)] == [DATA_PAR] * len(spatial)
         fuse_parallel(sch, spatial if leading else spatial[:1], info, work)
+        if any(const_extent(sch, lp) is None for lp in reduce):
+            # TIR runs the init at a reduction's first iteration: over an empty symbolic
+            # extent (a row's tail of ``n % lanes``, :func:`~tvm_cocopie.topi.cpu.fast_math.
+            # row_softmax`) the result would never be written
+            sch.decompose_reduction(block, reduce[0])
+
+
+def spatial_recipe(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
+    """:func:`~tvm_cocopie.schedules.base.parallel_spatial`, and a symbolic innermost loop
+    (the key axis of attention scores) vectorized by :func:`vectorize_symbolic`."""
+    parallel_spatial(sch, block, info)
+    loops = sch.get_loops(block)
+    if len(loops) >= 2 and const_extent(sch, loops[-1]) is None and vectorizable(sch, block):
+        vectorize_symbolic(sch, loops[-1], info.f32_lanes)
 
 
 def schedule_any(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:
@@ -229,7 +251,7 @@ def schedule_any(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:
         if not sch.get_loops(block):
             continue
         name = sch.get(block).name_hint
-        recipe = parallel_spatial if is_spatial(sch, block) else schedule_reduction
+        recipe = spatial_recipe if is_spatial(sch, block) else schedule_reduction
         trial = try_apply(sch, lambda s, b=block, f=recipe: f(s, b, info))
         if trial is None:  # e.g. vectorizing an opaque access: parallel only
             trial = try_apply(sch, lambda s, b=block: fuse_parallel(s, s.get_loops(b)[:1], info))
@@ -250,4 +272,14 @@ class Fallback(CpuRule):
         ``tunable``), or ``None`` when nothing can be scheduled."""
         if not root_blocks(sch):
             return None
-        return schedule_any(sch, info)
+        if tunable:
+            return schedule_any(sch, info)
+        return parallel_when(sch, info, schedule_any,
+                             lambda func: _largest(block_iterations(func)), MIN_PARALLEL_WORK)
+
+
+def _largest(values: list) -> tirx.PrimExpr:
+    largest = values[0]
+    for value in values[1:]:
+        largest = tirx.max(largest, value)
+    return largest

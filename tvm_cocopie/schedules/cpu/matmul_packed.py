@@ -32,10 +32,18 @@ pass over it, the accumulators of the whole panel living in a small local buffer
         serial  M' / tm
           kb                               <- unroll, FMA micro-kernel as above
       epilogue over the panel
+
+Symbolic extents (SOD², issue 17: rows of a run-time sequence, a symbolic batch, the key
+axis of attention) keep the same nest: ``M'`` is a multiple of ``tm`` by construction, so
+every tile is whole and only the epilogue's rows carry a bound; a symbolic row loop is
+parallel on its own (the panels stay serial inside it, see :func:`schedule_matmul`), and
+the kernel has a serial version for sizes below :data:`MIN_PARALLEL_MACS`
+(:func:`~tvm_cocopie.schedules.versions.parallel_when`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import s_tir
@@ -55,13 +63,21 @@ from ..base import (
     is_spatial,
     parallel_spatial,
     reads_plainly,
+    root_blocks,
     spills_over,
     try_apply,
     vectorizable,
     vectorize_inner,
 )
 from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
-from .row_reduction import inline_elementwise, lane_partials, schedule_partials, vectorize_row
+from ..versions import block_iterations, parallel_when
+from .row_reduction import (
+    init_reductions_first,
+    inline_elementwise,
+    lane_partials,
+    schedule_partials,
+    vectorize_row,
+)
 
 
 @dataclass(frozen=True)
@@ -115,10 +131,12 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         else:
             sch.reorder(*batch, mo, no, k, *inner, nv)
             par_loops, attach = [*batch, mo], no
-        iters = 1
-        for loop in par_loops:
-            iters *= const_extent(sch, loop) or 1
-        if iters < 4 * max(1, info.num_cores):
+        extents = [const_extent(sch, loop) for loop in par_loops]
+        iters = math.prod(e or 1 for e in extents)
+        # a symbolic extent (rows of a sequence) counts as enough: fusing the panel loop in
+        # too would divide by symbolic extents in every tile (int64 divisions: attention's
+        # Q K^T at 128 tokens 158 -> 128 us without, the static kernel's 127)
+        if iters < 4 * max(1, info.num_cores) and None not in extents:
             attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
         else:
             fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
@@ -184,6 +202,7 @@ def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info
         sch.unroll(loop)
     sch.vectorize(nv)
     sch.decompose_reduction(anchor, k)
+    init_reductions_first(sch, rows)  # a softmax's tail over a symbolic row
     return sch
 
 
@@ -211,7 +230,10 @@ class MatmulPacked(CpuRule):
         if int(ann.get("colout", 0)) and _panels(sch, anchor, knobs.nb) >= 2 * info.num_cores:
             knobs = MatmulKnobs(knobs.tm, knobs.nb, columns_outer=True, kb=int(ann["kb"]))
         if not tunable:
-            return schedule_matmul(sch, anchor, knobs, info)
+            index = [sch.get(b).name_hint for b in root_blocks(sch)].index(name)
+            return parallel_when(
+                sch, info, lambda s, i: schedule_matmul(s, s.get_sblock(name), knobs, i),
+                lambda func: block_iterations(func)[index], MIN_PARALLEL_MACS)
         spaces = []
         for columns_outer in (False, True):
             trial = sch.copy()

@@ -22,16 +22,27 @@ Here the kernel becomes one parallel loop over rows (DNNFusion's row-wise fusion
 It takes a PrimFunc whose reductions all run over trailing axes read contiguously (the
 last index of an input), whose last block writes the result and whose other blocks are
 computed per row of it; anything else is left to the next rule.
+
+Symbolic extents (SOD², issue 17: a sequence length known at run time) take the same
+path: the rows are one loop whatever their count (parallel in the version for many rows,
+:func:`~tvm_cocopie.schedules.versions.parallel_when`), a reduction over a row of
+symbolic length splits into lanes when its extent is provably whole vectors (the
+softmax's body, :func:`~tvm_cocopie.topi.cpu.fast_math.row_softmax`), and an
+element-wise loop of symbolic extent splits into vectors with a partition hint
+(:func:`vectorize_symbolic`). Sizes that decide the recipe (a row's share of work) are
+judged at :data:`~tvm_cocopie.topi.cpu.dense_packed.PLANNED_EXTENT`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from tvm import s_tir
+from tvm import s_tir, tirx
+from tvm.sym import Analyzer
 
 from ...errors import last_line
 from ...target import CpuInfo
+from ...topi.cpu.dense_packed import PLANNED_EXTENT
 from ..base import (
     DATA_PAR,
     MIN_PARALLEL_WORK,
@@ -46,6 +57,7 @@ from ..base import (
     vectorizable,
     writes_output,
 )
+from ..versions import block_iterations, parallel_when
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +81,50 @@ def _is_row_reduction(sch: s_tir.Schedule, block) -> bool:
                for r in stmt.reads)  # a pooling window's ``ow * 2 + rw`` is not a row
 
 
-def _row_count(sch: s_tir.Schedule, block) -> int | None:
-    """Iterations of the spatial loops of a row reduction: its number of rows."""
+def _row_count(sch: s_tir.Schedule, block):
+    """Iterations of the spatial loops of a row reduction: its number of rows (an
+    expression when symbolic)."""
     total = 1
     for loop, kind in zip(sch.get_loops(block), iter_types(sch, block)):
         if kind == DATA_PAR:
-            extent = const_extent(sch, loop)
-            if extent is None:
-                return None
-            total *= extent
+            total *= extent_of(sch, loop)
     return total
+
+
+def extent_of(sch: s_tir.Schedule, loop):
+    """A loop's extent: an ``int`` when constant, else the TIR expression."""
+    ext = sch.get(loop).extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else ext
+
+
+def iterations(sch: s_tir.Schedule, block):
+    """Iterations of the loops around ``block`` (an expression when symbolic)."""
+    total = 1
+    for loop in sch.get_loops(block):
+        total *= extent_of(sch, loop)
+    return total
+
+
+def planned_value(extent) -> int:
+    """``extent`` with every variable at :data:`PLANNED_EXTENT` (an int stays itself)."""
+    if isinstance(extent, int):
+        return extent
+    analyzer = Analyzer()
+    for var in tirx.analysis.undefined_vars(extent):
+        analyzer.bind(var, tirx.const(PLANNED_EXTENT, var.ty.dtype))
+    return int(analyzer.simplify(extent))
+
+
+def same_extent(a, b) -> bool:
+    """Whether two extents (ints or expressions) are provably equal."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return bool(Analyzer().can_prove_equal(a, b))
+
+
+def whole_vectors(extent, lanes: int) -> bool:
+    """Whether a symbolic ``extent`` is provably a multiple of ``lanes``."""
+    return bool(Analyzer().can_prove_equal(tirx.floormod(extent, lanes), 0))
 
 
 def inline_elementwise(sch: s_tir.Schedule) -> None:
@@ -87,8 +133,8 @@ def inline_elementwise(sch: s_tir.Schedule) -> None:
         if not is_spatial(sch, block) or writes_output(sch, block):
             continue
         consumers = sch.get_consumers(block)
-        size = block_work(sch, block)
-        if consumers and all(is_spatial(sch, c) and block_work(sch, c) == size
+        size = iterations(sch, block)
+        if consumers and all(is_spatial(sch, c) and same_extent(iterations(sch, c), size)
                              for c in consumers):
             sch.compute_inline(block)
 
@@ -107,7 +153,10 @@ def lane_partials(sch: s_tir.Schedule, block, lanes: int):
     reduce_loops = loops[kinds.index(next(k for k in kinds if k != DATA_PAR)):]
     k = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
     extent = const_extent(sch, k)
-    if extent is None or extent < 2 * lanes or extent % lanes:
+    if extent is None:
+        if not whole_vectors(sch.get(k).extent, lanes):
+            return None  # symbolic and maybe not whole vectors: one scalar chain
+    elif extent < 2 * lanes or extent % lanes:
         return None
     _, ki = sch.split(k, [None, lanes])
     return sch.rfactor(ki, 0)
@@ -118,10 +167,11 @@ ROW_RECOMPUTE = 4
 
 
 def work_under(sch: s_tir.Schedule, block, rows) -> int:
-    """Iterations of ``block`` per iteration of the row loop (symbolic extents: huge)."""
+    """Iterations of ``block`` per iteration of the row loop (symbolic extents at
+    :data:`PLANNED_EXTENT`)."""
     total = 1
     for loop in loops_under(sch, block, rows):
-        total *= const_extent(sch, loop) or (1 << 30)
+        total *= planned_value(extent_of(sch, loop))
     return total
 
 
@@ -148,6 +198,22 @@ def schedule_partials(sch: s_tir.Schedule, rf, rows, lanes: int) -> None:
         sch.unroll(lane)
 
 
+#: The annotation that makes TVM's ``LoopPartition`` lowering pass split a loop at the
+#: conditions inside it, whatever its extent (the ``loop_partition`` primitive refuses
+#: symbolic ones)
+PARTITION_HINT = "pragma_loop_partition_hint"
+
+
+def vectorize_symbolic(sch: s_tir.Schedule, loop, lanes: int) -> None:
+    """Vectorize a loop of symbolic extent: split by ``lanes`` (a predicate on the last
+    vector), the outer loop hinted for partitioning, so that lowering makes it a loop of
+    whole vectors without the predicate and a scalar tail. A predicate left in the
+    vector loop makes TVM's vectorizer scalarize all of it."""
+    outer, inner = sch.split(loop, [None, lanes])
+    sch.annotate(outer, PARTITION_HINT, 1)
+    sch.vectorize(inner)
+
+
 def vectorize_row(sch: s_tir.Schedule, block, rows, lanes: int) -> None:
     """Vectorize the innermost loop of a spatial ``block`` inside the row loop: whole
     vectors, a scalar tail."""
@@ -156,7 +222,10 @@ def vectorize_row(sch: s_tir.Schedule, block, rows, lanes: int) -> None:
         return
     loop = inner[-1]
     extent = const_extent(sch, loop)
-    if extent is None or extent < lanes:
+    if extent is None:
+        vectorize_symbolic(sch, loop, lanes)
+        return
+    if extent < lanes:
         return
     tail = extent % lanes
     if tail:
@@ -185,7 +254,7 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
             return None  # its innermost loop is not along the row
     lanes = info.f32_lanes
     row_count = _row_count(sch, reductions[0])  # before rfactor reorders its iterators
-    row_length = max((block_work(sch, b) or 0) // max(1, _row_count(sch, b) or 1)
+    row_length = max(planned_value(iterations(sch, b)) // max(1, planned_value(_row_count(sch, b)))
                      for b in reductions)
     inline_elementwise(sch)
     partials = set()
@@ -199,7 +268,7 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     loops = sch.get_loops(final)
     if not is_spatial(sch, final):
         row_loops = loops[: iter_types(sch, final).count(DATA_PAR)]
-    elif row_count is not None and block_work(sch, final) == row_count:
+    elif same_extent(iterations(sch, final), row_count):
         row_loops = loops  # one result per row (the division of a mean)
     else:
         row_loops = loops[:-1]
@@ -224,7 +293,22 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
             # loop_partition refused some blocks (TVM 0.27: "Buffer rank and region
             # dimension mismatch" on log-softmax's last pass): then that loop stays scalar
             sch = try_apply(sch, lambda s, b=block: vectorize_row(s, b, rows, lanes)) or sch
+    init_reductions_first(sch, rows)
     return sch
+
+
+def init_reductions_first(sch: s_tir.Schedule, rows) -> None:
+    """Give each reduction under ``rows`` whose loops have a symbolic extent its init
+    before those loops. TIR runs a reduction's init at its first iteration, which a loop
+    of extent 0 never has: the tail of a row of whole vectors (``n % lanes``) or the
+    vector body of a row shorter than a vector, whose results were then never written
+    (a softmax over one token returned garbage)."""
+    for block in sch.get_child_blocks(rows):
+        if is_spatial(sch, block) or sch.get(block).init is None:
+            continue
+        inner = loops_under(sch, block, rows)
+        if inner and any(const_extent(sch, lp) is None for lp in inner):
+            sch.decompose_reduction(block, inner[0])
 
 
 class RowReduction(CpuRule):
@@ -237,7 +321,10 @@ class RowReduction(CpuRule):
         lanes; ``None`` when the PrimFunc is not row-wise (a block that cannot be computed
         per row included: the next rule takes it, no warning)."""
         try:
-            return schedule_rows(sch, info)
+            if tunable:
+                return schedule_rows(sch, info)
+            return parallel_when(sch, info, schedule_rows, lambda func: block_iterations(func)[-1],
+                                 MIN_PARALLEL_WORK // 4)
         except Exception as err:  # noqa: BLE001 - a primitive refused: not a row-wise kernel
             log.debug("not row-wise: %s", last_line(err))
             return None

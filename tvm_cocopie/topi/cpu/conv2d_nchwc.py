@@ -23,15 +23,21 @@ use :mod:`.depthwise_nchwc` instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tvm import te, tirx
+from tvm.sym import Analyzer
 
 from ...errors import CompilationError
 
 #: block annotation naming the conv block and its register tile
 ANNOTATION = "cocopie.conv2d_nchwc"
+
+#: input rows / columns a conv with a symbolic height or width is planned for (its
+#: register tile, its parallel split): a mid-size feature map, where the tiles of larger
+#: maps are already the ones chosen (row tiles of 4-8 pixels)
+PLAN_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class ConvGeometry:
 
     n: int  # or a symbolic batch (a TIR ``PrimExpr``): see :attr:`images`
     c: int
-    h: int
+    h: int  # ``h`` and ``w`` may be symbolic too: see :meth:`planned`
     w: int
     o: int
     kh: int
@@ -71,6 +77,19 @@ class ConvGeometry:
     def opg(self) -> int:
         """Output channels per group."""
         return self.o // self.groups
+
+    @property
+    def symbolic_spatial(self) -> bool:
+        """Whether the height or the width is symbolic (a TIR expression)."""
+        return not (isinstance(self.h, int) and isinstance(self.w, int))
+
+    def planned(self) -> ConvGeometry:
+        """The static geometry the tiles are chosen for: a symbolic batch as one image, a
+        symbolic height or width as :data:`PLAN_SIZE` (the kernel then loops over the real
+        extents, its tiles padded and clamped as for any size they do not divide)."""
+        return replace(self, n=self.images,
+                       h=self.h if isinstance(self.h, int) else PLAN_SIZE,
+                       w=self.w if isinstance(self.w, int) else PLAN_SIZE)
 
     @property
     def images(self) -> int:
@@ -221,8 +240,8 @@ def pack_weight_numpy(weight: np.ndarray, geo: ConvGeometry, tile: ConvTile) -> 
 def pad_nchwc(data: te.Tensor, geo: ConvGeometry, rows: int, cols: int) -> te.Tensor:
     """Zero-pad a NCHWc tensor to ``rows x cols`` (top/left padding from ``geo``)."""
     pt, pl = geo.padding[0], geo.padding[1]
-    h, w = (int(s) for s in data.shape[2:4])
-    if pt == 0 and pl == 0 and rows <= h and cols <= w:
+    h, w = (_static(s) for s in data.shape[2:4])
+    if pt == 0 and pl == 0 and _provably(rows <= h) and _provably(cols <= w):
         return data
     shape = (data.shape[0], data.shape[1], rows, cols, data.shape[4])
 
@@ -235,7 +254,29 @@ def pad_nchwc(data: te.Tensor, geo: ConvGeometry, rows: int, cols: int) -> te.Te
 
 
 def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
+    if isinstance(x, int):
+        return -(-x // m) * m
+    return tirx.floordiv(x + (m - 1), m) * m  # a symbolic extent
+
+
+def _static(dim):
+    """A shape dim as an ``int`` when it is a constant, else the expression."""
+    return int(dim) if isinstance(dim, (int, tirx.IntImm)) else dim
+
+
+def _provably(cond) -> bool:
+    """Whether ``cond`` (a Python bool, or a TIR condition over symbolic extents) holds
+    for every value of its variables."""
+    if isinstance(cond, bool):
+        return cond
+    return bool(Analyzer().can_prove(cond))
+
+
+def _same(a, b) -> bool:
+    """Whether two extents (ints or TIR expressions) are provably equal."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return bool(Analyzer().can_prove_equal(a, b))
 
 
 def subsample_nchwc(data: te.Tensor, geo: ConvGeometry) -> te.Tensor:
@@ -294,7 +335,11 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
     """
     oh, ow = geo.oh, geo.ow
     ext = padded_extent(geo, tile)
-    attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat), oh=oh, ow=ow)
+    if tile.flat and geo.symbolic_spatial:
+        raise CompilationError("a conv with a symbolic height or width takes row tiles, "
+                               "not flattened ones")
+    attrs = dict(attrs, th=tile.th, tw=tile.tw, flat=int(tile.flat),
+                 oh=oh if isinstance(oh, int) else 0, ow=ow if isinstance(ow, int) else 0)
     if group > 1 and split > 1:
         raise ValueError("a work block is either wide (group > 1) or split, not both")
     work_chunks = -(-chunks // group) if group > 1 else _round_up(chunks, tile.r)
@@ -302,7 +347,7 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
     lane_shape = (group, lanes) if group > 1 else (split, seg) if split > 1 else (lanes,)
 
     def clamp(v, extent, bound):
-        return tirx.min(v, bound - 1) if extent != bound else v
+        return v if _same(extent, bound) else tirx.min(v, bound - 1)
 
     def lane(idx):  # the body's lane arguments from the work block's lane iterators
         if split > 1:  # (segment, lane in it): no division for TVM to simplify
@@ -327,7 +372,8 @@ def tiled_output(geo: ConvGeometry, tile: ConvTile, chunks: int, lanes: int, bod
 
         work = te.compute((geo.n, work_chunks, ext[0], ext[1], *lane_shape), f2d, name=name,
                           attrs={ANNOTATION: attrs})
-        if ext == (oh, ow) and len(lane_shape) == 1 and work_chunks == chunks:
+        if (_same(ext[0], oh) and _same(ext[1], ow) and len(lane_shape) == 1
+                and work_chunks == chunks):
             return work
 
     def fout(n, c, y, x, ci):

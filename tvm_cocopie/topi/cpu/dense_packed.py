@@ -15,31 +15,79 @@ With one B shared by every batch (a dense layer applied to ``(T, 1, K)`` time-ma
 activations, say), the batch dims are flattened into the rows: one ``T x K`` product
 whose register tiles span batches, instead of ``T`` products of one row that each
 stream the whole of B.
+
+Symbolic sizes (SOD², issue 17: a sequence length or a batch known only at run time)
+are taken as they come from the placeholders: the rows ``M``, the batch dims, and for
+a B that is not constant its ``K`` and ``N`` too. The register tile is planned once
+for :data:`PLANNED_EXTENT` (the caller's choice, :func:`~.legalize.matmul_plan`); the
+padded extents become expressions (``ceil(M / tm) * tm`` rows, ``ceil(N / nb)``
+panels), so every tile stays whole at any size and the slice to ``(*batch, M, N)``
+follows as in the static case.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from tvm import te, tirx
+from tvm.sym import Analyzer
 
 from ...errors import CompilationError
 from .tiling import MatmulTile, matmul_blocking
 
 ANNOTATION = "cocopie.matmul"
+#: Relax's ``OpPatternKind`` values the kernels of a symbolic column count declare
+#: (:func:`pack_rhs`, :func:`slice_columns`)
+BROADCAST, INJECTIVE = 1, 2
+
+#: The size a symbolic extent (rows, a column count, a reduction) is planned for: a
+#: transformer's sequence length, the zoo encoder's 128. The static planner's tile for
+#: it is kept at every run-time size (the encoder's matmuls at 128 rows then run the
+#: very tile of its static build).
+PLANNED_EXTENT = 128
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
+def dims(shape) -> list:
+    """A TE shape as Python ints where static, the ``PrimExpr`` where symbolic."""
+    return [int(s) if isinstance(s, (int, tirx.IntImm)) else s for s in shape]
+
+
+def planned(extent) -> int:
+    """``extent`` if static, else :data:`PLANNED_EXTENT`."""
+    return extent if isinstance(extent, int) else PLANNED_EXTENT
+
+
+def _round_up(x, m: int):
+    """``x`` rounded up to a multiple of ``m`` (an expression when ``x`` is symbolic)."""
+    if isinstance(x, int):
+        return -(-x // m) * m
+    return tirx.floordiv(x + (m - 1), m) * m
+
+
+def _same(x, y) -> bool:
+    """Whether two extents are provably equal (ints, or one TIR variable)."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    return bool(Analyzer().can_prove_equal(x, y))
 
 
 def pack_rhs(b: te.Tensor, nb: int) -> te.Tensor:
-    """``(*batch, K, N)`` -> ``(*batch, N' / nb, K, nb)``, zero columns past ``N``."""
-    *batch, k, n = (int(s) for s in b.shape)
-    panels = _round_up(n, nb) // nb
+    """``(*batch, K, N)`` -> ``(*batch, N' / nb, K, nb)``, zero columns past ``N``.
+
+    A symbolic ``N`` (attention's ``K^T``, ``N`` the sequence) repeats column ``N - 1``
+    instead: the padded columns only make product columns the slice drops, and a
+    clamped read vectorizes where the zero's ``if_then_else`` scalarized the loop
+    (encoder's K at 128 tokens: 98 -> 40 us). Relax's pattern analysis calls any read
+    whose index holds a variable of no output index opaque, so the caller declares
+    this pack :data:`INJECTIVE` (it is: one read per element, no reduction), and
+    ``FuseOps`` fuses it with the transpose that makes ``K^T`` as in the static case."""
+    *batch, k, n = dims(b.shape)
+    panels = _round_up(n, nb) // nb if isinstance(n, int) else tirx.floordiv(n + (nb - 1), nb)
 
     def fpack(*idx):
         *bi, p, kk, j = idx
         col = p * nb + j
+        if not isinstance(n, int):
+            return b[(*bi, kk, tirx.min(col, n - 1))]
         if panels * nb == n:
             return b[(*bi, kk, col)]
         return tirx.if_then_else(col < n, b[(*bi, kk, tirx.min(col, n - 1))],
@@ -62,81 +110,114 @@ def pack_rhs_numpy(b: np.ndarray, nb: int) -> np.ndarray:
     return np.ascontiguousarray(split.transpose(order))
 
 
-def matmul_packed(a: te.Tensor, packed: te.Tensor, n: int, tile: MatmulTile,
+def matmul_packed(a: te.Tensor, packed: te.Tensor, n, tile: MatmulTile,
                   out_dtype: str = "float32") -> te.Tensor:
     """``a (*batch, M, K)`` times packed B -> ``(*batch, M, N)``.
 
     ``packed`` is ``(N'/nb, K, nb)`` (shared by every batch) or
-    ``(*batch, N'/nb, K, nb)`` (one B per batch, same batch dims as ``a``).
+    ``(*batch, N'/nb, K, nb)`` (one B per batch, same batch dims as ``a``). Any of
+    ``M``, ``K``, ``N`` (an int or the PrimFunc's own variable) and the batch dims may
+    be symbolic. A symbolic ``N`` leaves the result ``(*batch, M, N')``, its columns
+    padded to whole panels: :func:`slice_columns` cuts them in a kernel of its own.
     """
-    *batch, m, k = (int(s) for s in a.shape)
+    *batch, m, k = dims(a.shape)
     nb = tile.nb
     shared = len(packed.shape) == 3
-    if not shared and [int(s) for s in packed.shape[:-3]] != batch:
+    if not shared and not (len(packed.shape) - 3 == len(batch) and all(
+            _same(x, y) for x, y in zip(dims(packed.shape[:-3]), batch))):
         raise CompilationError("batched matmul: A and B batch dims differ")
-    if int(packed.shape[-2]) != k or int(packed.shape[-1]) != nb:
+    pk, pnb = dims(packed.shape[-2:])
+    if not _same(pk, k) or pnb != nb:
         raise CompilationError("packed B does not match K or the panel width")
     if flat_rows(batch, m, shared):
         return _flat_rows_matmul(a, packed, n, tile, out_dtype)
     mp = _round_up(m, tile.tm)
-    npad = int(packed.shape[-3]) * nb
+    npad = dims(packed.shape[-3:-2])[0] * nb
     rk = te.reduce_axis((0, k), "rk")
 
     def fmm(*idx):
         *bi, i, j = idx
-        row = tirx.min(i, m - 1) if mp != m else i
+        row = i if _exact(mp, m) else tirx.min(i, m - 1)
         bidx = (j // nb, rk, j % nb) if shared else (*bi, j // nb, rk, j % nb)
         return te.sum(a[(*bi, row, rk)].astype(out_dtype) * packed[bidx].astype(out_dtype),
                       axis=rk)
 
     attrs = {ANNOTATION: _annotation(tile, m, n, k, shared)}
     work = te.compute((*batch, mp, npad), fmm, name="matmul_packed", attrs=attrs)
-    if (mp, npad) == (m, n):
+    cols = n if isinstance(n, int) else npad
+    if _exact(mp, m) and _exact(npad, cols):
         return work
-    return te.compute((*batch, m, n), lambda *idx: work[idx], name="matmul_packed_out")
+    return te.compute((*batch, m, cols), lambda *idx: work[idx], name="matmul_packed_out")
 
 
-def _annotation(tile: MatmulTile, rows: int, n: int, k: int, shared: bool) -> dict:
+def slice_columns(x: te.Tensor, n) -> te.Tensor:
+    """The first ``n`` columns of a product whose ``N`` is symbolic (:func:`matmul_packed`).
+
+    Cut inside the matmul kernel, the last panel's columns made the epilogue's store
+    conditional per lane, and TVM's vectorizer scalarizes such a loop: attention's
+    ``Q K^T`` (scaled) at 128 tokens took 1.3-1.5x its static time. As a kernel of its own,
+    declared :data:`BROADCAST` (each output index reads the same input index, in order),
+    ``FuseOps`` joins it to the consumers (the scale and the softmax: one row kernel)
+    instead of to the matmul, which only fuses element-wise consumers.
+    """
+    return te.compute((*x.shape[:-1], n), lambda *idx: x[idx], name="matmul_columns")
+
+
+def _exact(padded, extent) -> bool:
+    """Whether a padded extent is the extent itself (static and already whole tiles)."""
+    return isinstance(extent, int) and padded == extent
+
+
+def _annotation(tile: MatmulTile, rows, n, k, shared: bool) -> dict:
+    """The schedule's annotation; symbolic sizes stand as :data:`PLANNED_EXTENT`."""
+    rows, n, k = planned(rows), planned(n), planned(k)
     blocking = matmul_blocking(rows, n, k, tile) if shared else None
     return {"kind": "matmul", "tm": tile.tm, "nb": tile.nb, "m": rows, "n": n,
             "colout": int(bool(blocking and blocking.columns_outer)),
             "kb": blocking.kb if blocking else k}
 
 
-def flat_rows(batch, m: int, shared: bool) -> bool:
+def _unit(d) -> bool:
+    """Whether a dim is the static 1 (a symbolic one may be any size)."""
+    return isinstance(d, (int, tirx.IntImm)) and int(d) == 1
+
+
+def flat_rows(batch, m, shared: bool) -> bool:
     """Whether a matmul of A ``(*batch, m, K)`` runs as one product over flattened rows.
 
     With a shared B and one non-unit dim among ``(*batch, m)`` (``(T, 1, K)`` as a
-    recurrent layer leaves it): the row index is that dim's index, an affine map the
-    schedule's per-tile epilogue can follow. Several non-unit dims would make it a
-    div/mod of the row that region analysis cannot invert.
+    recurrent layer leaves it; a symbolic dim counts as non-unit): the row index is
+    that dim's index, an affine map the schedule's per-tile epilogue can follow.
+    Several non-unit dims would make it a div/mod of the row that region analysis
+    cannot invert.
     """
-    return shared and bool(batch) and sum(int(d) > 1 for d in (*batch, m)) == 1
+    return shared and bool(batch) and sum(not _unit(d) for d in (*batch, m)) == 1
 
 
-def _flat_rows_matmul(a: te.Tensor, packed: te.Tensor, n: int, tile: MatmulTile,
+def _flat_rows_matmul(a: te.Tensor, packed: te.Tensor, n, tile: MatmulTile,
                       out_dtype: str) -> te.Tensor:
     """Shared B, A with one non-unit dim before K: a plain ``rows x K`` product."""
-    *batch, m, k = (int(s) for s in a.shape)
-    dims = [*batch, m]
-    axis = next(i for i, d in enumerate(dims) if d > 1)
-    rows = dims[axis]
+    *batch, m, k = dims(a.shape)
+    outer = [*batch, m]
+    axis = next(i for i, d in enumerate(outer) if not _unit(d))
+    rows = outer[axis]
     nb = tile.nb
     mp = _round_up(rows, tile.tm)
-    npad = int(packed.shape[-3]) * nb
+    npad = dims(packed.shape[-3:-2])[0] * nb
     rk = te.reduce_axis((0, k), "rk")
 
     zero = tirx.const(0, str(a.shape[axis].ty))
 
     def a_index(r):
-        return tuple(r if i == axis else zero for i in range(len(dims)))
+        return tuple(r if i == axis else zero for i in range(len(outer)))
 
     def fmm(r, j):
-        row = tirx.min(r, rows - 1) if mp != rows else r
+        row = r if _exact(mp, rows) else tirx.min(r, rows - 1)
         return te.sum(a[(*a_index(row), rk)].astype(out_dtype)
                       * packed[j // nb, rk, j % nb].astype(out_dtype), axis=rk)
 
     attrs = {ANNOTATION: _annotation(tile, rows, n, k, True)}
     work = te.compute((mp, npad), fmm, name="matmul_packed", attrs=attrs)
-    return te.compute((*batch, m, n), lambda *idx: work[idx[axis], idx[-1]],
+    cols = n if isinstance(n, int) else npad
+    return te.compute((*batch, m, cols), lambda *idx: work[idx[axis], idx[-1]],
                       name="matmul_packed_out")

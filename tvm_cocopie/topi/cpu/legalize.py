@@ -84,11 +84,15 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     obk = layout_block(str(attrs.out_layout)) if out_block is None else out_block
     if db is None or obk is None:
         return None
-    dshape = batched_shape(call.args[0])
+    dshape = batched_shape(call.args[0], SYMBOLIC_DIMS)
     wshape = static_shape(call.args[1])
     if data_block is not None and db and len(dshape) == 4:  # hypothetical blocking
         dshape = [dshape[0], dshape[1] // db, dshape[2], dshape[3], db]
     geo = conv_geometry(call, dshape, wshape)
+    # tiles are chosen for a static size: one image, and a symbolic height or width at
+    # the planning size (the kernel pads and clamps its tiles to the real extents)
+    sized = geo.planned()
+    symbolic = geo.symbolic_spatial
     ib = db or channel_block(geo.c, info)
     ob = obk or channel_block(geo.o, info)
     if geo.c % ib or geo.o % ob:
@@ -96,18 +100,20 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
     if dw.is_depthwise(geo):
         if ib != ob:
             return None
-        wide = depthwise_wide_tile(geo, ob, info)
+        wide = None if symbolic else depthwise_wide_tile(geo, ob, info)
         if wide is not None:  # a vector over tw pixels of a narrow chunk
             tile = cn.ConvTile(ib, ob, 1, *wide, False, True)
         else:
-            th, tw = depthwise_tile(geo.oh, geo.ow, info)
-            tile = cn.ConvTile(ib, ob, 1, th, tw, geo.ow % tw != 0)
+            th, tw = depthwise_tile(sized.oh, sized.ow, info)
+            tile = cn.ConvTile(ib, ob, 1, th, tw, not symbolic and geo.ow % tw != 0)
         return Conv2dPlan(geo, tile, db, obk, True)
-    if gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
+    if not symbolic and gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
         tile = gspc_tile(geo, ib, ob, gspc.segments(geo, ob), info)
         return Conv2dPlan(geo, tile, db, obk, False, gspc=True)
     try:
-        tile = conv_tile(geo, ib, ob, info)
+        tile = conv_tile(sized, ib, ob, info)
+        if symbolic and tile.flat:  # the same pixels as one row: no division by a width
+            tile = dataclasses.replace(tile, flat=False, th=1)
         cbg = cn.group_span(geo, tile)
     except Exception as err:  # noqa: BLE001 - groups that do not align with the chunks
         log.debug("conv2d left to TVM: %s", err)
@@ -133,6 +139,24 @@ def conv_geometry(call, dshape: list[int], wshape: list[int]) -> cn.ConvGeometry
     )
 
 
+#: dims of a conv's data (``NCHW`` or ``NCHW{b}c``) that may be symbolic: batch, rows,
+#: columns (SOD²: one build for every size)
+SYMBOLIC_DIMS = (0, 2, 3)
+
+
+def bound_geometry(geo: cn.ConvGeometry, data: te.Tensor) -> cn.ConvGeometry:
+    """``geo`` with its symbolic sizes taken from the TE placeholder ``data`` (its own
+    vars, which the PrimFunc binds from the argument; the Relax-level vars are not)."""
+    if isinstance(geo.n, int) and not geo.symbolic_spatial:
+        return geo
+
+    def dim(i):
+        d = data.shape[i]
+        return int(d) if isinstance(d, tvm.tirx.IntImm) else d
+
+    return dataclasses.replace(geo, n=dim(0), h=dim(2), w=dim(3))
+
+
 def conv_unsupported(call) -> str | None:
     """Why our conv kernels cannot take ``call`` (layout, dtype, symbolic shape), or None."""
     attrs = call.attrs
@@ -143,8 +167,9 @@ def conv_unsupported(call) -> str | None:
     out_dtype = str(attrs.out_dtype or "")
     if out_dtype not in ("", "float32"):
         return f"out_dtype {out_dtype}"
-    if batched_shape(call.args[0]) is None or static_shape(call.args[1]) is None:
-        return "symbolic shape (other than the batch)"
+    if (batched_shape(call.args[0], SYMBOLIC_DIMS) is None
+            or static_shape(call.args[1]) is None):
+        return "symbolic channels or weight shape"
     return None
 
 
@@ -204,8 +229,7 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
             name = "conv2d_nchwc"
 
         def fte(data, packed):
-            # a symbolic batch: the placeholder's own var, not the Relax-level one
-            shaped = geo if isinstance(geo.n, int) else dataclasses.replace(geo, n=data.shape[0])
+            shaped = bound_geometry(geo, data)
             if not plan.data_block:
                 data = to_blocked(data, tile.ib)
             out = compute(data, packed, shaped, tile)
@@ -221,37 +245,69 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
 @dataclass(frozen=True)
 class MatmulPlan:
     """How one matmul call is computed: its sizes, batch, the packed layout of the right-hand side
-    and the register tile."""
-    m: int
-    n: int
-    k: int
-    batch: tuple[int, ...]
+    and the register tile. Sizes are ints, or TIR expressions where symbolic (the Relax-level
+    variables: the computes take their own from the placeholders)."""
+    m: object
+    n: object
+    k: object
+    batch: tuple
     shared_rhs: bool
     tile: object
 
 
+def _matmul_dims(expr) -> list | None:
+    """A matmul operand's shape: ints where static, TIR integer expressions where symbolic;
+    ``None`` when the shape (or its rank) is unknown."""
+    static = static_shape(expr)
+    if static is not None:
+        return static
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None:
+        return None
+    return [int(v) if isinstance(v, tvm.tirx.IntImm) else v for v in values]
+
+
+def _same_extent(x, y) -> bool:
+    """Equal dims: equal ints, or expressions provably equal (one Relax-level variable)."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    return bool(tvm.sym.Analyzer().can_prove_equal(x, y))
+
+
 def matmul_plan(call, info: CpuInfo) -> MatmulPlan | None:
-    """Plan a ``relax.matmul``: A ``(*batch, M, K)`` times B ``(K, N)`` or ``(*batch, K, N)``."""
+    """Plan a ``relax.matmul``: A ``(*batch, M, K)`` times B ``(K, N)`` or ``(*batch, K, N)``.
+
+    ``M``, the batch dims, and (for a B that is not constant) ``K`` and ``N`` may be
+    symbolic: the tile is then the one planned for :data:`.dense_packed.PLANNED_EXTENT`
+    in their place (SOD²: one build for every sequence length, tiles padded at run
+    time). Dims that are not provably equal (two unrelated variables) are left to TVM.
+    """
     a, b = call.args
     if _dtype(a) not in SUPPORTED_DTYPES or _dtype(b) not in SUPPORTED_DTYPES:
         return None
     out_dtype = str(call.attrs.out_dtype or "")
     if out_dtype not in ("", "float32"):
         return None
-    ashape, bshape = static_shape(a), static_shape(b)
+    ashape, bshape = _matmul_dims(a), _matmul_dims(b)
     if ashape is None or bshape is None or len(ashape) < 2 or len(bshape) < 2:
         return None
     *batch, m, k = ashape
-    if bshape[-2] != k:
+    if not _same_extent(bshape[-2], k):
         return None
     n = bshape[-1]
     shared = len(bshape) == 2
-    if not shared and bshape[:-2] != batch:
+    if not shared and (len(bshape) != len(ashape)
+                       or not all(map(_same_extent, bshape[:-2], batch))):
         return None
-    if n < info.f32_lanes // 2 or m * n * k < 4096:
+    pm, pn, pk = (dp.planned(v) for v in (m, n, k))
+    flat = dp.flat_rows(batch, m, shared)
+    rows = math.prod(dp.planned(d) for d in (*batch, m)) if flat else pm
+    # symbolic: sized at the planned extent, the rows of a time-major (T, 1, K) included
+    sized_rows = pm if static_shape(a) is not None else rows
+    if pn < info.f32_lanes // 2 or sized_rows * pn * pk < 4096:
         return None
-    rows = m * math.prod(batch) if dp.flat_rows(batch, m, shared) else m
-    return MatmulPlan(m, n, k, tuple(batch), shared, matmul_tile(rows, n, info))
+    return MatmulPlan(m, n, k, tuple(batch), shared, matmul_tile(rows, pn, info))
 
 
 def legalize_matmul(info: CpuInfo, fallback):
@@ -262,10 +318,23 @@ def legalize_matmul(info: CpuInfo, fallback):
         if plan is None:
             return fallback(bb, call)
         nb = plan.tile.nb
-        packed = _packed_weight(bb, call.args[1], lambda b: dp.pack_rhs_numpy(b, nb),
-                                lambda b: dp.pack_rhs(b, nb), "rhs_pack")
-        return bb.call_te(lambda a, p: dp.matmul_packed(a, p, plan.n, plan.tile),
-                          call.args[0], packed, primfunc_name_hint="matmul_packed")
+        rhs = call.args[1]
+        if isinstance(plan.n, int) or is_constant(rhs):
+            packed = _packed_weight(bb, rhs, lambda b: dp.pack_rhs_numpy(b, nb),
+                                    lambda b: dp.pack_rhs(b, nb), "rhs_pack")
+        else:  # K^T of attention, N the sequence: see dp.pack_rhs on its pattern kind
+            packed = bb.emit(bb.call_te(lambda b: dp.pack_rhs(b, nb), rhs,
+                                        primfunc_name_hint="rhs_pack",
+                                        primfunc_attrs={"op_pattern": dp.INJECTIVE}))
+        # a symbolic N goes in as an argument: call_te hands the compute the PrimFunc's
+        # own variable for it (the packed B only holds ceil(N / nb))
+        out = bb.call_te(lambda a, p, n: dp.matmul_packed(a, p, n, plan.tile),
+                         call.args[0], packed, plan.n, primfunc_name_hint="matmul_packed")
+        if isinstance(plan.n, int):
+            return out
+        return bb.call_te(dp.slice_columns, bb.emit(out), plan.n,
+                          primfunc_name_hint="matmul_columns",
+                          primfunc_attrs={"op_pattern": dp.BROADCAST})
 
     return _legalize
 

@@ -425,6 +425,8 @@ def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
 
     if not constant_weight or not supports(geo) or info.arch == "hexagon":
         return None
+    if geo.symbolic_spatial:  # tile counts per image would be symbolic: the direct conv
+        return None
     setting = str(setting).lower()
     if setting == "off":
         return None
