@@ -45,19 +45,7 @@ def const_np(expr) -> np.ndarray:
 def static_shape(expr) -> list[int] | None:
     """The static shape of a Relax tensor expression, or ``None`` if it has no shape or
     any dim is symbolic."""
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    try:
-        values = list(shape.values) if hasattr(shape, "values") else list(shape)
-    except TypeError:
-        return None
-    out = []
-    for v in values:
-        if not isinstance(v, (int, tvm.tirx.IntImm)):
-            return None
-        out.append(int(v))
-    return out
+    return batched_shape(expr, ())
 
 
 def batched_shape(expr, symbolic: tuple[int, ...] = (0,)) -> list | None:
