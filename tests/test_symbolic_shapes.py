@@ -197,7 +197,7 @@ def test_shapes_may_name_a_dim_to_keep_it_symbolic():
 def test_dim_bounds_plan_the_memory_once():
     """With the width bounded, the intermediates' storages are allocated once per VM and
     each call's tensors are views into them: no allocation per call but the output's,
-    the same results; a width above the bound stops with an error."""
+    the same results; a width above the bound is refused before the run."""
     model = _conv_model(8, 16, 3, 1)
     chain = onnx.ModelProto()
     chain.CopyFrom(model)
@@ -220,7 +220,7 @@ def test_dim_bounds_plan_the_memory_once():
     calls = _kernels(bounded, x)
     assert calls["vm.builtin.alloc_storage"] <= 1 and calls["vm.builtin.alloc_tensor"] <= 1
     assert _kernels(plain, x)["vm.builtin.alloc_storage"] > 1
-    with pytest.raises(Exception):  # noqa: B017 - the view's size check, TVM's error
+    with pytest.raises(InputShapeError, match="above the bound 64"):
         bounded(x=rng.standard_normal((1, 8, 16, 65)).astype(np.float32))
 
 

@@ -80,8 +80,10 @@ class CompiledModel:
 
     def __init__(self, executable, inputs: list[InputSpec], target: tvm.target.Target,
                  pipeline: str, compile_seconds: float, adaptive_threads: bool = True,
-                 specializer=None):
+                 specializer=None, dim_bounds: Mapping[str, int] | None = None):
         self.specializations: dict[tuple, CompiledModel] = {}
+        #: upper bounds of symbolic dims the memory plan was made for (checked per call)
+        self.dim_bounds = dict(dim_bounds or {})
         self._specializer = specializer
         self._staged = None  # per input: (its tensor, a numpy view of it) or None
         self.executable = executable
@@ -120,7 +122,23 @@ class CompiledModel:
             raise InputShapeError(
                 f"the model takes {len(self.inputs)} input(s) {self.input_names}, got {len(args)}"
             )
-        return [self._check(spec, value) for spec, value in zip(self.inputs, args)]
+        arrays = [self._check(spec, value) for spec, value in zip(self.inputs, args)]
+        self._check_bounds(arrays)
+        return arrays
+
+    def _check_bounds(self, arrays: list[np.ndarray]) -> None:
+        """A symbolic dim above the bound its memory plan was made for is refused before
+        the run (the plan's views would not fit)."""
+        if not self.dim_bounds:
+            return
+        for spec, arr in zip(self.inputs, arrays):
+            for name, got in zip(spec.shape, arr.shape):
+                bound = self.dim_bounds.get(name) if isinstance(name, str) else None
+                if bound is not None and got > bound:
+                    raise InputShapeError(
+                        f"input {spec.name!r} has {name} = {got}, above the bound {bound} the "
+                        f"memory plan was made for (PipelineOptions(dim_bounds=...)): compile "
+                        f"with a larger bound for {name}")
 
     @staticmethod
     def _check(spec: InputSpec, value: Any) -> np.ndarray:
@@ -274,11 +292,11 @@ def compile_model(
     latency (:class:`~tvm_cocopie.threads.ThreadGovernor`); ``False`` keeps the pool's.
     ``specialize``: an ONNX model whose inputs keep symbolic dims (not fixed by
     ``shapes``) is compiled with them, and again for the concrete shapes of each of its
-    first :data:`MAX_SPECIALIZATIONS` input shapes, on the first call that has them. The
-    cocopie pipeline's fast kernels need static shapes (symbolic ones get TVM's generic
-    computes): ResNet-18 with a symbolic batch ran 918 ms a call on the symbolic build,
-    35.6 ms on the one specialized at its first call (8 s of compiling then; ONNX Runtime
-    49 ms, 2 threads). ``False`` runs every call on the symbolic build.
+    first :data:`MAX_SPECIALIZATIONS` input shapes, on the first call that has them.
+    ``False`` runs every call on the symbolic build, compiled once (SOD²): the fast
+    kernels take symbolic batches, heights, widths and sequence lengths (ResNet-18 with a
+    symbolic batch: 37 ms a call against 36 for its static build, 918 ms before they
+    did); ``PipelineOptions(dim_bounds=...)`` plans its memory once for the bounds.
     """
     tgt = parse_target(target)
     register_pipeline()
@@ -316,5 +334,6 @@ def compile_model(
         def specializer(concrete: dict) -> CompiledModel:
             return compile_model(proto, tgt, {**(shapes or {}), **concrete}, pipeline, options,
                                  adaptive_threads, specialize=False)
+    bounds = options.dim_bounds if isinstance(options, PipelineOptions) else None
     return CompiledModel(executable, inputs, tgt, pipeline, seconds, adaptive_threads,
-                         specializer)
+                         specializer, bounds)
