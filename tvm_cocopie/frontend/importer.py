@@ -177,8 +177,9 @@ def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
     ``((H - 1) // 32 + 1) * 2``: equal for the sizes the model takes (multiples of 32),
     not provably, and Relax would type the sum as a tensor of unknown shape, losing the
     shape of every later kernel (SOD²'s RDP would recover it as a constraint). Two
-    broadcast dims that are not 1 must be equal, so the operands are ``match_cast`` to
-    one new symbolic dim for each such axis: bound by the first cast, checked by the
+    broadcast dims that are not 1 must be equal; dims that are expressions of the same
+    variables (:func:`_same_variables`) are taken to be that case, and the operands are
+    ``match_cast`` to one new symbolic dim for each such axis: bound by the first cast, checked by the
     others at run time (a size that breaks it stops the model with an error, never a
     wrong answer)."""
     from tvm import relax
@@ -208,8 +209,11 @@ def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
         symbolic = [d for d in present if not isinstance(d, tvm.tirx.IntImm)]
         if any(isinstance(d, tvm.tirx.IntImm) and int(d) != 1 for d in present) or not symbolic:
             continue  # a static dim decides, or nothing to unify
-        if any(not tvm_ffi.structural_equal(d, symbolic[0]) for d in symbolic):
-            target[axis] = tvm.tirx.Var(f"d{axis}_{_fresh_id()}", "int64")
+        if any(not tvm_ffi.structural_equal(d, symbolic[0]) for d in symbolic) and \
+                _same_variables(symbolic):
+            fresh = tvm.tirx.Var(f"d{axis}_{_fresh_id()}", "int64")
+            _ORIGINS[fresh.name] = _origins(symbolic[0])
+            target[axis] = fresh
     if not target:
         return inputs
     # every operand cast to the fresh dims: the first cast binds them at run time, the
@@ -227,8 +231,32 @@ def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
             if local >= 0 and not isinstance(dims[local], tvm.tirx.IntImm):
                 dims[local] = dim
         if any(not tvm_ffi.structural_equal(a, b) for a, b in zip(dims, sh)):
+            if not isinstance(arg, relax.Var):  # ConvertLayout reads a cast var's layout
+                arg = bb.emit(arg)
             out[i] = bb.match_cast(arg, relax.TensorType(dims, arg.ty.dtype))
     return out
+
+
+#: a dim var :func:`unify_symbolic_dims` made -> the input dims it was derived from
+_ORIGINS: dict[str, frozenset] = {}
+
+
+def _origins(dim) -> frozenset:
+    """The input dims (names) a symbolic dim is an expression of, through the vars that
+    :func:`unify_symbolic_dims` made."""
+    names = set()
+    for var in tvm.tirx.analysis.undefined_vars(dim):
+        names |= _ORIGINS.get(var.name, {var.name})
+    return frozenset(names)
+
+
+def _same_variables(dims) -> bool:
+    """Whether the symbolic dims are expressions of the same input dims: sizes one input
+    dim takes through different paths (a neck's ``H // 16`` rows and its upsampled
+    ``(H // 32) * 2``). Dims of different variables (``D`` against ``E``) are left alone:
+    broadcasting lets either be 1 at run time."""
+    first = _origins(dims[0])
+    return all(_origins(d) == first for d in dims[1:])
 
 
 _counter = iter(range(1 << 62))
