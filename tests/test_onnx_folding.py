@@ -40,9 +40,15 @@ def test_shape_chain_folds_to_a_constant_shape():
     np.testing.assert_array_equal(newshape, [2, -1])
 
 
-def test_dynamic_shapes_are_left_alone():
-    _, count = fold_constants(shape_arith_model())
-    assert count == 0
+def test_dynamic_shapes_keep_their_symbolic_dims():
+    """With N and H symbolic nothing folds to numbers, but the reshape's computed target
+    becomes the constant [0, -1] (SOD²'s constant propagation: copy N, infer the rest)."""
+    folded, count = fold_constants(shape_arith_model())
+    assert count == 1
+    reshape = next(n for n in folded.graph.node if n.op_type == "Reshape")
+    target = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}[reshape.input[1]]
+    np.testing.assert_array_equal(target, [0, -1])
+    assert [n.op_type for n in folded.graph.node] == ["Reshape", "Relu"]
 
 
 def test_folded_model_compiles_and_matches():
