@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import numpy_helper
 
-from .symbolic_shapes import has_symbolic_inputs, resolve_reshapes
+from .symbolic_shapes import has_symbolic_inputs, inferred_dims, resolve_reshapes
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +82,8 @@ def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str]]:
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     light, added = _light_copy(model)
-    inferred = shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
-    result = {}
-    for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        ttype = value.type.tensor_type
-        if value.name in added or not ttype.HasField("shape"):
-            continue
-        dims = ttype.shape.dim
-        if all(d.HasField("dim_value") for d in dims):
-            result[value.name] = [int(d.dim_value) for d in dims]
-    return result
+    return {name: dims for name, dims in inferred_dims(light).items()
+            if name not in added and all(isinstance(d, int) for d in dims)}
 
 
 def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray], opset: int) -> list[np.ndarray]:

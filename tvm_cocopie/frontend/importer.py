@@ -127,6 +127,11 @@ def _importer_class():
 
         convert_map: ClassVar[dict] = {}
 
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            #: the dims :func:`unify_symbolic_dims` made in this import -> their input dims
+            self.dim_origins: dict[str, frozenset] = {}
+
         def _check_for_unsupported_ops(self, graph):
             missing = sorted({n.op_type for n in graph.node if n.op_type not in self.convert_map
                               and n.op_type not in ("If", "Constant")})
@@ -141,7 +146,8 @@ def _importer_class():
             if converter is None:
                 raise UnsupportedOperatorError(f"no converter for ONNX operator {op_name}")
             if op_name in BROADCAST_OPS or op_name == "Concat":
-                inputs = unify_symbolic_dims(self.bb, inputs, attrs.get("axis")
+                inputs = unify_symbolic_dims(self.bb, inputs, self.dim_origins,
+                                             attrs.get("axis")
                                              if op_name == "Concat" else None)
             try:
                 result = converter.get_converter(opset)(
@@ -169,7 +175,7 @@ BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum
                            "Where", "PRelu", "Equal", "Less", "Greater", "And", "Or"})
 
 
-def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
+def unify_symbolic_dims(bb, inputs, origins: dict, concat_axis: int | None = None):
     """The operands of a broadcasting op (or a ``Concat`` along ``concat_axis``) with
     their symbolic dims made the same expression where the op needs them equal.
 
@@ -181,7 +187,8 @@ def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
     variables (:func:`_same_variables`) are taken to be that case, and the operands are
     ``match_cast`` to one new symbolic dim for each such axis: bound by the first cast, checked by the
     others at run time (a size that breaks it stops the model with an error, never a
-    wrong answer)."""
+    wrong answer). ``origins``: the import's record of the dims made so far (each one's
+    input dims), filled here."""
     from tvm import relax
 
     shapes = []
@@ -210,9 +217,9 @@ def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
         if any(isinstance(d, tvm.tirx.IntImm) and int(d) != 1 for d in present) or not symbolic:
             continue  # a static dim decides, or nothing to unify
         if any(not tvm_ffi.structural_equal(d, symbolic[0]) for d in symbolic) and \
-                _same_variables(symbolic):
-            fresh = tvm.tirx.Var(f"d{axis}_{_fresh_id()}", "int64")
-            _ORIGINS[fresh.name] = _origins(symbolic[0])
+                _same_variables(symbolic, origins):
+            fresh = tvm.tirx.Var(f"d{axis}_{len(origins)}", "int64")
+            origins[fresh.name] = _origins(symbolic[0], origins)
             target[axis] = fresh
     if not target:
         return inputs
@@ -237,33 +244,23 @@ def unify_symbolic_dims(bb, inputs, concat_axis: int | None = None):
     return out
 
 
-#: a dim var :func:`unify_symbolic_dims` made -> the input dims it was derived from
-_ORIGINS: dict[str, frozenset] = {}
-
-
-def _origins(dim) -> frozenset:
+def _origins(dim, origins: dict) -> frozenset:
     """The input dims (names) a symbolic dim is an expression of, through the vars that
-    :func:`unify_symbolic_dims` made."""
+    :func:`unify_symbolic_dims` made (``origins``: made var -> its input dims)."""
     names = set()
     for var in tvm.tirx.analysis.undefined_vars(dim):
-        names |= _ORIGINS.get(var.name, {var.name})
+        names |= origins.get(var.name, {var.name})
     return frozenset(names)
 
 
-def _same_variables(dims) -> bool:
+def _same_variables(dims, origins: dict) -> bool:
     """Whether the symbolic dims are expressions of the same input dims: sizes one input
     dim takes through different paths (a neck's ``H // 16`` rows and its upsampled
     ``(H // 32) * 2``). Dims of different variables (``D`` against ``E``) are left alone:
     broadcasting lets either be 1 at run time."""
-    first = _origins(dims[0])
-    return all(_origins(d) == first for d in dims[1:])
+    first = _origins(dims[0], origins)
+    return all(_origins(d, origins) == first for d in dims[1:])
 
-
-_counter = iter(range(1 << 62))
-
-
-def _fresh_id() -> int:
-    return next(_counter)
 
 
 def _zero_sized_inputs(proto: onnx.ModelProto) -> dict[str, list[int]]:
