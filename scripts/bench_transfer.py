@@ -108,6 +108,14 @@ def parse_args(argv=None):
                         "for transfer-tuning and full tuning's selection alike (adds its time)")
     p.add_argument("--max-candidates", type=int, default=3,
                    help="transferred schedules measured per kernel (nearest source kernels first)")
+    p.add_argument("--prescreen", metavar="MODEL_FILE",
+                   help="also transfer-tune each pair with this latency model pre-screening "
+                        "the candidates (scripts/bench_latency_model.py saves one): only the "
+                        "--prescreen-keep fastest predicted of each kernel are measured; the "
+                        "pair reports both searches' time and kernel sums side by side")
+    p.add_argument("--prescreen-keep", type=int, default=1)
+    p.add_argument("--mcpu", default=LLVM["mcpu"],
+                   help="the target's CPU (a latency model is trained for one)")
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per variant")
     p.add_argument("--work", default="bench_transfer_work", help="logs and per-pair results")
     p.add_argument("--no-ansor", action="store_true", help="skip the Ansor ResNet-50 log part")
@@ -216,6 +224,18 @@ def run_pair(target: str, source: str, args, trials: int, source_trials: int) ->
                                   max_candidates=args.max_candidates, second_pass=args.second_pass)
     rep = report.as_dict()
     tt_secs = report.seconds
+    screened = None
+    if args.prescreen:
+        from tvm_cocopie.latency import LatencyModel
+
+        screen_dir = pair_dir.with_name(pair_dir.name + f"_pre{args.prescreen_keep}")
+        print(f"transfer-tuning {target} from {source} with the latency model's pre-screen",
+              flush=True)
+        screened = search.transfer_tune(
+            model, records, LLVM, screen_dir, mode="pool", progress=True,
+            max_candidates=args.max_candidates, second_pass=args.second_pass,
+            prescreen=LatencyModel.load(LLVM, args.prescreen),
+            prescreen_keep=args.prescreen_keep)
     same_dir, same_n = truncated_database(full_dir, tt_secs, pair_dir / "ms_same_time")
     import onnx
 
@@ -232,8 +252,10 @@ def run_pair(target: str, source: str, args, trials: int, source_trials: int) ->
     s_stock = {v: times["stock"] / times[v] for v in variants}
     # every kernel sum from one measurement run, side by side (the reports' own sums
     # come from separate runs minutes apart)
-    ksum = search.kernel_sums(model, LLVM, {"default": None, "transfer": pair_dir,
-                                            "full": full_sel.database})
+    sums_of = {"default": None, "transfer": pair_dir, "full": full_sel.database}
+    if screened is not None:
+        sums_of["prescreened"] = Path(screened.database)
+    ksum = search.kernel_sums(model, LLVM, sums_of)
     match = ms_time_to_match(full_dir, rep | {"_model": model}, ksum["transfer"])
     result = {
         "target": target, "source": source, "image_size": args.image_size,
@@ -266,6 +288,16 @@ def run_pair(target: str, source: str, args, trials: int, source_trials: int) ->
         "kernels_transferred": sum(1 for k in rep["kernels"]
                                    if k["best"] not in (search.UNTUNED, search.DEFAULT)),
     }
+    if screened is not None:
+        # the same search with the latency model's pre-screen: its time against the
+        # plain search's, its kernel sum's speedup against the plain one's (side by side)
+        result["prescreen"] = {
+            "keep": args.prescreen_keep, "seconds": screened.seconds,
+            "prescreened": screened.prescreened,
+            "time_saved_pct": 100 * (1 - screened.seconds / tt_secs),
+            "kernel_sum_speedup_over_default": ksum["default"] / ksum["prescreened"],
+            "speedup_vs_plain_pct": 100 * ksum["transfer"] / ksum["prescreened"] - 100,
+        }
     return result
 
 
@@ -332,6 +364,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     from tvm_cocopie.bench import timing as bm
 
+    LLVM["mcpu"] = args.mcpu  # every step of this run builds for the one target
+
     trials = args.trials_per_kernel or (2 if args.quick else 16)
     source_trials = args.source_trials_per_kernel or trials
     src_tag = "" if source_trials == trials else f"_s{source_trials}"
@@ -342,7 +376,8 @@ def main(argv=None) -> int:
     records = []
     for target, source in pairs:
         path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}{src_tag}_{args.space}"
-                              f"_c{args.max_candidates}{pass_suffix(args)}.json")
+                              f"_c{args.max_candidates}{pass_suffix(args)}"
+                              f"{f'_pre{args.prescreen_keep}' if args.prescreen else ''}.json")
         if path.exists():
             records.append(json.loads(path.read_text()))
             print(f"{target} from {source}: done earlier ({path})")
@@ -399,6 +434,10 @@ def main(argv=None) -> int:
         "ms_time_to_match_ratio": mean("ms_time_to_match_ratio"),
         "ms_never_matched": sum(1 for r in records if r["ms_time_to_match_seconds"] is None),
         "mean_noise_identical_builds": mean("noise_identical_builds"),
+        "transfer_time_saved_pct": mean_of(r["prescreen"]["time_saved_pct"]
+                                           for r in records if "prescreen" in r),
+        "prescreen_speedup_vs_plain_pct": mean_of(r["prescreen"]["speedup_vs_plain_pct"]
+                                                  for r in records if "prescreen" in r),
         "ansor_records_imported": ansor_rec["records_imported"] if ansor_rec else None,
         "ansor_speedup_over_untuned": ({n: m["speedup_over_untuned"]
                                         for n, m in ansor_rec["models"].items()}

@@ -5,6 +5,7 @@
     tvm-cocopie run MODEL.onnx --input sr=16000 --input x=x.npy [--save OUT.npz]
     tvm-cocopie bench NAME [ARGS...]        # runs scripts/bench_NAME.py
     tvm-cocopie info                         # what register() puts into TVM
+    tvm-cocopie predict MODEL.onnx [--measure] [--model-file PATH]   # latency model
     tvm-cocopie hexagon run MODEL.onnx       # int8 conv chain on emulated Hexagon HVX
     tvm-cocopie tune | transfer-tune ...     # MetaSchedule logs and their reuse
 
@@ -219,6 +220,80 @@ def cmd_prune(args) -> int:
     return 0
 
 
+def prediction_report(prediction, measured: dict | None = None,
+                      measured_ms: float | None = None) -> dict:
+    """A model's predicted latency (a :class:`~tvm_cocopie.latency.ModelPrediction`) as
+    JSON-ready data: per kernel (slowest first) its calls, predicted us per call, ms per
+    inference and share of the kernels' time, and the total; with ``measured`` (``{kernel
+    name: us per call in the model}``) and ``measured_ms`` (one inference) the measured
+    values beside them and the relative errors (percent, signed: positive when the
+    prediction is slower)."""
+    kernel_us = sum(calls * us for _, calls, us in prediction.kernels) or 1.0
+    kernels = []
+    for name, calls, us in prediction.kernels:
+        row = {"name": name, "calls": calls, "predicted_us": us,
+               "predicted_ms": calls * us / 1000.0, "share_pct": 100.0 * calls * us / kernel_us}
+        if measured is not None:
+            got = measured.get(name)
+            row["measured_us"] = got
+            row["err_pct"] = 100.0 * (us - got) / got if got else None
+        kernels.append(row)
+    kernels.sort(key=lambda r: -r["predicted_ms"])
+    report = {"predicted_ms": prediction.total_ms, "overhead_ms": prediction.overhead_ms,
+              "vm_calls": prediction.vm_calls, "kernels": kernels}
+    if measured_ms is not None:
+        report["measured_ms"] = measured_ms
+        report["err_pct"] = 100.0 * (prediction.total_ms - measured_ms) / measured_ms
+    return report
+
+
+def prediction_table(report: dict) -> str:
+    """:func:`prediction_report` as a text table, a line per kernel, then the totals."""
+    measured = "measured_ms" in report
+    header = f"{'kernel':<48}{'calls':>6}{'pred us':>11}{'pred ms':>10}{'share':>8}"
+    if measured:
+        header += f"{'meas us':>11}{'error':>9}"
+    lines = [header]
+    for k in report["kernels"]:
+        line = (f"{k['name'][:47]:<48}{k['calls']:>6}{k['predicted_us']:>11.1f}"
+                f"{k['predicted_ms']:>10.3f}{k['share_pct']:>7.1f}%")
+        if measured:
+            got, err = k.get("measured_us"), k.get("err_pct")
+            line += (f"{got:>11.1f}" if got is not None else f"{'-':>11}")
+            line += (f"{err:>+8.1f}%" if err is not None else f"{'-':>9}")
+        lines.append(line)
+    lines.append(f"predicted total {report['predicted_ms']:.3f} ms ({report['vm_calls']} kernel "
+                 f"calls; VM overhead {report['overhead_ms']:.3f} ms of it)")
+    if measured:
+        lines.append(f"measured total {report['measured_ms']:.3f} ms: prediction off by "
+                     f"{report['err_pct']:+.1f}%")
+    return "\n".join(lines)
+
+
+def cmd_predict(args) -> int:
+    """``tvm-cocopie predict``: a model's latency predicted by the latency model, per kernel
+    and in total (with ``--measure`` beside the measured times); exit code."""
+    import json
+
+    from .bench.latency import measured_kernels, model_prediction
+    from .latency import LatencyModel
+    from .paths import write_json_atomic
+    from .target import parse_target
+
+    target = parse_target(args.target)
+    latency = LatencyModel.load(target, args.model_file)
+    shapes = dict(args.shape or []) or None
+    prediction = model_prediction(latency, args.model, target, shapes)
+    measured, measured_ms = (measured_kernels(args.model, target, shapes) if args.measure
+                             else (None, None))
+    report = prediction_report(prediction, measured, measured_ms)
+    print(prediction_table(report))
+    if args.json:
+        write_json_atomic(args.json, {"model": args.model, "target": json.loads(str(target)),
+                                      **report})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tvm-cocopie`` argument parser with every subcommand (those of transfer-tuning and
     Hexagon included)."""
@@ -272,6 +347,22 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("-o", "--output", required=True, help="OUT.onnx")
     prune.add_argument("--lr", help="layerwise representation JSON (default: OUT.lr.json)")
     prune.set_defaults(func=cmd_prune)
+
+    pred = sub.add_parser("predict", help="predict a model's latency with the latency model, "
+                                          "per kernel (--measure: against measured times)")
+    pred.add_argument("model", help="MODEL.onnx")
+    pred.add_argument("--target", default=None, help='JSON dict, e.g. \'{"kind": "llvm"}\' '
+                                                     "(default: this machine)")
+    pred.add_argument("--shape", action="append", type=_parse_shape,
+                      help="fix an input shape: NAME=1,3,224,224 (repeatable)")
+    pred.add_argument("--model-file", default=None, metavar="PATH",
+                      help="the latency model file (default: the target's in the cache "
+                           "folder, as scripts/bench_latency_model.py saves it)")
+    pred.add_argument("--measure", action="store_true",
+                      help="also compile and run the model: measured us per kernel inside it "
+                           "and ms per inference, and the prediction's errors")
+    pred.add_argument("--json", metavar="PATH", help="write the table as JSON (atomically)")
+    pred.set_defaults(func=cmd_predict)
 
     info = sub.add_parser("info", help="register and show the cocopie pipeline")
     info.set_defaults(func=cmd_info)

@@ -71,6 +71,12 @@ class PipelineOptions:
     fusion: str = "stock"
     #: DNNFusion's profiling database (default: ``fusion.sqlite`` in the cache folder)
     fusion_db: str | None = None
+    #: a latency model file (:mod:`.latency`) for the target: DNNFusion's yellow pairs
+    #: that the profiling database does not hold are predicted by it, not measured
+    latency_model: str | None = None
+    #: a latency dataset file (:mod:`.latency`): DNNFusion's measured candidates are also
+    #: stored there, to train the latency model
+    latency_dataset: str | None = None
     schedule: bool = True
     #: a MetaSchedule work dir (database_*.json) whose records are applied first
     database: str | None = None
@@ -139,7 +145,8 @@ _STAGE_BUILDERS = {
     "legalize": _legalize_stage,
     "fusion": lambda target, options: (
         relay_passes.fusion_passes(target, options.fusion, schedules.default_rules(target),
-                                   options.fusion_db)
+                                   options.fusion_db, options.latency_model,
+                                   options.latency_dataset)
         if options.fuse else []
     ),
     "schedule": _schedule_stage,

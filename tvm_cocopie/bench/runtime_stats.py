@@ -21,7 +21,8 @@ Two counts the e2e benchmark records beside each cocopie latency:
 
 from __future__ import annotations
 
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -132,3 +133,47 @@ def layout_transform_count(model, target, shapes: Mapping[str, Sequence[int]] | 
     ``shapes`` on ``target``."""
     mod = model if isinstance(model, tvm.IRModule) else from_onnx(model, shapes=shapes)
     return layout_transforms(run_until(mod, target, "layout", options))
+
+
+def random_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for ``compiled`` (a :class:`~tvm_cocopie.api.CompiledModel`): uniform
+    floats, zeros for integer inputs (ids and indices stay in range)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in compiled.inputs:
+        shape = [d if isinstance(d, int) else 1 for d in spec.shape]
+        if np.issubdtype(np.dtype(spec.dtype), np.floating):
+            out[spec.name] = rng.uniform(-1, 1, shape).astype(spec.dtype)
+        else:
+            out[spec.name] = np.zeros(shape, spec.dtype)
+    return out
+
+
+def kernel_times(compiled, inputs: dict, rounds: int = 10, names=None) -> dict[str, float]:
+    """Median seconds per call of each kernel inside the model, over ``rounds`` runs.
+
+    ``names``: the kernels to report (default: every function the VM calls).
+    The first run is a warm-up and is not counted.
+    """
+    from tvm.relax import VMInstrumentReturnKind
+
+    wanted = set(names) if names is not None else None
+    started: dict[str, float] = {}
+    calls: dict[str, list[float]] = defaultdict(list)
+    counting = [False]
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        name = str(symbol)
+        if wanted is None or name in wanted:
+            if before_run:
+                started[name] = time.perf_counter()
+            elif counting[0] and name in started:
+                calls[name].append(time.perf_counter() - started.pop(name))
+        return VMInstrumentReturnKind.NO_OP
+
+    compiled.vm.set_instrument(instrument)
+    compiled(**inputs)
+    counting[0] = True
+    for _ in range(rounds):
+        compiled(**inputs)
+    return {name: float(np.median(times)) for name, times in calls.items()}

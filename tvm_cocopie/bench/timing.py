@@ -16,7 +16,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CocopieError
+from ..paths import write_json_atomic  # noqa: F401 - re-exported: the bench scripts write through it
 
 
 def machine_info(threads: int | None = None) -> dict:
@@ -187,29 +187,6 @@ def max_rel_error(a, b) -> float:
         return max((max_rel_error(x, y) for x, y in zip(a, b)), default=0.0)
     scale = float(np.max(np.abs(np.asarray(b, dtype=np.float64)))) or 1.0
     return max_abs_error(a, b) / scale
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=False, default=_json_default)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _json_default(value):
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
 def bench_result(name: str, records: list, summary: dict, threads: int | None = None) -> dict:

@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 from ..errors import CompilationError
+from ..latency import Dataset, LatencyModel
 from ..target import is_hexagon
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
@@ -52,17 +53,28 @@ FUSION_METHODS = ("stock", "dnnfusion")
 
 
 def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
-                  database=None) -> list:
+                  database=None, latency_model=None, latency_dataset=None) -> list:
     """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs.
 
     ``method``: ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR``; ``"dnnfusion"``
     DNNFusion's plan (:class:`.fusion.apply.DNNFusion`), its yellow pairs measured
     with the schedule ``rules`` and remembered in the profiling database at
     ``database`` (default: the cache folder's); without ``rules`` yellow pairs stay
-    apart.
+    apart. ``latency_model``: a latency model file
+    (:meth:`~tvm_cocopie.latency.LatencyModel.save`) for ``target``: yellow pairs the
+    database does not hold are predicted by it instead of measured (a missing or
+    unusable file raises :class:`~tvm_cocopie.latency.LatencyModelError`).
+    ``latency_dataset``: a latency dataset file the measured candidates are also
+    stored in (:class:`~tvm_cocopie.latency.Dataset`).
     """
     if method == "dnnfusion":
-        decide = (MeasuredDecision(target, rules, ProfileDB(database)) if rules else None)
+        decide = None
+        if rules:
+            predictor = (LatencyModel.load(target, latency_model)
+                         if latency_model is not None else None)
+            dataset = Dataset(target, latency_dataset) if latency_dataset is not None else None
+            decide = MeasuredDecision(target, rules, ProfileDB(database), predictor=predictor,
+                                      measure_missing=predictor is None, dataset=dataset)
         return [DNNFusion(decide)]
     if method != "stock":
         raise CompilationError(

@@ -3,6 +3,7 @@
     tvm-cocopie tune MODEL.onnx --trials N --log-dir DIR [--target JSON]
     tvm-cocopie transfer-tune MODEL.onnx --logs DIR [--ansor FILE ...] --target JSON --out DIR
         [--mode select|pool] [--rpc-tracker HOST:PORT --rpc-key KEY] [--budget-seconds S]
+        [--prescreen LATENCY_MODEL.json [--prescreen-keep N]]
 
 ``tune`` runs MetaSchedule on the model's kernels (as the cocopie pipeline fuses
 them) and leaves a database in DIR; ``transfer-tune`` reuses such databases (and
@@ -31,6 +32,16 @@ def _rpc(text: str | None, key: str | None):
     return host, int(port), key
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"wants a whole number of 1 or more, got {text!r}")
+    return value
+
+
 def cmd_tune(args) -> int:
     """``tvm-cocopie tune``: MetaSchedule-tune a model's kernels into a work dir; exit code."""
     from ..target import parse_target
@@ -57,6 +68,11 @@ def cmd_transfer_tune(args) -> int:
     from . import readers, search
 
     target = parse_target(args.target)
+    prescreen = None
+    if args.prescreen:  # a missing or foreign model file fails before any work
+        from ..latency import LatencyModel
+
+        prescreen = LatencyModel.load(target, args.prescreen)
     records, summaries = [], []
     for root in args.logs or []:
         try:
@@ -83,7 +99,8 @@ def cmd_transfer_tune(args) -> int:
     report = search.transfer_tune(args.model, records, target, args.out, mode=args.mode,
                                   measurer=measurer, budget_seconds=args.budget_seconds,
                                   progress=not args.quiet, max_candidates=args.max_candidates,
-                                  second_pass=args.second_pass)
+                                  second_pass=args.second_pass, prescreen=prescreen,
+                                  prescreen_keep=args.prescreen_keep)
     if not args.no_model_check and not args.rpc_tracker:
         from ..bench.compare import measure_model
         from ..frontend.model import load_model
@@ -92,7 +109,7 @@ def cmd_transfer_tune(args) -> int:
         onnx_model = load_model(args.model)
         report.model = measure_model(args.model, target, args.out, sample_inputs(onnx_model),
                                             repeat=args.repeat)
-        from ..bench.timing import write_json_atomic
+        from ..paths import write_json_atomic
 
         write_json_atomic(Path(args.out) / search.REPORT_FILE, report.as_dict())
     print(report.table())
@@ -131,6 +148,11 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--max-candidates", type=int, default=None,
                    help="transferred schedules measured per kernel, nearest source kernels first "
                         "(default: all)")
+    p.add_argument("--prescreen", metavar="MODEL_FILE", default=None,
+                   help="a latency model file for the target (scripts/bench_latency_model.py"
+                        " --model-file): measure only the candidates it predicts fastest")
+    p.add_argument("--prescreen-keep", type=_positive, default=3, metavar="N",
+                   help="with --prescreen: candidates measured per kernel (default 3)")
     p.add_argument("--second-pass", action="store_true",
                    help="profile the tuned model and put kernels slower in it than predicted "
                         "back on their default schedule when that is faster there")

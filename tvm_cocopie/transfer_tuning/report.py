@@ -44,6 +44,8 @@ class Report:
     model: dict = field(default_factory=dict)
     #: kernels the second pass retried: standalone, in-model, in-model on default, kept
     second_pass: dict = field(default_factory=dict)
+    #: transferred candidates the latency model's pre-screen left unmeasured
+    prescreened: int = 0
 
     def totals(self) -> dict:
         """Weighted kernel sums; kernels that could not be timed standalone (e.g. a
@@ -62,7 +64,7 @@ class Report:
         d = {"source_model": self.source_model, "scores": self.scores, "seconds": self.seconds,
              "cache_hits": self.cache_hits, "database": self.database,
              "kernel_totals_secs": self.totals(), "model": self.model,
-             "second_pass": self.second_pass,
+             "second_pass": self.second_pass, "prescreened": self.prescreened,
              "kernels": [asdict(k) | {"speedup": k.speedup} for k in self.kernels]}
         return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
 
@@ -80,6 +82,9 @@ class Report:
                      f"{1e3 * t['default']:.3f} ms, transfer-tuned {1e3 * t['transfer']:.3f} ms "
                      f"({t['untuned'] / t['transfer']:.2f}x over untuned, "
                      f"{t['default'] / t['transfer']:.2f}x over default)")
+        if self.prescreened:
+            lines.append(f"pre-screen: {self.prescreened} transferred candidates not measured "
+                         "(predicted slower by the latency model)")
         for name, row in self.second_pass.items():
             lines.append(f"second pass: {name} ran {1e3 * row['in_model']:.3f} ms in the model "
                          f"(standalone {1e3 * row['standalone']:.3f} ms); on its default schedule "

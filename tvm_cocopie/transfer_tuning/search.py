@@ -13,6 +13,12 @@ computes, measure it standalone, keep the fastest. Winners are written as a
 MetaSchedule database that ``PipelineOptions(database=DIR)`` and stock
 ``MetaScheduleApplyDatabase`` apply.
 
+With a latency model (``prescreen``, :class:`~tvm_cocopie.latency.LatencyModel`) a
+kernel's transferred candidates are predicted first and only the fastest predicted
+few are measured. With a latency dataset (``dataset``,
+:class:`~tvm_cocopie.latency.Dataset`) every candidate measured is stored there (kind
+``tuning``), to train the latency model.
+
 Measurements use MetaSchedule's ``LocalBuilder`` and ``LocalRunner`` (worker
 subprocesses: a crash or a hang costs that candidate only) or its ``RPCRunner``
 through a tracker. Each finished measurement is saved at once (atomic rename) in
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -33,9 +40,10 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from ..bench.timing import write_json_atomic
 from ..errors import ScheduleError, TuningLogError, last_line
+from ..latency import Dataset, LatencyModel, Row, kernel_features
 from ..metaschedule import FAILED, Measurer
+from ..paths import write_json_atomic
 from ..schedules import default_rules
 from ..target import parse_target
 from .database import write_database
@@ -137,7 +145,8 @@ def _progress(iterable, total, desc, enabled, unit="kernel"):
 @dataclass
 class _Search:
     """The state one :func:`transfer_tune` run's steps share: the target, the measurer,
-    the measurement cache, the time budget, and what each kernel's candidates became."""
+    the measurement cache, the time budget, the latency model that pre-screens and the
+    dataset that keeps measurements, and what each kernel's candidates became."""
 
     target: object
     measurer: Measurer
@@ -147,6 +156,11 @@ class _Search:
     progress: bool
     budget_seconds: float | None
     start: float = field(default_factory=time.perf_counter)
+    prescreen: LatencyModel | None = None
+    prescreen_keep: int = 3
+    dataset: Dataset | None = None
+    source: str = "transfer"  # the dataset rows' source
+    prescreened: int = 0  # candidates the latency model left unmeasured
     defaults: dict = field(default_factory=dict)  # kernel -> default-scheduled module
     base: dict = field(default_factory=dict)  # kernel -> [(secs, err) untuned, default]
     rejected: dict = field(default_factory=dict)  # kernel -> {candidate: reason}
@@ -187,6 +201,26 @@ class _Search:
         rows = self.base[k.name]
         return rows[0][0], (rows[1][0] if len(rows) > 1 else FAILED)
 
+    def record(self, k: Kernel, measured: list) -> None:
+        """Store ``measured`` (``(candidate id, module, (secs, error) or None)``) of kernel
+        ``k`` in the dataset (kind ``tuning``), those timed successfully; a module
+        whose features cannot be computed is left out (logged)."""
+        if self.dataset is None:
+            return
+        rows = []
+        for cid, mod, res in measured:
+            if res is None or res[1] or not math.isfinite(res[0]):
+                continue
+            try:
+                features = kernel_features(mod["main"], self.target, standalone=True)
+            except Exception as err:  # noqa: BLE001 - a row less, the search goes on
+                log.info("kernel %s: schedule %s not stored for the latency model: %s",
+                         k.name, cid, last_line(err))
+                continue
+            rows.append(Row(self.source, "tuning", MeasurementCache.key(k.mod, cid), k.name,
+                            features, 1e6 * res[0], k.weight, func=mod["main"]))
+        self.dataset.put(rows)
+
 
 def _measure_baselines(run: _Search) -> None:
     """Step 1: every kernel untuned and with its default schedule (P_c, the baselines)."""
@@ -194,6 +228,8 @@ def _measure_baselines(run: _Search) -> None:
     run.measure([p for k in run.kernels for p in run.base_pairs(k)], "baselines")
     run.base = {k.name: run.measure(run.base_pairs(k), "") for k in run.kernels}
     for k in run.kernels:
+        run.record(k, [(cid, mod, res) for (_, cid, mod), res in zip(run.base_pairs(k),
+                                                                      run.base[k.name])])
         untuned = run.base[k.name][0][0]
         k.untuned_secs = None if math.isinf(untuned) else untuned
 
@@ -249,16 +285,50 @@ def _transfer_all(run: _Search, by_class: dict, same_workload: bool,
     run.cache.save()
 
 
+def _prescreen(run: _Search, k: Kernel) -> list:
+    """Kernel ``k``'s candidates to measure: all of them, or, with a latency model and
+    more than ``prescreen_keep`` of them, the ``prescreen_keep`` fastest predicted (and
+    any whose features cannot be computed); the others are rejected unmeasured."""
+    candidates = run.candidates[k.name]
+    if run.prescreen is None or len(candidates) <= run.prescreen_keep:
+        return candidates
+    keep, scored, features = set(), [], []
+    for cid, sch in candidates:
+        try:
+            features.append(kernel_features(sch.mod["main"], run.target, standalone=True))
+        except Exception as err:  # noqa: BLE001 - not predicted: measured
+            log.info("kernel %s: schedule %s not predicted (measured): %s", k.name, cid,
+                     last_line(err))
+            keep.add(cid)
+            continue
+        scored.append(cid)
+    predicted = run.prescreen.predict(features) if features else []
+    ranked = sorted(zip(predicted, scored), key=lambda r: r[0])
+    for rank, (us, cid) in enumerate(ranked):
+        if rank < run.prescreen_keep:
+            keep.add(cid)
+            continue
+        run.rejected[k.name][cid] = (f"pre-screened out: predicted {us:.1f} us (kept the "
+                                     f"{run.prescreen_keep} fastest predicted)")
+        run.prescreened += 1
+    log.info("kernel %s: %d of %d candidates left to measure by the latency model", k.name,
+             len(keep), len(candidates))
+    return [(cid, sch) for cid, sch in candidates if cid in keep]
+
+
 def _pick_challengers(run: _Search, check: bool) -> dict:
-    """Steps 4-5: measure every candidate standalone; per kernel the fastest that beats
-    its baseline and computes the right values: ``{kernel: (secs, candidate, schedule)}``."""
-    order = [(k.name, cid) for k in run.kernels for cid, _ in run.candidates[k.name]]
-    pairs = [(k.mod, cid, sch.mod) for k in run.kernels for cid, sch in run.candidates[k.name]]
+    """Steps 4-5: measure every candidate (the pre-screen's choice) standalone; per
+    kernel the fastest that beats its baseline and computes the right values:
+    ``{kernel: (secs, candidate, schedule)}``."""
+    chosen = {k.name: _prescreen(run, k) for k in run.kernels}
+    order = [(k.name, cid) for k in run.kernels for cid, _ in chosen[k.name]]
+    pairs = [(k.mod, cid, sch.mod) for k in run.kernels for cid, sch in chosen[k.name]]
     timed = dict(zip(order, run.measure(pairs, "measure", budgeted=True)))
     challengers = {}
     for k in run.kernels:
+        run.record(k, [(cid, sch.mod, timed[(k.name, cid)]) for cid, sch in chosen[k.name]])
         ranked = []
-        for cid, sch in run.candidates[k.name]:
+        for cid, sch in chosen[k.name]:
             res = timed[(k.name, cid)]
             if res is None:
                 run.rejected[k.name][cid] = "not measured: budget spent"
@@ -329,7 +399,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                   shapes=None, batch: int = 64, max_candidates: int | None = None,
                   same_workload: bool = False, second_pass: bool = False,
                   second_pass_tolerance: float = 1.25, margin: float = 0.02,
-                  options=None) -> Report:
+                  options=None, prescreen: LatencyModel | None = None, prescreen_keep: int = 3,
+                  dataset: Dataset | None = None) -> Report:
     """Transfer-tune ``model`` from ``records`` (:class:`~.readers.SourceRecord`).
 
     ``mode``: ``"select"`` (one source model by Eq. 6.1) or ``"pool"`` (all records).
@@ -354,9 +425,17 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     default schedule the transferred kernels that run slower in the model than
     ``second_pass_tolerance`` times their standalone time and than the default
     there (:func:`~.profile.second_pass`).
+    ``prescreen``: a latency model (:class:`~tvm_cocopie.latency.LatencyModel`) for
+    ``target``: of a kernel's transferred candidates only the ``prescreen_keep``
+    predicted fastest are measured (the others are rejected as pre-screened out).
+    ``dataset``: a :class:`~tvm_cocopie.latency.Dataset` every candidate measured
+    successfully (baselines included) is stored in, kind ``tuning``, its source the
+    model file's name (``"transfer"`` for a model given otherwise).
     """
     if mode not in ("select", "pool"):
         raise ValueError(f"mode must be 'select' or 'pool', not {mode!r}")
+    if prescreen_keep < 1:
+        raise ValueError(f"prescreen_keep must be 1 or more, not {prescreen_keep}")
     start = time.perf_counter()
     target = parse_target(target)
     out = Path(out_dir)
@@ -364,7 +443,8 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     kernels = (kernels if kernels is not None
                else extract_kernels(model, target, shapes=shapes, options=options))
     run = _Search(target, measurer or Measurer(target), MeasurementCache(out / CACHE_FILE),
-                  kernels, batch, progress, budget_seconds, start)
+                  kernels, batch, progress, budget_seconds, start, prescreen=prescreen,
+                  prescreen_keep=prescreen_keep, dataset=dataset, source=model_label(model))
     _measure_baselines(run)
     source_model, scores, by_class = _choose_sources(kernels, records, mode)
     _transfer_all(run, by_class, same_workload, max_candidates)
@@ -375,9 +455,16 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
                                         second_pass_tolerance, shapes, options)
     db_dir = write_database(winners, target, out)
     report = Report(results, source_model, scores, run.cache.seconds, run.cache.hits,
-                    str(db_dir), second_pass=retried)
+                    str(db_dir), second_pass=retried, prescreened=run.prescreened)
     write_json_atomic(out / REPORT_FILE, report.as_dict())
     return report
+
+
+def model_label(model) -> str:
+    """A model's name for the latency dataset: an ONNX file's stem, else ``"transfer"``."""
+    if isinstance(model, (str, os.PathLike)):
+        return Path(model).stem
+    return "transfer"
 
 
 def _second_pass(model, target, winners, results, out, tolerance, shapes, options):

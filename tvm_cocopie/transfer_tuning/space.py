@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 SAMPLES = ("SamplePerfectTile", "SampleCategorical")
 
 
-def _as_main(mod: tvm.IRModule) -> tvm.IRModule:
+def as_main(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with its kernel named ``main`` (what the rules and traces look up)."""
     if "main" in [gv.name_hint for gv in mod.get_global_vars()]:
         return mod
@@ -58,7 +58,7 @@ def design_spaces(mod: tvm.IRModule, target) -> list[Schedule]:
     """The design spaces of kernel ``mod`` under cocopie's rules (at least one schedule)."""
 
     target = parse_target(target)
-    mod = _as_main(mod)
+    mod = as_main(mod)
     for rule in default_rules(target):
         result = rule.apply(mod["main"], target, True)
         if result is None:
@@ -172,7 +172,7 @@ def replay_decisions(source_trace, mod: tvm.IRModule, target):
     dst = spaces[0].trace
     if [k for k, _ in src] != [k for k, _ in sampled(dst)]:
         return None, "the design spaces sample different decisions"
-    sch = Schedule(_as_main(mod))
+    sch = Schedule(as_main(mod))
     queue = list(src)
 
     def provider(inst, inputs, attrs, decision):

@@ -20,8 +20,8 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from ..bench.timing import write_json_atomic
 from ..metaschedule import Measurer, local_builder, tune_context
+from ..paths import write_json_atomic
 from ..target import parse_target
 from .kernel_class import extract_kernels
 from .readers import RECORD_FILE, WORKLOAD_FILE

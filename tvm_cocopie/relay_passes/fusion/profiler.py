@@ -15,6 +15,16 @@ numbers (a schedule that does not support the fused form) is recorded as infinit
 slow and never fuses.
 
 A candidate with a symbolic shape is not measured: it stays apart.
+
+With a latency model (``predictor``, :class:`~tvm_cocopie.latency.LatencyModel`) and
+``measure_missing=False``, a candidate the database does not hold is decided by
+prediction instead: the fused kernel and its parts, scheduled by the same rules, are
+predicted standalone, and the same margin decides. A predicted fusion is still
+checked against its parts before it is taken. Predictions are not written to the
+profiling database (it holds measurements only). With ``measure_missing`` (the
+default) and a latency ``dataset`` (:class:`~tvm_cocopie.latency.Dataset`), every
+measured candidate also goes there, the fused kernel and each part as rows of kind
+``fusion``, to train the latency model.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from tvm.s_tir.dlight import ApplyDefaultSchedule
 
 from ...errors import last_line
 from ...exprs import static_shape
+from ...latency import Dataset, LatencyModel, Row, kernel_features
 from .apply import fuse_blocks
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
@@ -48,22 +59,36 @@ class MeasuredDecision:
     the default, -0.02, lets it be 2% slower (within timing noise), because a fused kernel
     also saves a launch and writing and reading back an intermediate tensor, which
     timing each kernel alone, its inputs in cache, does not see.
-    ``measured`` and ``reused`` count candidates timed here and found in the database.
+    ``measured``, ``reused`` and ``predicted`` count candidates timed here, found in
+    the database and decided by the latency model.
     ``flush_bytes``: caches flushed by this much before every timed call
     (:data:`FLUSH_BYTES`; 0 times each kernel hot, its inputs in cache).
+    ``predictor``: a :class:`~tvm_cocopie.latency.LatencyModel`; with
+    ``measure_missing=False`` a candidate not in the database is predicted (kept apart
+    when there is no predictor), never measured. ``dataset``: a
+    :class:`~tvm_cocopie.latency.Dataset` that every measured candidate is also stored
+    in (kind ``fusion``, under ``source``).
     """
 
     def __init__(self, target, rules: list, db: ProfileDB | None = None, margin: float = -0.02,
-                 min_repeat_ms: int = 5, flush_bytes: int | None = None):
+                 min_repeat_ms: int = 5, flush_bytes: int | None = None,
+                 predictor: LatencyModel | None = None, measure_missing: bool = True,
+                 dataset: Dataset | None = None, source: str = "fusion"):
         self.target = target
         self.rules = list(rules)
         self.db = db if db is not None else ProfileDB()
         self.margin = margin
         self.min_repeat_ms = min_repeat_ms
         self.flush_bytes = FLUSH_BYTES if flush_bytes is None else int(flush_bytes)
+        self.predictor = predictor
+        self.measure_missing = measure_missing
+        self.dataset = dataset
+        self.source = source
         self.measured = 0
         self.reused = 0
+        self.predicted = 0
         self._failed: set = set()  # candidates that could not be built or run, this run
+        self._predictions: dict = {}  # candidate -> predicted Entry, this run
 
     def __call__(self, mod: tvm.IRModule, nodes: list, candidate, fused_type) -> bool:
         """Whether ``nodes`` + ``candidate`` fused beat each of their kernels alone."""
@@ -79,7 +104,8 @@ class MeasuredDecision:
 
     def _decide(self, mod: tvm.IRModule, group: list, parts: list) -> bool:
         """Time ``group`` fused against the sum of ``parts`` (each fused alone; a part
-        of one node is its kernel), through the database; fuse if faster by
+        of one node is its kernel), through the database (a candidate it does not hold
+        predicted instead, when not ``measure_missing``); fuse if faster by
         ``margin``."""
         shapes = [static_shape(n.var) for n in group]
         if any(s is None for s in shapes):
@@ -93,36 +119,108 @@ class MeasuredDecision:
         if self.flush_bytes:  # times taken with flushed caches are another measurement
             ops = [*ops, f"@flush={self.flush_bytes}"]
         entry = self.db.get(self.target, ops, shapes)
-        if entry is None:
-            if (tuple(ops), str(shapes)) in self._failed:
+        name, key = "+".join(n.kernel for n in group), (tuple(ops), str(shapes))
+        if entry is None and not self.measure_missing:
+            entry = self._predicted(mod, group, parts, bindings, key)
+            if entry is None:
                 return False
+        elif entry is None:
+            if key in self._failed:
+                return False
+            funcs, times = [], []
             try:
                 sub, fused_mod = self._candidate(mod, group, bindings)
                 part_funcs = [self._part_func(mod, part, bindings) for part in parts]
                 fused_lib = self._checked_build(sub, fused_mod)
                 if fused_lib is None:
                     log.warning("fused candidate %s computes other numbers than its parts "
-                                "(kept apart, remembered)", "+".join(n.kernel for n in group))
+                                "(kept apart, remembered)", name)
                     fused, parts_us = math.inf, 0.0
                 else:
-                    times = time_primfuncs([_only_primfunc(fused_mod), *part_funcs],
-                                           self.target, self.rules, self.min_repeat_ms,
+                    funcs = [_only_primfunc(fused_mod), *part_funcs]
+                    times = time_primfuncs(funcs, self.target, self.rules, self.min_repeat_ms,
                                            flush_bytes=self.flush_bytes, built=[fused_lib])
                     fused, parts_us = times[0], sum(times[1:])
             except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
-                log.warning("fusion candidate %s not measured (kept apart): %s",
-                            "+".join(n.kernel for n in group), last_line(err))
-                self._failed.add((tuple(ops), str(shapes)))
+                log.warning("fusion candidate %s not measured (kept apart): %s", name,
+                            last_line(err))
+                self._failed.add(key)
                 return False
             entry = self.db.put(self.target, ops, shapes, Entry(fused, parts_us))
             self.measured += 1
+            if self.dataset is not None and times:
+                self._store_rows(group, parts, ops, funcs, times)
         else:
             self.reused += 1
-        fuse = entry.fused_us < (1.0 - self.margin) * entry.parts_us
-        log.debug("yellow %s: fused %.1f us, parts %.1f us -> %s",
-                  "+".join(n.kernel for n in group), entry.fused_us, entry.parts_us,
-                  "fuse" if fuse else "apart")
+        fuse = self._faster(entry)
+        log.debug("yellow %s: fused %.1f us, parts %.1f us -> %s", name, entry.fused_us,
+                  entry.parts_us, "fuse" if fuse else "apart")
         return fuse
+
+    def _faster(self, entry: Entry) -> bool:
+        """Whether ``entry``'s fused kernel beats its parts by ``margin``."""
+        return entry.fused_us < (1.0 - self.margin) * entry.parts_us
+
+    def _predicted(self, mod: tvm.IRModule, group: list, parts: list, bindings: dict,
+                   key: tuple) -> Entry | None:
+        """The candidate decided by the latency model: its predicted ``Entry`` (fused
+        us, sum of the parts' us; a predicted fusion whose fused code computes other
+        numbers than its parts: infinitely slow), remembered for this run only; ``None``
+        (kept apart) without a predictor or when the kernels cannot be predicted."""
+        if key in self._predictions:
+            return self._predictions[key]
+        name = "+".join(n.kernel for n in group)
+        if self.predictor is None or key in self._failed:
+            return None
+        try:
+            sub, fused_mod = self._candidate(mod, group, bindings)
+            funcs = [_only_primfunc(fused_mod),
+                     *(self._part_func(mod, part, bindings) for part in parts)]
+            features = np.stack([self._features(f) for f in funcs])
+            us = self.predictor.predict(features)
+            entry = Entry(float(us[0]), float(sum(us[1:])))
+            if self._faster(entry) and self._checked_build(sub, fused_mod) is None:
+                log.warning("fused candidate %s, predicted faster, computes other numbers "
+                            "than its parts (kept apart)", name)
+                entry = Entry(math.inf, entry.parts_us)
+        except Exception as err:  # noqa: BLE001 - a candidate that fails stays apart
+            log.warning("fusion candidate %s not predicted (kept apart): %s", name,
+                        last_line(err))
+            self._failed.add(key)
+            return None
+        self._predictions[key] = entry
+        self.predicted += 1
+        return entry
+
+    def _features(self, func: tvm.tirx.PrimFunc):
+        """The latency model's features of ``func`` scheduled by the rules, timed alone."""
+        return kernel_features(scheduled_primfunc(func, self.target, self.rules), self.target,
+                               standalone=True)
+
+    def _store_rows(self, group: list, parts: list, ops: list, funcs: list,
+                    times: list) -> None:
+        """The measured fused kernel and its parts as latency-model rows (kind
+        ``fusion``; a kernel whose features cannot be computed is left out, logged)."""
+        flush = [op for op in ops if op.startswith("@")]
+        hashes = [op.rstrip("|") for op in ops if not op.startswith("@")]
+        index = {n.index: h for n, h in zip(group, hashes)}
+        items = [("+".join(n.kernel for n in group), "+".join([*hashes, *flush]))]
+        items += [("+".join(n.kernel for n in part),
+                   "+".join([*(index[n.index] for n in part), *flush])) for part in parts]
+        rows = []
+        for (name, key), func, us in zip(items, funcs, times):
+            if not math.isfinite(us):
+                continue
+            try:
+                scheduled = scheduled_primfunc(func, self.target, self.rules)
+                features = kernel_features(scheduled, self.target, standalone=True)
+            except Exception as err:  # noqa: BLE001 - a row less, the decision stands
+                log.warning("fusion kernel %s: no latency features (not stored): %s", name,
+                            last_line(err))
+                continue
+            rows.append(Row(self.source, "fusion", key, name, features, float(us),
+                            func=scheduled))
+        self.dataset.put(rows)
 
     def _part_func(self, mod: tvm.IRModule, part: list, bindings: dict):
         """One part's PrimFunc: its kernel, or its nodes fused."""
@@ -250,11 +348,17 @@ def time_primfunc(func: tvm.tirx.PrimFunc, target, rules: list, min_repeat_ms: i
 FLUSH_BYTES = 4 << 20
 
 
-def build_scheduled(func: tvm.tirx.PrimFunc, target, rules: list):
-    """``func`` scheduled by ``rules`` and built for ``target``: a module with ``main``."""
+def scheduled_primfunc(func: tvm.tirx.PrimFunc, target, rules: list) -> tvm.tirx.PrimFunc:
+    """``func`` (as ``main``) scheduled by ``rules`` for ``target``."""
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     with target:
         mod = ApplyDefaultSchedule(*rules)(mod)
+    return mod["main"]
+
+
+def build_scheduled(func: tvm.tirx.PrimFunc, target, rules: list):
+    """``func`` scheduled by ``rules`` and built for ``target``: a module with ``main``."""
+    mod = tvm.IRModule({"main": scheduled_primfunc(func, target, rules)})
     return tvm.compile(mod, target=target)
 
 

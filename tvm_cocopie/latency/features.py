@@ -1,0 +1,319 @@
+"""Features of a scheduled kernel: what the latency model reads instead of running it.
+
+:func:`kernel_features` turns one scheduled PrimFunc (as the ``schedule`` stage of the
+cocopie pipeline leaves it, or a point of a design space) into a fixed-length vector,
+named by :data:`FEATURE_NAMES`:
+
+* MetaSchedule's per-store features (``PerStoreFeature``: 172 per buffer store, the
+  arithmetic per kind, the access pattern and reuse per buffer, the loop structure
+  around the store), summarized over the kernel's stores by their mean and maximum, so
+  that kernels with any number of stores compare;
+* what that extractor leaves out (:func:`loop_features`): the arithmetic of the whole
+  kernel (floating-point operations times the iterations around them), the bytes it
+  reads and writes through its parameters and the bytes of its intermediate buffers per
+  storage scope, the loop structure after tiling (parallel extent, vector width,
+  unrolled body, serial iterations around the innermost block, depth), the
+  arithmetic intensity;
+* the kernel's class (:func:`class_features`): counts of the operator families its
+  blocks compute (convolution, depthwise, Winograd, matmul, pooling, reductions, ...),
+  read from block names and the ``cocopie.*`` annotations our rules leave;
+* the machine: cores and single-precision vector lanes of the target;
+* the context of the measurement: ``standalone`` 1 for a kernel timed alone with its
+  caches flushed (design-space samples, fusion candidates), 0 for its time inside a
+  whole model (:data:`IN_MODEL`, :data:`STANDALONE`).
+
+Symbolic extents have no value at compile time: :func:`loop_features` takes their
+values (``dims``, ``{var name: value}``); :func:`kernel_features` (MetaSchedule's
+extractor needs concrete shapes) refuses a symbolic kernel with a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+import numpy as np
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from ..errors import CocopieError
+from ..metaschedule import tune_context
+from ..target import cpu_info, parse_target
+
+#: Bumped whenever the features change: a model trained on other features is refused.
+FEATURE_VERSION = 1
+
+#: Values of the ``standalone`` feature
+IN_MODEL, STANDALONE = 0.0, 1.0
+
+_MS_WIDTH = 164  # PerStoreFeature without the workload embedding
+_CLASSES = (
+    ("conv", ("conv",)),
+    ("depthwise", ("depthwise", "dw_")),
+    ("winograd", ("winograd", "wino")),
+    ("pattern", ("pattern", "fkw")),
+    ("grouped", ("group", "gspc")),
+    ("matmul", ("matmul", "dense", "gemm", "packed")),
+    ("pool", ("pool",)),
+    ("reduce", ("sum", "mean", "max_red", "reduce", "red_")),
+    ("softmax", ("softmax",)),
+    ("norm", ("norm",)),
+    ("layout", ("layout", "transpose", "pack", "unpack")),
+    ("concat", ("concat",)),
+    ("resize", ("resize", "upsampl")),
+    ("gather", ("take", "gather", "index")),
+    ("transcendental", ("exp", "tanh", "sigmoid", "erf", "log", "sqrt")),
+    ("elementwise", ("add", "multiply", "subtract", "divide", "maximum", "minimum", "relu",
+                     "clip", "cast", "compute")),
+    ("recurrent", ("lstm", "gru", "rnn", "recurr")),
+)
+_LOOP_NAMES = (
+    "flops_log2", "float_ops_per_iter", "iterations_log2", "input_bytes_log2",
+    "output_bytes_log2", "io_bytes_log2", "global_scratch_bytes_log2",
+    "local_bytes_log2", "intensity_log2", "parallel_extent", "parallel_extent_log2",
+    "vector_lanes", "unrolled_log2", "serial_inner_log2", "loop_depth", "loops",
+    "blocks", "params", "reduction_blocks", "stores", "if_branches",
+)
+_MACHINE_NAMES = ("cores", "f32_lanes")
+
+
+def _ms_names() -> list[str]:
+    return [f"ms_{agg}_{i}" for agg in ("mean", "max") for i in range(_MS_WIDTH)]
+
+
+#: The names of :func:`kernel_features`' vector, in order
+FEATURE_NAMES: tuple[str, ...] = (
+    *_ms_names(), *_LOOP_NAMES, *(f"class_{name}" for name, _ in _CLASSES),
+    *_MACHINE_NAMES, "standalone")
+
+
+def feature_schema() -> str:
+    """A short digest of the feature layout (version and names): stored with data and
+    models, compared when either is read."""
+    text = f"{FEATURE_VERSION}:" + ",".join(FEATURE_NAMES)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class FeatureError(CocopieError):
+    """A kernel whose features cannot be computed (a symbolic extent with no value)."""
+
+
+def _log2(x: float) -> float:
+    return math.log2(1.0 + max(0.0, float(x)))
+
+
+def _int(expr, dims: dict, what: str) -> int:
+    """The integer value of ``expr`` (an extent or a buffer dim) under ``dims``."""
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, tvm.tirx.IntImm):
+        return int(expr.value)
+    analyzer = tvm.sym.Analyzer()
+    for var in _vars_of(expr):
+        if var.name in dims:
+            analyzer.bind(var, tvm.tirx.const(int(dims[var.name]), _dtype(var)))
+    value = analyzer.simplify(expr)
+    if isinstance(value, tvm.tirx.IntImm):
+        return int(value.value)
+    raise FeatureError(
+        f"{what} {expr} is symbolic: give its dims a value (dims={{name: size}}, "
+        "or compile the model at concrete input shapes) to predict its latency")
+
+
+def _vars_of(expr) -> list:
+    found, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tvm.tirx.Var):
+            if not any(node.same_as(v) for v in found):
+                found.append(node)
+            continue
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, name, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                stack.append(child)
+        args = getattr(node, "args", None)
+        if args is not None:
+            stack.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
+    return found
+
+
+_FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "FloorDiv", "Max", "Min", "Call", "Select"}
+
+
+def _float_ops(expr) -> int:
+    """Floating-point operations in ``expr`` (a store's value)."""
+    count, stack = 0, [expr]
+    while stack:
+        node = stack.pop()
+        kind = type(node).__name__
+        if kind in _FLOAT_OPS and _dtype(node).startswith("float"):
+            count += 1
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, name, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                stack.append(child)
+        args = getattr(node, "args", None)
+        if args is not None and kind != "BufferLoad":
+            stack.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
+    return count
+
+
+def _dtype(expr) -> str:
+    """The dtype of a TIR expression (TVM 0.27 keeps it as the expression's ``ty``)."""
+    ty = getattr(expr, "ty", None)
+    return str(ty if ty is not None else getattr(expr, "dtype", ""))
+
+
+def _buffer_bytes(buf, dims: dict, what: str) -> int:
+    n = 1
+    for d in buf.shape:
+        n *= _int(d, dims, what)
+    return n * max(1, tvm.runtime.DataType(str(buf.dtype)).bits // 8)
+
+
+class _Walk:
+    """One pass over a kernel's body, the loop stack kept."""
+
+    def __init__(self, dims: dict):
+        self.dims = dims
+        self.flops = 0.0
+        self.iterations = 0.0
+        self.ops_per_iter = 0
+        self.parallel = 1
+        self.lanes = 1
+        self.unrolled = 1
+        self.serial_inner = 1.0
+        self.depth = 0
+        self.loops = 0
+        self.blocks = 0
+        self.reduction_blocks = 0
+        self.stores = 0
+        self.branches = 0
+        self.scopes: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def visit(self, stmt, stack: list) -> None:
+        kind = type(stmt).__name__
+        if kind == "For":
+            extent = _int(stmt.extent, self.dims, f"loop {stmt.loop_var.name}'s extent")
+            self.loops += 1
+            self.visit(stmt.body, [*stack, (int(stmt.kind), extent)])
+        elif kind == "SeqStmt":
+            for s in stmt.seq:
+                self.visit(s, stack)
+        elif kind == "SBlockRealize":
+            self.visit(stmt.block, stack)
+        elif kind == "SBlock":
+            self.blocks += 1
+            self.names.append(str(stmt.name_hint))
+            self.names.extend(str(k) for k in stmt.annotations)
+            if any(int(iv.iter_type) == 2 for iv in stmt.iter_vars):  # CommReduce
+                self.reduction_blocks += 1
+            for buf in stmt.alloc_buffers:
+                scope = str(buf.scope())
+                self.scopes[scope] = self.scopes.get(scope, 0) + _buffer_bytes(
+                    buf, self.dims, f"buffer {buf.name}'s shape")
+            if stmt.init is not None:
+                self.visit(stmt.init, stack)
+            self.visit(stmt.body, stack)
+        elif kind == "BufferStore":
+            self.stores += 1
+            iters = 1.0
+            for _, extent in stack:
+                iters *= extent
+            ops = _float_ops(stmt.value)
+            self.flops += ops * iters
+            self.ops_per_iter = max(self.ops_per_iter, ops)
+            self.iterations += iters
+            self.depth = max(self.depth, len(stack))
+            par = 1
+            inner = 1.0
+            for loop_kind, extent in stack:
+                if loop_kind == int(tvm.tirx.ForKind.PARALLEL):
+                    par *= extent
+            self.parallel = max(self.parallel, par)
+            for loop_kind, extent in reversed(stack):
+                if loop_kind == int(tvm.tirx.ForKind.VECTORIZED):
+                    self.lanes = max(self.lanes, extent)
+                elif loop_kind == int(tvm.tirx.ForKind.UNROLLED):
+                    self.unrolled = max(self.unrolled, extent)
+                elif loop_kind == int(tvm.tirx.ForKind.PARALLEL):
+                    break
+                else:
+                    inner *= extent
+            self.serial_inner = max(self.serial_inner, inner)
+        elif kind == "IfThenElse":
+            self.branches += 1
+            self.visit(stmt.then_case, stack)
+            if stmt.else_case is not None:
+                self.visit(stmt.else_case, stack)
+        elif hasattr(stmt, "body"):
+            if kind in ("Allocate", "DeclBuffer") and hasattr(stmt, "buffer"):
+                buf = stmt.buffer
+                scope = str(buf.scope())
+                self.scopes[scope] = self.scopes.get(scope, 0) + _buffer_bytes(
+                    buf, self.dims, f"buffer {buf.name}'s shape")
+            self.visit(stmt.body, stack)
+
+
+def loop_features(func: tvm.tirx.PrimFunc, dims: dict | None = None) -> tuple[list, list]:
+    """The loop, arithmetic and memory features of ``func`` (:data:`FEATURE_NAMES`
+    from ``flops_log2`` on) and the names its blocks and annotations carry."""
+    dims = dict(dims or {})
+    walk = _Walk(dims)
+    walk.visit(func.body, [])
+    buffers = [p for p in func.params if hasattr(p, "shape")]  # TVM 0.27: buffer params
+    sizes = [_buffer_bytes(b, dims, f"parameter {b.name}'s shape") for b in buffers]
+    out_bytes = sizes[-1] if sizes else 0
+    in_bytes = sum(sizes[:-1])
+    io = in_bytes + out_bytes
+    scratch = sum(v for k, v in walk.scopes.items() if k in ("global", ""))
+    local = sum(v for k, v in walk.scopes.items() if k not in ("global", ""))
+    values = [
+        _log2(walk.flops), float(walk.ops_per_iter), _log2(walk.iterations),
+        _log2(in_bytes), _log2(out_bytes), _log2(io), _log2(scratch), _log2(local),
+        math.log2((walk.flops + 1.0) / (io + 1.0)), float(walk.parallel),
+        _log2(walk.parallel), float(walk.lanes), _log2(walk.unrolled),
+        _log2(walk.serial_inner), float(walk.depth), float(walk.loops),
+        float(walk.blocks), float(len(buffers)), float(walk.reduction_blocks),
+        float(walk.stores), float(walk.branches)]
+    return values, walk.names
+
+
+def class_features(names: list[str]) -> list[float]:
+    """Counts of each operator family of :data:`_CLASSES` among block names."""
+    lowered = [re.sub(r"\d+", "", n.lower()) for n in names]
+    return [float(sum(any(key in n for key in keys) for n in lowered)) for _, keys in _CLASSES]
+
+
+def ms_features(func: tvm.tirx.PrimFunc, target) -> list[float]:
+    """MetaSchedule's per-store features of ``func``: mean and maximum over its stores
+    (zeros for a kernel without a store MetaSchedule sees)."""
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    context = tune_context(mod, target, None)
+    candidate = ms.MeasureCandidate(tvm.s_tir.Schedule(mod),
+                                    ms.arg_info.ArgInfo.from_prim_func(func))
+    table = ms.feature_extractor.PerStoreFeature(extract_workload=False).extract_from(
+        context, [candidate])[0].numpy()
+    if table.size == 0:
+        return [0.0] * (2 * _MS_WIDTH)
+    table = table[:, :_MS_WIDTH]
+    return [*table.mean(axis=0).tolist(), *table.max(axis=0).tolist()]
+
+
+def kernel_features(func: tvm.tirx.PrimFunc, target=None, standalone: bool = False
+                    ) -> np.ndarray:
+    """The feature vector (:data:`FEATURE_NAMES`) of the scheduled kernel ``func`` on
+    ``target`` (a JSON dict, a Target, ``None``: this host). ``standalone``: the
+    latency to predict is of the kernel timed alone, caches flushed (else: inside a
+    model). A kernel with a symbolic shape is refused (:class:`FeatureError`): compile
+    the model at concrete shapes to predict it."""
+    target = parse_target(target)
+    loops, names = loop_features(func)
+    info = cpu_info(target)
+    machine = [float(info.num_cores), float(info.f32_lanes)]
+    vector = [*ms_features(func, target), *loops, *class_features(names), *machine,
+              STANDALONE if standalone else IN_MODEL]
+    return np.asarray(vector, dtype=np.float32)

@@ -1,0 +1,314 @@
+"""The latency model: XGBoost over kernel features, one per target, saved and checked.
+
+:class:`LatencyModel` regresses the logarithm of a kernel's microseconds per call over a
+crude roofline estimate (:func:`roofline_us`) on its features (:mod:`.features`):
+errors are relative, as latencies span five orders of magnitude, and the trees learn an
+efficiency, which a kernel larger than any in the training data still has (trees do
+not extrapolate a time).
+:meth:`LatencyModel.train` holds out a share of the rows and reports the validation
+error; :meth:`LatencyModel.update` adds trees for new rows (incremental, the earlier
+trees kept).
+
+A whole model's latency is the sum of its kernels' predicted times, each times the
+calls one inference makes, scaled, plus a cost per VM call (the instructions,
+allocations and argument checks between kernels): ``ms = scale * sum(calls * us) /
+1000 + call_us * vm_calls / 1000``. :meth:`LatencyModel.calibrate` fits ``scale`` and
+``call_us`` by least squares on measured models.
+
+The model file (:meth:`save`, default next to the dataset: ``latency-<target
+digest>.json``) holds a header (format, target, feature schema, xgboost version, rows,
+validation error, calibration) and the trees. :meth:`load` refuses a file of another
+format, of another target, or trained on other features, with a
+:class:`LatencyModelError` naming what differs and what to do.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CocopieError
+from ..paths import cache_dir, write_json_atomic
+from .dataset import ModelRow, Row, target_key
+from .features import FEATURE_NAMES, feature_schema
+
+log = logging.getLogger(__name__)
+
+FORMAT = "tvm_cocopie.latency_model"
+FORMAT_VERSION = 1
+
+#: XGBoost parameters: shallow-to-medium trees, shrinkage, row and column subsampling
+#: (a few thousand rows of a few hundred features); one thread: trees of this size
+#: train in seconds, and two threads beside another busy process ran 30-100x slower.
+PARAMS = {
+    "objective": "reg:squarederror",
+    "eta": 0.05,
+    "max_depth": 7,
+    "min_child_weight": 2,
+    "subsample": 0.85,
+    "colsample_bytree": 0.6,
+    "lambda": 1.0,
+    "seed": 0,
+    "nthread": 1,
+}
+ROUNDS = 600
+UPDATE_ROUNDS = 100
+
+
+class LatencyModelError(CocopieError):
+    """A latency model that cannot be used: missing, corrupt, of another target or
+    trained on other features, or asked before it was trained."""
+
+
+def default_model_path(target) -> Path:
+    """``latency-<digest of the target>.json`` in the package cache folder."""
+    digest = hashlib.sha256(target_key(target).encode()).hexdigest()[:12]
+    return cache_dir(f"latency-{digest}.json")
+
+
+@dataclass
+class ModelPrediction:
+    """A whole model's predicted latency: total, per kernel, and the VM calls' share."""
+
+    total_ms: float
+    kernels: list = field(default_factory=list)  # (name, calls, us per call)
+    vm_calls: int = 0
+    overhead_ms: float = 0.0
+
+
+_INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
+#: The roofline's machine: FMA lanes per core at 2 GHz, 10 GB/s, 1 us per call
+GHZ, BYTES_PER_US, CALL_US = 2.0, 10e3, 1.0
+
+
+def roofline_us(x: np.ndarray) -> np.ndarray:
+    """A crude roofline per feature row: the larger of the arithmetic at the vector
+    FMA peak of the target's cores and the parameter bytes at a memory bandwidth, plus
+    a call. The trees learn the logarithm of the measured time over this estimate (an
+    efficiency that stays within a few octaves whatever the size), not the time itself:
+    trees cannot extrapolate, and a kernel twice as large as any seen still gets twice
+    the estimate."""
+    x = np.atleast_2d(x)
+    flops = np.exp2(x[:, _INDEX["flops_log2"]]) - 1.0
+    io = np.exp2(x[:, _INDEX["io_bytes_log2"]]) - 1.0
+    peak = np.maximum(1.0, x[:, _INDEX["cores"]] * x[:, _INDEX["f32_lanes"]] * 2.0 * GHZ * 1e3)
+    return np.maximum(flops / peak, io / BYTES_PER_US) + CALL_US
+
+
+def _matrix(rows) -> np.ndarray:
+    return np.stack([np.asarray(r.features if isinstance(r, Row) else r, np.float32)
+                     for r in rows])
+
+
+def relative_errors(predicted, measured) -> np.ndarray:
+    """``|predicted - measured| / measured`` per item, in percent."""
+    predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
+    return 100.0 * np.abs(predicted - measured) / measured
+
+
+class LatencyModel:
+    """An XGBoost latency model for ``target`` (a Target or its JSON dict)."""
+
+    def __init__(self, target, params: dict | None = None):
+        self.target = target_key(target)
+        self.schema = feature_schema()
+        self.params = {**PARAMS, **(params or {})}
+        self.booster = None
+        self.rows = 0
+        self.validation: dict = {}
+        self.scale = 1.0
+        self.call_us = 0.0
+
+    # -- training -----------------------------------------------------------------
+    def _xgb(self):
+        import xgboost as xgb  # imported late: only training and prediction need it
+
+        return xgb
+
+    def train(self, rows: list[Row], rounds: int = ROUNDS, validation: float = 0.15,
+              seed: int = 0) -> dict:
+        """Train on ``rows`` (a fresh model), holding out ``validation`` of them (a
+        seeded random share) to report the error; then retrain on all rows with the
+        rounds that were best on the held-out share. Returns the validation summary
+        (``median_err_pct``, ``p90_err_pct``, ``rows``, ``rounds``)."""
+        if len(rows) < 4:
+            raise LatencyModelError(f"{len(rows)} measured kernels are too few to train a "
+                                    "latency model: collect more (scripts/bench_latency_model.py)")
+        xgb = self._xgb()
+        x = _matrix(rows)
+        y = np.log(np.array([r.latency_us for r in rows])) - np.log(roofline_us(x))
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(rows))
+        n_val = max(1, round(validation * len(rows))) if validation > 0 else 0
+        best_rounds = rounds
+        if n_val and len(rows) - n_val >= 4:
+            val, fit = order[:n_val], order[n_val:]
+            dfit = xgb.DMatrix(x[fit], label=y[fit], feature_names=list(FEATURE_NAMES))
+            dval = xgb.DMatrix(x[val], label=y[val], feature_names=list(FEATURE_NAMES))
+            booster = xgb.train(self.params, dfit, rounds, evals=[(dval, "val")],
+                                early_stopping_rounds=50, verbose_eval=False)
+            best_rounds = int(booster.best_iteration) + 1
+            pred = booster.predict(dval, iteration_range=(0, best_rounds))
+            errors = relative_errors(np.exp(pred - y[val]), np.ones(len(val)))
+            self.validation = {"median_err_pct": float(np.median(errors)),
+                               "p90_err_pct": float(np.percentile(errors, 90)),
+                               "rows": int(n_val)}
+        dall = xgb.DMatrix(x, label=y, feature_names=list(FEATURE_NAMES))
+        self.booster = xgb.train(self.params, dall, best_rounds)
+        self.rows = len(rows)
+        self.validation["rounds"] = best_rounds
+        log.info("latency model trained on %d kernels, %d rounds; validation %s",
+                 len(rows), best_rounds, self.validation)
+        return dict(self.validation)
+
+    def update(self, rows: list[Row], rounds: int = UPDATE_ROUNDS) -> dict:
+        """Add ``rounds`` trees fitted to ``rows`` (new measurements) to the trained
+        model, keeping its trees; returns the error on ``rows`` before and after."""
+        self._require()
+        xgb = self._xgb()
+        x, y = _matrix(rows), np.array([r.latency_us for r in rows])
+        before = float(np.median(relative_errors(self.predict(x), y)))
+        dnew = xgb.DMatrix(x, label=np.log(y) - np.log(roofline_us(x)),
+                           feature_names=list(FEATURE_NAMES))
+        self.booster = xgb.train({**self.params, "eta": self.params["eta"] / 2}, dnew,
+                                 rounds, xgb_model=self.booster)
+        self.rows += len(rows)
+        after = float(np.median(relative_errors(self.predict(x), y)))
+        log.info("latency model updated with %d kernels: median error %.1f%% -> %.1f%%",
+                 len(rows), before, after)
+        return {"before_median_err_pct": before, "after_median_err_pct": after}
+
+    def calibrate(self, models: list[ModelRow], kernel_us: dict) -> None:
+        """Fit ``scale`` and ``call_us`` of the whole-model sum on measured ``models``,
+        with ``kernel_us`` (``{kernel key: microseconds per call}``: measured or
+        predicted times of their kernels). With one model only the scale is fit."""
+        sums, calls, totals = [], [], []
+        for m in models:
+            known = [(k, n) for k, n in m.kernels.items() if k in kernel_us]
+            if len(known) != len(m.kernels):
+                continue
+            sums.append(sum(kernel_us[k] * n for k, n in known) / 1000.0)
+            calls.append(m.vm_calls / 1000.0)
+            totals.append(m.latency_ms)
+        if not totals:
+            return
+        a, t = np.array([sums, calls]).T, np.array(totals)
+        weights = 1.0 / t  # relative error, not absolute: small models count alike
+        if len(totals) >= 2:
+            coef, *_ = np.linalg.lstsq(a * weights[:, None], t * weights, rcond=None)
+            if coef[1] >= 0 and coef[0] > 0:
+                self.scale, self.call_us = float(coef[0]), float(coef[1])
+                return
+        self.scale = float(np.sum(t * a[:, 0] * weights**2) / np.sum((a[:, 0] * weights) ** 2))
+        self.call_us = 0.0
+
+    # -- prediction ---------------------------------------------------------------
+    def _require(self) -> None:
+        if self.booster is None:
+            raise LatencyModelError("the latency model is not trained: train it or load a "
+                                    "saved one (scripts/bench_latency_model.py trains and "
+                                    "saves one for this machine)")
+
+    def predict(self, features) -> np.ndarray:
+        """Microseconds per call for each feature vector (rows of ``features``)."""
+        self._require()
+        xgb = self._xgb()
+        x = np.atleast_2d(np.asarray(features, np.float32))
+        if x.shape[1] != len(FEATURE_NAMES):
+            raise LatencyModelError(f"{x.shape[1]} features given, the model reads "
+                                    f"{len(FEATURE_NAMES)}")
+        ratio = self.booster.predict(xgb.DMatrix(x, feature_names=list(FEATURE_NAMES)))
+        return np.exp(ratio) * roofline_us(x)
+
+    def predict_model(self, kernels: list, vm_calls: int) -> ModelPrediction:
+        """A whole model from its kernels (``(name, calls, features)`` each) and the VM
+        calls of one inference."""
+        if not kernels:
+            return ModelPrediction(self.call_us * vm_calls / 1000.0, [], vm_calls,
+                                   self.call_us * vm_calls / 1000.0)
+        us = self.predict([f for _, _, f in kernels])
+        per = [(name, int(calls), float(u)) for (name, calls, _), u in zip(kernels, us)]
+        overhead = self.call_us * vm_calls / 1000.0
+        total = self.scale * sum(c * u for _, c, u in per) / 1000.0 + overhead
+        return ModelPrediction(float(total), per, int(vm_calls), float(overhead))
+
+    # -- files --------------------------------------------------------------------
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """Write the model (header and trees) atomically to ``path`` (default
+        :func:`default_model_path`); returns the path."""
+        self._require()
+        import xgboost as xgb
+
+        path = Path(path) if path is not None else default_model_path(self.target)
+        raw = bytes(self.booster.save_raw(raw_format="ubj"))
+        write_json_atomic(path, {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "target": self.target,
+            "features_schema": self.schema, "features": len(FEATURE_NAMES),
+            "xgboost": xgb.__version__, "rows": self.rows, "validation": self.validation,
+            "calibration": {"scale": self.scale, "call_us": self.call_us},
+            "params": self.params,
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "booster": base64.b64encode(raw).decode()})
+        return path
+
+    @classmethod
+    def load(cls, target, path: str | os.PathLike | None = None) -> LatencyModel:
+        """The model saved at ``path`` (default :func:`default_model_path`) for
+        ``target``; refused with :class:`LatencyModelError` if it is missing, corrupt,
+        of another format, target or feature schema."""
+        import xgboost as xgb
+
+        key = target_key(target)
+        path = Path(path) if path is not None else default_model_path(key)
+        retrain = "train one for this target: python scripts/bench_latency_model.py"
+        if not path.exists():
+            raise LatencyModelError(f"no latency model at {path}: {retrain}")
+        try:
+            head = json.loads(path.read_text())
+            raw = base64.b64decode(head["booster"], validate=True)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise LatencyModelError(f"latency model file {path} is unreadable or corrupt "
+                                    f"({type(err).__name__}: {err}); delete it and "
+                                    f"{retrain}") from err
+        if not isinstance(head, dict) or head.get("format") != FORMAT:
+            raise LatencyModelError(f"{path} is not a tvm_cocopie latency model file "
+                                    f"(format {head.get('format') if isinstance(head, dict) else None!r})")
+        if head.get("format_version") != FORMAT_VERSION:
+            raise LatencyModelError(f"latency model {path} has format version "
+                                    f"{head.get('format_version')}, this tvm_cocopie reads "
+                                    f"{FORMAT_VERSION}: {retrain}")
+        if head.get("sha256") != hashlib.sha256(raw).hexdigest():
+            raise LatencyModelError(f"latency model {path} is corrupt (its trees do not "
+                                    f"match their checksum): delete it and {retrain}")
+        if head.get("target") != key:
+            raise LatencyModelError(f"latency model {path} was trained for another target "
+                                    f"({head.get('target')}), not {key}: {retrain}")
+        if head.get("features_schema") != feature_schema():
+            raise LatencyModelError(f"latency model {path} is stale: trained on features "
+                                    f"{head.get('features_schema')}, this tvm_cocopie "
+                                    f"computes {feature_schema()}: {retrain}")
+        model = cls(key, head.get("params"))
+        booster = xgb.Booster()
+        try:
+            booster.load_model(bytearray(raw))
+        except xgb.core.XGBoostError as err:
+            raise LatencyModelError(f"latency model {path}: xgboost cannot read its trees "
+                                    f"({str(err).splitlines()[0]}): {retrain}") from err
+        model.booster = booster
+        model.rows = int(head.get("rows", 0))
+        model.validation = dict(head.get("validation") or {})
+        cal = head.get("calibration") or {}
+        model.scale = float(cal.get("scale", 1.0))
+        model.call_us = float(cal.get("call_us", 0.0))
+        if not math.isfinite(model.scale) or model.scale <= 0:
+            raise LatencyModelError(f"latency model {path} has an invalid calibration "
+                                    f"(scale {model.scale}): {retrain}")
+        return model
