@@ -22,7 +22,7 @@ TARGET = parse_target(None)
 def measured(tmp_path_factory):
     model = tiny_cnn(channels=(8, 16), size=24)
     ds = Dataset(TARGET, tmp_path_factory.mktemp("lat") / "d.sqlite")
-    row = measure_model("tiny", model, ds, TARGET, rounds=5, runs=10)
+    row = measure_model("tiny", model, ds, TARGET, runs=10)
     return model, ds, row
 
 

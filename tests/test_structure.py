@@ -23,6 +23,7 @@ FLOORS = {
     "tvm_cocopie.errors": 0,
     "tvm_cocopie.threads": 0,
     "tvm_cocopie.paths": 0,
+    "tvm_cocopie.sqlite_file": 0,
     "tvm_cocopie.vm_scratch": 0,
     "tvm_cocopie.exprs": 1,
     "tvm_cocopie.target": 1,

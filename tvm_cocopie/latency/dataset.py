@@ -17,8 +17,9 @@ tables:
 
 Rows are written as they are measured (a long collection that stops keeps them and
 resumes); a row measured again replaces the old one. Rows of another feature schema
-stay in the file but are not read. A file that is not such a database is moved aside
-and rebuilt, with a warning.
+stay in the file but are not read (:meth:`Dataset.refeaturize` computes the new
+features from the kernels kept beside them). A file that is not such a database is
+moved aside and rebuilt, with a warning (:class:`~tvm_cocopie.sqlite_file.SqliteFile`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..paths import cache_dir
+from ..sqlite_file import SqliteFile
 from ..target import parse_target
 from .features import FEATURE_NAMES, feature_schema
 
@@ -114,38 +116,13 @@ class Dataset:
     def __init__(self, target, path: str | os.PathLike | None = None, timeout: float = 60.0):
         self.target = target_key(target)
         self.schema = feature_schema()
-        self.path = Path(path) if path is not None else default_path()
-        self.timeout = timeout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._check()
-        except sqlite3.DatabaseError as err:
-            self._rebuild(str(err))
+        self.file = SqliteFile(path if path is not None else default_path(), _SCHEMA,
+                               SCHEMA_VERSION, "SELECT features, latency_us FROM kernels LIMIT 1",
+                               "latency dataset", timeout)
+        self.path = self.file.path
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        return conn
-
-    def _check(self) -> None:
-        with self._connect() as conn:
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if row is None or row[0] != str(SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"schema version {row and row[0]}, not {SCHEMA_VERSION}")
-            conn.execute("SELECT features, latency_us FROM kernels LIMIT 1")
-
-    def _rebuild(self, why: str) -> None:
-        aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}-{os.getpid()}")
-        log.warning("latency dataset %s is unusable (%s): moved to %s, starting a new one",
-                    self.path, why, aside)
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(str(self.path) + suffix)
-            if src.exists():
-                os.replace(src, Path(str(aside) + suffix))
-        self._check()
+        return self.file.connect()
 
     def put(self, rows: list[Row]) -> None:
         """Store measured kernels (a row measured again replaces the old one)."""

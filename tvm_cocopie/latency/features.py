@@ -4,15 +4,16 @@
 cocopie pipeline leaves it, or a point of a design space) into a fixed-length vector,
 named by :data:`FEATURE_NAMES`:
 
-* MetaSchedule's per-store features (``PerStoreFeature``: 172 per buffer store, the
+* MetaSchedule's per-store features (``PerStoreFeature``: 164 per buffer store, the
   arithmetic per kind, the access pattern and reuse per buffer, the loop structure
-  around the store), summarized over the kernel's stores by their mean and maximum, so
-  that kernels with any number of stores compare;
+  around the store), summarized over the kernel's stores by their mean and maximum and
+  the row of the main store, so that kernels with any number of stores compare;
 * what that extractor leaves out (:func:`loop_features`): the arithmetic of the whole
   kernel (floating-point operations times the iterations around them), the bytes it
   reads and writes through its parameters and the bytes of its intermediate buffers per
   storage scope, the loop structure after tiling (parallel extent, vector width,
-  unrolled body, serial iterations around the innermost block, depth), the
+  unrolled body, serial iterations around the innermost block, depth, how evenly the
+  parallel iterations fill the cores, the work and bytes of one parallel task), the
   arithmetic intensity;
 * the kernel's class (:func:`class_features`): counts of the operator families its
   blocks compute (convolution, depthwise, Winograd, matmul, pooling, reductions, ...),
@@ -42,7 +43,7 @@ from ..metaschedule import tune_context
 from ..target import cpu_info, parse_target
 
 #: Bumped whenever the features change: a model trained on other features is refused.
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: the dominant store's row; parallel balance, work per task
 
 #: Values of the ``standalone`` feature
 IN_MODEL, STANDALONE = 0.0, 1.0
@@ -74,12 +75,16 @@ _LOOP_NAMES = (
     "local_bytes_log2", "intensity_log2", "parallel_extent", "parallel_extent_log2",
     "vector_lanes", "unrolled_log2", "serial_inner_log2", "loop_depth", "loops",
     "blocks", "params", "reduction_blocks", "stores", "if_branches",
+    "parallel_balance", "flops_per_task_log2", "bytes_per_task_log2",
 )
 _MACHINE_NAMES = ("cores", "f32_lanes")
 
 
+_MS_SUMMARIES = ("mean", "max", "main")
+
+
 def _ms_names() -> list[str]:
-    return [f"ms_{agg}_{i}" for agg in ("mean", "max") for i in range(_MS_WIDTH)]
+    return [f"ms_{agg}_{i}" for agg in _MS_SUMMARIES for i in range(_MS_WIDTH)]
 
 
 #: The names of :func:`kernel_features`' vector, in order
@@ -103,19 +108,30 @@ def _log2(x: float) -> float:
     return math.log2(1.0 + max(0.0, float(x)))
 
 
-def _int(expr, dims: dict, what: str) -> int:
-    """The integer value of ``expr`` (an extent or a buffer dim) under ``dims``."""
+def _int(expr, dims: dict, what: str, loops: dict | None = None) -> int:
+    """The integer value of ``expr`` (an extent or a buffer dim) under ``dims``; an
+    extent that depends on enclosing loop variables (``loops``: ``{var: extent}``, a
+    tile clamped at the edge) is taken at its largest."""
     if isinstance(expr, int):
         return expr
     if isinstance(expr, tvm.tirx.IntImm):
         return int(expr.value)
     analyzer = tvm.sym.Analyzer()
+    free = []
     for var in _vars_of(expr):
         if var.name in dims:
             analyzer.bind(var, tvm.tirx.const(int(dims[var.name]), _dtype(var)))
+        elif loops and var in loops:
+            analyzer.bind(var, tvm.ir.Range(0, loops[var]))
+        else:
+            free.append(var)
     value = analyzer.simplify(expr)
     if isinstance(value, tvm.tirx.IntImm):
         return int(value.value)
+    if not free:
+        bound = analyzer.const_int_bound(value)
+        if bound.max_value < (1 << 62):
+            return int(bound.max_value)
     raise FeatureError(
         f"{what} {expr} is symbolic: give its dims a value (dims={{name: size}}, "
         "or compile the model at concrete input shapes) to predict its latency")
@@ -193,13 +209,17 @@ class _Walk:
         self.branches = 0
         self.scopes: dict[str, int] = {}
         self.names: list[str] = []
+        self.loop_vars: dict = {}  # enclosing loop variable -> extent
 
     def visit(self, stmt, stack: list) -> None:
         kind = type(stmt).__name__
         if kind == "For":
-            extent = _int(stmt.extent, self.dims, f"loop {stmt.loop_var.name}'s extent")
+            extent = _int(stmt.extent, self.dims, f"loop {stmt.loop_var.name}'s extent",
+                          self.loop_vars)
             self.loops += 1
+            self.loop_vars[stmt.loop_var] = max(1, extent)
             self.visit(stmt.body, [*stack, (int(stmt.kind), extent)])
+            del self.loop_vars[stmt.loop_var]
         elif kind == "SeqStmt":
             for s in stmt.seq:
                 self.visit(s, stack)
@@ -258,9 +278,11 @@ class _Walk:
             self.visit(stmt.body, stack)
 
 
-def loop_features(func: tvm.tirx.PrimFunc, dims: dict | None = None) -> tuple[list, list]:
+def loop_features(func: tvm.tirx.PrimFunc, dims: dict | None = None, cores: int = 1
+                  ) -> tuple[list, list]:
     """The loop, arithmetic and memory features of ``func`` (:data:`FEATURE_NAMES`
-    from ``flops_log2`` on) and the names its blocks and annotations carry."""
+    from ``flops_log2`` on) on ``cores`` cores, and the names its blocks and
+    annotations carry."""
     dims = dict(dims or {})
     walk = _Walk(dims)
     walk.visit(func.body, [])
@@ -279,6 +301,11 @@ def loop_features(func: tvm.tirx.PrimFunc, dims: dict | None = None) -> tuple[li
         _log2(walk.serial_inner), float(walk.depth), float(walk.loops),
         float(walk.blocks), float(len(buffers)), float(walk.reduction_blocks),
         float(walk.stores), float(walk.branches)]
+    # how evenly the parallel loop's iterations fill the cores, and the work of one
+    cores = max(1, int(cores or 1))
+    par = max(1, walk.parallel)
+    values += [par / (math.ceil(par / cores) * cores), _log2(walk.flops / par),
+               _log2(io / par)]
     return values, walk.names
 
 
@@ -289,8 +316,9 @@ def class_features(names: list[str]) -> list[float]:
 
 
 def ms_features(func: tvm.tirx.PrimFunc, target) -> list[float]:
-    """MetaSchedule's per-store features of ``func``: mean and maximum over its stores
-    (zeros for a kernel without a store MetaSchedule sees)."""
+    """MetaSchedule's per-store features of ``func``: mean and maximum over its stores,
+    and the row of its main store (the most floating-point multiply-adds, adds and
+    multiplies); zeros for a kernel without a store MetaSchedule sees."""
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     context = tune_context(mod, target, None)
     candidate = ms.MeasureCandidate(tvm.s_tir.Schedule(mod),
@@ -298,9 +326,10 @@ def ms_features(func: tvm.tirx.PrimFunc, target) -> list[float]:
     table = ms.feature_extractor.PerStoreFeature(extract_workload=False).extract_from(
         context, [candidate])[0].numpy()
     if table.size == 0:
-        return [0.0] * (2 * _MS_WIDTH)
+        return [0.0] * (len(_MS_SUMMARIES) * _MS_WIDTH)
     table = table[:, :_MS_WIDTH]
-    return [*table.mean(axis=0).tolist(), *table.max(axis=0).tolist()]
+    main = table[int(np.argmax(table[:, :3].sum(axis=1)))]  # float mad, add/sub, mul
+    return [*table.mean(axis=0).tolist(), *table.max(axis=0).tolist(), *main.tolist()]
 
 
 def kernel_features(func: tvm.tirx.PrimFunc, target=None, standalone: bool = False
@@ -311,8 +340,8 @@ def kernel_features(func: tvm.tirx.PrimFunc, target=None, standalone: bool = Fal
     model). A kernel with a symbolic shape is refused (:class:`FeatureError`): compile
     the model at concrete shapes to predict it."""
     target = parse_target(target)
-    loops, names = loop_features(func)
     info = cpu_info(target)
+    loops, names = loop_features(func, cores=info.num_cores)
     machine = [float(info.num_cores), float(info.f32_lanes)]
     vector = [*ms_features(func, target), *loops, *class_features(names), *machine,
               STANDALONE if standalone else IN_MODEL]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...paths import cache_dir
+from ...sqlite_file import SqliteFile
 
 log = logging.getLogger(__name__)
 
@@ -74,39 +75,15 @@ class ProfileDB:
     """The profiling database at ``path`` (default :func:`default_path`)."""
 
     def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0):
-        self.path = Path(path) if path is not None else default_path()
+        self.file = SqliteFile(
+            path if path is not None else default_path(), _SCHEMA, SCHEMA_VERSION,
+            "SELECT target, ops, shapes, fused_us, parts_us FROM candidates LIMIT 1",
+            "fusion profiling database", timeout)
+        self.path = self.file.path
         self.timeout = timeout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._check()
-        except sqlite3.DatabaseError as err:
-            self._rebuild(str(err))
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        return conn
-
-    def _check(self) -> None:
-        with self._connect() as conn:
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if row is None or row[0] != str(SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"schema version {row and row[0]}, "
-                                            f"not {SCHEMA_VERSION}")
-            conn.execute("SELECT target, ops, shapes, fused_us, parts_us FROM candidates LIMIT 1")
-
-    def _rebuild(self, why: str) -> None:
-        aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}-{os.getpid()}")
-        log.warning("fusion profiling database %s is unusable (%s): moved to %s, starting "
-                    "a new one", self.path, why, aside)
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(str(self.path) + suffix)
-            if src.exists():
-                os.replace(src, Path(str(aside) + suffix))
-        self._check()
+        return self.file.connect()
 
     def get(self, target, ops, shapes) -> Entry | None:
         """The measured entry of a candidate, or ``None`` if never measured."""
