@@ -2,8 +2,9 @@
 """The latency model (issue 18): leave-one-model-out over the zoo and PP-OCR.
 
 Collects (resumably, into the latency dataset, ``--dataset``; default the package
-cache's ``latency.sqlite``) for every model: each kernel's time inside the compiled
-model (the VM's instrument, medians), the whole inference's time, and
+cache's ``latency.sqlite``) for every model: each kernel it runs, built alone and timed
+with the caches flushed before each call (as inside the model), the whole inference's
+time (the fastest of 10 round medians), and
 ``--samples-per-kernel`` random points of the design spaces of its
 ``--kernels-per-model`` heaviest tunable kernels, timed standalone as transfer-tuning
 times its candidates. Then, for each model in turn, trains an XGBoost model on every
@@ -14,8 +15,11 @@ default next to the dataset).
 
 Summary keys: ``kernel_median_err_pct`` (goal <= 10), ``model_median_err_pct`` (<= 3),
 ``model_max_err_pct`` (<= 5), ``rank_corr`` (median Spearman over kernels, >= 0.8),
-``validation_median_err_pct`` of the final model, the load average. ``--quick``: four
-small models, fewer samples, its own dataset file unless ``--dataset``.
+``validation_median_err_pct`` of the final model, the load average; with
+``--transfer``, ``transfer_time_saved_pct`` and ``prescreen_speedup_vs_plain_pct`` of
+``scripts/bench_transfer.py --prescreen`` (the same transfer-tuning search with and
+without the pre-screen, side by side). ``--quick``: four small models, fewer samples,
+its own dataset file unless ``--dataset``.
 
     python scripts/bench_latency_model.py --quick --json latency.json
 """
@@ -218,7 +222,7 @@ def plot(folds: list, path: str) -> None:
                     label=f["model"])
     lo, hi = ax1.get_xlim()
     ax1.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-    ax1.set(xscale="log", yscale="log", xlabel="measured us (in the model)",
+    ax1.set(xscale="log", yscale="log", xlabel="measured us (alone, caches flushed)",
             ylabel="predicted us (model held out)", title="kernels")
     ax1.legend(fontsize=6, ncol=2)
     done = [f for f in folds if "model_err_pct" in f]
