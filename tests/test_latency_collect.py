@@ -99,3 +99,22 @@ def test_collect_samples_stores_standalone_rows(tmp_path):
     assert all(r.features[FEATURE_NAMES.index("standalone")] == 1 for r in rows)
     assert len({r.kernel.split(":")[0] for r in rows}) == 1
     assert all(r.latency_us > 0 for r in rows)
+
+
+def test_metaschedule_database_records_become_rows(tmp_path):
+    """A MetaSchedule database (here: every kernel of a small CNN on its default
+    schedule, 1 ms each) read into tuning rows for the latency model."""
+    from transfer_helpers import seed_database
+
+    from tvm_cocopie.transfer_tuning.readers import read_database_dir
+    from tvm_cocopie.transfer_tuning.sampler import rows_from_records
+
+    model = tiny_cnn(channels=(8, 16), size=12)
+    records, _ = read_database_dir(seed_database(model, TARGET, tmp_path / "db"), TARGET)
+    rows = rows_from_records(records, TARGET, "tiny-tuned")
+    assert rows and len(rows) == len(records)
+    assert all(r.kind == "tuning" and r.latency_us == pytest.approx(1000.0) for r in rows)
+    assert all(r.features[FEATURE_NAMES.index("standalone")] == 1 for r in rows)
+    ds = Dataset(TARGET, tmp_path / "d.sqlite")
+    ds.put(rows)
+    assert len(ds.rows(kinds=("tuning",))) == len(rows)

@@ -107,3 +107,36 @@ def collect_samples(source: str, model, dataset, target, measurer, per_model: in
         dataset.put(rows)
         stored += len(rows)
     return stored
+
+
+def rows_from_records(records: list, target, source: str) -> list:
+    """Latency-model rows (kind ``tuning``) from tuning records
+    (:class:`~.readers.SourceRecord`: a MetaSchedule database, a transfer-tuning log):
+    each record's trace replayed on its own workload, its features taken standalone
+    (MetaSchedule's runner times kernels alone, hot), its latency the fastest of its run
+    times. Records that do not replay or carry no finite time are left out (logged)."""
+    import math
+
+    from ..latency import Row, kernel_features
+    from .transfer import transfer
+
+    target = parse_target(target)
+    rows = []
+    for rec in records:
+        secs = [float(s) for s in rec.run_secs or [] if math.isfinite(float(s))]
+        if not secs:
+            continue
+        result = transfer(rec, rec.workload, target, validate=False)
+        if not result.ok:
+            log.info("record %s does not replay on its workload: %s", rec.origin, result.reason)
+            continue
+        func = result.schedule.mod["main"]
+        key = f"{tvm_ffi.structural_hash(rec.workload) & 0xFFFFFFFFFFFF:x}:{rec.origin}"
+        name = next(iter(gv.name_hint for gv in rec.workload.get_global_vars()), "main")
+        try:
+            features = kernel_features(func, target, standalone=True)
+        except Exception as err:  # noqa: BLE001 - a row less, the others are kept
+            log.info("record %s: no features (%s)", rec.origin, last_line(err))
+            continue
+        rows.append(Row(source, "tuning", key, name, features, 1e6 * min(secs), 1, func))
+    return rows
