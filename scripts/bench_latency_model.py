@@ -19,7 +19,7 @@ Summary keys: ``kernel_median_err_pct`` (goal <= 10), ``model_median_err_pct`` (
 ``--transfer``, ``transfer_time_saved_pct`` and ``prescreen_speedup_vs_plain_pct`` of
 ``scripts/bench_transfer.py --prescreen`` (the same transfer-tuning search with and
 without the pre-screen, side by side). ``--quick``: four small models, fewer samples,
-its own dataset file unless ``--dataset``.
+its own dataset and model files unless ``--dataset`` / ``--model-file``.
 
     python scripts/bench_latency_model.py --quick --json latency.json
 """
@@ -161,7 +161,10 @@ def main(argv=None) -> int:
     validation = final.train(dataset.rows())
     final.calibrate(dataset.models(), {r.kernel: r.latency_us
                                        for r in dataset.rows(kinds=("model",))})
-    saved = final.save(args.model_file)
+    # a quick run's model (four models) must not replace the full one predict loads
+    model_file = args.model_file or (cache_dir("latency-quick-model.json") if args.quick
+                                     else None)
+    saved = final.save(model_file)
     summary = dict(result["summary"])
     summary.update(validation_median_err_pct=validation.get("median_err_pct"),
                    validation_p90_err_pct=validation.get("p90_err_pct"),
