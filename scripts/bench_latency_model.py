@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--kernels-per-model", type=int, default=None)
     p.add_argument("--threads", type=int, default=min(2, len(os.sched_getaffinity(0))))
     p.add_argument("--remeasure", action="store_true", help="measure models already stored")
+    p.add_argument("--resample", action="store_true",
+                   help="sample models' design spaces again (e.g. with more samples per kernel)")
     p.add_argument("--tuning-logs", metavar="DIR",
                    help="also train on the MetaSchedule databases under DIR (tuning and "
                         "transfer-tuning logs; a record's source is its model's folder name)")
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
             model, shapes = load_model(name)
             if args.remeasure or name not in stored:
                 measure_model(name, model, dataset, target, shapes)
-            if not dataset.has(name, "sample"):
+            if args.resample or not dataset.has(name, "sample"):
                 collect_samples(name, model, dataset, target, measurer, per_model=per_model,
                                 per_kernel=per_kernel, shapes=shapes)
         except (CocopieError, RuntimeError, ValueError) as err:
