@@ -18,13 +18,12 @@ import time
 from collections import Counter
 
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from ..api import compile_model
 from ..frontend.importer import from_onnx
 from ..latency import Dataset, LatencyModel, ModelPrediction, kernel_features
-from ..latency.dataset import ModelRow, Row
+from ..latency.dataset import ModelRow, Row, kernel_key
 from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.fusion.profiler import FLUSH_BYTES, time_primfuncs
 from ..target import parse_target
@@ -32,11 +31,6 @@ from ..threads import configured_threads, set_pool_threads
 from .runtime_stats import random_inputs, vm_call_counts
 
 log = logging.getLogger(__name__)
-
-
-def kernel_key(func: tvm.tirx.PrimFunc) -> str:
-    """A kernel's key: the structural hash of its scheduled PrimFunc."""
-    return f"{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFF:x}"
 
 
 def scheduled_kernels(model, target=None, shapes=None, options: PipelineOptions | None = None
@@ -175,9 +169,3 @@ def measured_kernels(model, target=None, shapes=None, options: PipelineOptions |
     present, us, total_ms = _measure(model, target, shapes, options or PipelineOptions(),
                                      None, flush_bytes)
     return {kname: us[kernel_key(func)] for kname, func, _ in present}, total_ms
-
-
-def leave_one_out_sources(dataset: Dataset) -> list[str]:
-    """The models measured whole in ``dataset`` (the folds of leave-one-model-out)."""
-    return [m.source for m in dataset.models()]
-

@@ -93,6 +93,14 @@ class ModelRow:
     kernels: dict
 
 
+def kernel_key(kernel) -> str:
+    """A kernel's key in the dataset: the structural hash of its PrimFunc or module
+    (48 bits, hex)."""
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(kernel) & 0xFFFFFFFFFFFF:x}"
+
+
 def _pack(func) -> bytes | None:
     import tvm
 

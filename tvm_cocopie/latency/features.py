@@ -118,7 +118,7 @@ def _int(expr, dims: dict, what: str, loops: dict | None = None) -> int:
         return int(expr.value)
     analyzer = tvm.sym.Analyzer()
     free = []
-    for var in _vars_of(expr):
+    for var in tvm.tirx.analysis.undefined_vars(expr, []):
         if var.name in dims:
             analyzer.bind(var, tvm.tirx.const(int(dims[var.name]), _dtype(var)))
         elif loops and var in loops:
@@ -135,24 +135,6 @@ def _int(expr, dims: dict, what: str, loops: dict | None = None) -> int:
     raise FeatureError(
         f"{what} {expr} is symbolic: give its dims a value (dims={{name: size}}, "
         "or compile the model at concrete input shapes) to predict its latency")
-
-
-def _vars_of(expr) -> list:
-    found, stack = [], [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tvm.tirx.Var):
-            if not any(node.same_as(v) for v in found):
-                found.append(node)
-            continue
-        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
-            child = getattr(node, name, None)
-            if isinstance(child, tvm.ir.expr.Expr):
-                stack.append(child)
-        args = getattr(node, "args", None)
-        if args is not None:
-            stack.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
-    return found
 
 
 _FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "FloorDiv", "Max", "Min", "Call", "Select"}

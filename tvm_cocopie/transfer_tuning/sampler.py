@@ -73,6 +73,7 @@ def collect_samples(source: str, model, dataset, target, measurer, per_model: in
     heaviest: by the in-model time the dataset holds for ``source`` (calls times
     microseconds), else by call count. Returns the rows stored."""
     from ..latency import Row, kernel_features
+    from ..latency.dataset import kernel_key
 
     target = parse_target(target)
     kernels = extract_kernels(model, target, shapes=shapes, options=options)
@@ -93,7 +94,7 @@ def collect_samples(source: str, model, dataset, target, measurer, per_model: in
 
         items = tqdm(picked, desc=f"samples of {source}", unit="kernel")
     for k, schedules in items:
-        key = f"{tvm_ffi.structural_hash(k.mod) & 0xFFFFFFFFFFFF:x}"
+        key = kernel_key(k.mod)
         timed = measurer.measure([s.mod for s in schedules])
         rows = []
         for i, (sch, (secs, err)) in enumerate(zip(schedules, timed)):
@@ -118,6 +119,7 @@ def rows_from_records(records: list, target, source: str) -> list:
     import math
 
     from ..latency import Row, kernel_features
+    from ..latency.dataset import kernel_key
     from .transfer import transfer
 
     target = parse_target(target)
@@ -131,7 +133,7 @@ def rows_from_records(records: list, target, source: str) -> list:
             log.info("record %s does not replay on its workload: %s", rec.origin, result.reason)
             continue
         func = result.schedule.mod["main"]
-        key = f"{tvm_ffi.structural_hash(rec.workload) & 0xFFFFFFFFFFFF:x}:{rec.origin}"
+        key = f"{kernel_key(rec.workload)}:{rec.origin}"
         name = next(iter(gv.name_hint for gv in rec.workload.get_global_vars()), "main")
         try:
             features = kernel_features(func, target, standalone=True)
