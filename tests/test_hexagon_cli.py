@@ -1,38 +1,13 @@
-"""``tvm-cocopie hexagon run MODEL.onnx``: an ONNX CNN's leading conv chain on emulated HVX."""
+"""``tvm-cocopie hexagon run``: argument errors (whole-model runs: tests/test_hexagon_models.py)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
-import numpy as np
 import pytest
 
+from tvm_cocopie.errors import ModelError
 from tvm_cocopie.hexagon import cli
-from tvm_cocopie.hexagon.executor import onnx_chain
-
-
-@pytest.fixture(scope="module")
-def mobilenet_path(tmp_path_factory):
-    from tvm_cocopie import models
-
-    path = tmp_path_factory.mktemp("hex") / "mobilenetv2.onnx"
-    models.save(models.build("mobilenetv2", image_size=32), path)
-    return path
-
-
-def test_conv_chain_folds_batchnorm_and_reads_the_trunk_up_to_the_pool(mobilenet_path):
-    import onnx
-
-    layers, weights, stopped = onnx_chain.conv_chain(onnx.load(str(mobilenet_path)), 16)
-    ops = [lay.op for lay in layers[1:]]
-    assert ops[:3] == ["conv", "dwconv", "conv"]
-    adds = [lay for lay in layers if lay.op == "add"]
-    assert len(adds) == 10  # MobileNetV2's residual connections
-    assert all(len(lay.inputs) == 2 for lay in adds)
-    assert "GlobalAveragePool" in stopped
-    w, b = weights[layers[1].name]
-    assert w.shape == (3, 3, 3, 32) and b.shape == (32,) and np.abs(b).max() > 0
 
 
 def _parser():
@@ -42,23 +17,20 @@ def _parser():
 
 
 @pytest.mark.needs_toolchain
-def test_hexagon_run_command(mobilenet_path, tmp_path, capsys):
-    out = tmp_path / "r.json"
-    args = _parser().parse_args(
-        [
-            "hexagon",
-            "run",
-            str(mobilenet_path),
-            "--image-size",
-            "16",
-            "--max-layers",
-            "3",
-            "--json",
-            str(out),
-        ]
-    )
-    assert args.func(args) == 0
-    result = json.loads(out.read_text())
-    assert result["exact"] and result["total_packets"] > 0
-    assert len(result["layers"]) == 3
-    assert "bit-exact vs numpy: True" in capsys.readouterr().out
+def test_unreadable_model_is_a_model_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not onnx")
+    args = _parser().parse_args(["hexagon", "run", str(bad)])
+    with pytest.raises(ModelError, match="cannot read"):
+        args.func(args)
+
+
+@pytest.mark.needs_toolchain
+def test_image_size_of_a_fixed_size_model_is_refused(tmp_path):
+    from tvm_cocopie import models
+
+    path = tmp_path / "m.onnx"
+    models.save(models.build("mobilenetv2", image_size=32), path)
+    args = _parser().parse_args(["hexagon", "run", str(path), "--image-size", "16"])
+    with pytest.raises(ModelError, match="fixed at 32x32"):
+        args.func(args)

@@ -1,9 +1,10 @@
-"""``tvm-cocopie hexagon run MODEL.onnx``: a model's int8 trunk on emulated HVX.
+"""``tvm-cocopie hexagon run MODEL.onnx``: a whole int8 model on emulated HVX.
 
-Wire it with ``add_parser(subparsers)``; the command reads the ONNX model
-(:mod:`.executor.onnx_chain`), quantizes it per tensor (:mod:`.executor`), selects plans with
-GCD²'s global selection over the cost model (seed 004, §4.4), runs the chain as one
-program under ``qemu-hexagon`` and reports packets and bit-exactness against numpy.
+Wire it with ``add_parser(subparsers)``. The command takes a float ONNX model (quantized
+first with sample inputs, :mod:`tvm_cocopie.ptq`), a QDQ or a QOperator one, runs it whole
+as one program under ``qemu-hexagon`` with GCD²'s global selection (seed 004, §4.4;
+:mod:`.executor.model`), and reports packets per operator class, bit-exactness against
+the numpy int8 reference and agreement with ONNX Runtime running the quantized file.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import json
 import logging
 
 from ..emulation import toolchain
-from ..errors import ModelError, ToolchainError
-from . import executor
-from .executor import onnx_chain
+from ..errors import ToolchainError
+from ..paths import write_json_atomic
+from .executor.model import run_model
 
 log = logging.getLogger(__name__)
 
@@ -23,11 +24,19 @@ def add_parser(subparsers):
     """Add ``hexagon`` (with ``run``) to an argparse ``subparsers`` object."""
     hexagon = subparsers.add_parser("hexagon", help="run int8 models on emulated Hexagon HVX")
     sub = hexagon.add_subparsers(dest="hexagon_command", required=True)
-    run = sub.add_parser("run", help="run an ONNX CNN's int8 trunk under qemu-hexagon")
-    run.add_argument("model", help="ONNX file (NCHW input)")
-    run.add_argument("--image-size", type=int, default=32, help="square input size (32)")
-    run.add_argument("--max-layers", type=int, default=8, help="stop after this many convs")
-    run.add_argument("--seed", type=int, default=0, help="seed of the input image")
+    run = sub.add_parser(
+        "run", help="run a float, QDQ or QOperator ONNX model whole under qemu-hexagon")
+    run.add_argument("model", help="ONNX file (one NCHW image input)")
+    run.add_argument("--image-size", type=int, default=None,
+                     help="square input size, for models whose height and width are symbolic")
+    run.add_argument("--calibration", type=int, default=8,
+                     help="sample inputs to calibrate a float model on (8)")
+    run.add_argument("--seed", type=int, default=0, help="seed of the sample inputs")
+    run.add_argument("--save-quantized", metavar="DIR",
+                     help="keep the QDQ file made from a float model in this folder")
+    run.add_argument("--stock", action="store_true",
+                     help="also run stock TVM's lowering of the same int8 model (slow)")
+    run.add_argument("--no-ort", action="store_true", help="skip the ONNX Runtime comparison")
     run.add_argument("--timeout", type=float, default=1800.0, help="emulator seconds")
     run.add_argument("--json", metavar="PATH", help="write the result here")
     run.set_defaults(func=cmd_run)
@@ -35,37 +44,29 @@ def add_parser(subparsers):
 
 
 def cmd_run(args) -> int:
-    """``tvm-cocopie hexagon run MODEL.onnx``: quantize the model's int8-runnable trunk, run it
-    under qemu-hexagon, check it bit for bit; exit code."""
-    import onnx
-
-
+    """``tvm-cocopie hexagon run MODEL.onnx``: run the whole model, check it; exit code."""
     if not toolchain.available():
         raise ToolchainError(
             f"missing {', '.join(toolchain.missing_tools())}; `make apt` installs them"
         )
-    try:
-        model = onnx.load(args.model)
-    except Exception as err:  # onnx raises several types for unreadable files
-        raise ModelError(f"cannot read {args.model}: {err}") from err
-    layers, weights, stopped = onnx_chain.conv_chain(model, args.image_size, args.max_layers)
-    net = executor.quantize(layers, args.seed, weights)
-    res = executor.run_network(net, timeout=args.timeout)
-    result = {
-        "model": str(args.model),
-        "layers": [lay.name for lay in layers[1:]],
-        "stopped": stopped,
-        "plan": res.plan,
-        "total_packets": res.total_packets,
-        "packets_by_role": res.packets_by_role(),
-        "arena_bytes": res.arena_bytes,
-        "exact": res.exact,
-    }
-    print(
-        f"{len(layers) - 1} layers ({stopped}); {res.total_packets} packets "
-        f"{res.packets_by_role()}; bit-exact vs numpy: {res.exact}"
-    )
+    stock = None
+    if args.stock:
+        from .tools.measure import stock_network as stock
+    result = run_model(args.model, image_size=args.image_size, calibration=args.calibration,
+                       seed=args.seed, timeout=args.timeout, compare_ort=not args.no_ort,
+                       stock_runner=stock, workdir=args.save_quantized)
+    result["model"] = str(args.model)
+    by_class = ", ".join(f"{k} {v}" for k, v in sorted(result["packets_by_class"].items(),
+                                                       key=lambda kv: -kv[1]))
+    print(f"{result['layers']} layers {result['layers_by_class']}"
+          f"{' (quantized from float)' if result['quantized_from_float'] else ''}; "
+          f"{result['total_packets']} packets: {by_class}")
+    print(f"bit-exact vs numpy: {result['exact']}")
+    if "ort_agreement" in result:
+        print(f"ONNX Runtime on the quantized file: {json.dumps(result['ort_agreement'])}")
+    if "stock_tvm_packets" in result:
+        print(f"stock TVM: {result['stock_tvm_packets']} packets "
+              f"({result['packet_ratio_vs_tvm']}x ours)")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=1)
-    return 0 if res.exact else 1
+        write_json_atomic(args.json, result)
+    return 0 if result["exact"] else 1

@@ -56,7 +56,7 @@ def emit_qconv(bb, x, q: QLayer, other=None):
         b = bb.emit(relax.op.multiply(bb.emit(relax.op.astype(other, "int32")),
                                       _const(arq.mb, "int32")))
         y = bb.emit(relax.op.add(bb.emit(relax.op.add(a, b)),
-                                 _const(1 << (arq.shift - 1), "int32")))
+                                 _const(arq.offset, "int32")))
         y = bb.emit(relax.op.right_shift(y, _const(arq.shift, "int32")))
         return relax.op.astype(bb.emit(relax.op.clip(y, 0, 255)), "uint8")
     w = q.weights if lay.op == "conv" else q.weights[:, :, None, :]
@@ -221,8 +221,7 @@ def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
         ins.append(wide.args[0])
         mults.append(_scalar(scaled.args[1], f"{what}'s multiplier"))
     shift = _scalar(shifted.args[1], f"{what}'s shift")
-    if _scalar(rounded.args[1], f"{what}'s rounding") != 1 << (shift - 1):
-        raise UnsupportedOperatorError(f"{what}: rounding constant is not 2**(shift-1)")
+    offset = _scalar(rounded.args[1], f"{what}'s offset")
     if static_shape(ins[0]) != static_shape(ins[1]):
         raise UnsupportedOperatorError(
             f"{what}: adds {static_shape(ins[0])} and {static_shape(ins[1])}; "
@@ -230,7 +229,7 @@ def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
         )
     _, h, w, c = static_shape(ins[0])
     lay = Layer(f"add{index}", "add", tuple(names[v] for v in ins), h, w, c, c)
-    return QLayer(lay, None, None, AddRequant(mults[0], mults[1], shift))
+    return QLayer(lay, None, None, AddRequant(mults[0], mults[1], shift, offset))
 
 
 def _max_pool(graph: _Graph, out, call, names: dict, index: int):

@@ -20,17 +20,22 @@ order. Here the same holds under ``qemu-hexagon``:
    against the numpy int8 reference (:mod:`tvm_cocopie.topi.int8.reference`).
 
 Networks are DAGs of convolutions, depthwise convolutions, residual adds
-(:class:`tvm_cocopie.topi.int8.compute.AddRequant`, inputs regridded to one grid where they differ)
-and max pools, in topological order (a chain when layers name no inputs).
+(:class:`tvm_cocopie.topi.int8.compute.AddRequant`, inputs regridded to one grid where they
+differ) and max pools, in topological order (a chain when layers name no inputs); a
+global average pool runs as a depthwise convolution over the whole map and a fully
+connected layer as a 1x1 convolution of the 1x1 map (:mod:`.qonnx`). Activations are
+uint8 with a zero point per tensor (folded into the int32 bias; the padding of a
+convolution holds it), weights int8 symmetric per tensor.
 
-Simplifications (stated, not hidden): ReLU after every conv and add (MobileNetV2's
-linear projections are clipped at 0 in both the float and the int8 model), no global
-average pool or classifier, batch 1, the input image arrives as NHWC uint8 and is
-regridded on the device like any other tensor.
+Whole models: :mod:`.qonnx` reads a QDQ or QOperator ONNX file into a network with the
+file's scales and zero points, :mod:`.model` runs a user's file whole (a float one
+quantized first by :mod:`tvm_cocopie.ptq`) and compares it with numpy and ONNX Runtime.
+Batch 1; the input image is quantized on the host and arrives as NHWC uint8, regridded on
+the device like any other tensor. :func:`.quantization.quantize` still builds random
+networks for the kernels' tests (ReLU after every conv and add there).
 
 Modules: :mod:`.quantization` (1), :mod:`.program` (2), :mod:`.memplan` (3), :mod:`.run`
-(4), :mod:`.presets` (the ResNet-50 / MobileNetV2 trunks), :mod:`.onnx_chain` (the
-leading int8-runnable part of an ONNX CNN).
+(4), :mod:`.presets` (the ResNet-50 / MobileNetV2 trunks), :mod:`.qonnx`, :mod:`.model`.
 """
 
 from __future__ import annotations

@@ -174,8 +174,10 @@ class _Emit:
         self.roles.append(role)
 
 
-def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, width: int):
-    """``(geometry, buffer name, direct)``: ``cur`` made the input grid of ``lay``."""
+def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, width: int,
+                pad_value: int = 0):
+    """``(geometry, buffer name, direct)``: ``cur`` made the input grid of ``lay``, its
+    padding filled with ``pad_value``."""
 
     x_name = f"in{idx}"
     if lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant:
@@ -185,16 +187,15 @@ def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, widt
     if lay.s == 1 and cur.variant == variant:
         width = max(width, cur.wq)  # take the producer's grid as it is
     geo = GridGeometry(g0.h, g0.w, g0.kernel, g0.stride, g0.pad, width)
-    if lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w and shift_copy_pays(
-        cur, geo, variant
-    ):
+    if (lay.s == 1 and cur.variant == variant and cur.wq == geo.grid_w and not pad_value
+            and shift_copy_pays(cur, geo, variant)):
         em.inputs[f"mask{idx}"] = shift_mask(geo, variant, cur.h, cur.w)
         em.aliases[f"{cur.name}_flat"] = cur.name
         em.aliases[f"{x_name}_flat"] = x_name
         em.call(f"regrid{idx}", shift_copy_compute(cur, geo, variant),
                 [f"{cur.name}_flat", f"mask{idx}", f"{x_name}_flat"], (lay.name, "regrid"))
     else:
-        em.call(f"regrid{idx}", int8_hvx.regrid(cur, geo, variant), [cur.name, x_name],
+        em.call(f"regrid{idx}", int8_hvx.regrid(cur, geo, variant, pad_value), [cur.name, x_name],
                 (lay.name, "regrid"))
     return geo, x_name, False
 
@@ -257,7 +258,8 @@ def compile_network(
                 "(|w| > 64); choose vmpy or vrmpy"
             )
         cur = tensors[srcs[0]]
-        geo, x_name, direct = _input_grid(em, idx, lay, cur, variant, want[idx])
+        geo, x_name, direct = _input_grid(em, idx, lay, cur, variant, want[idx],
+                                          q.pad_value if lay.op != "pool" else 0)
         out_name = f"out{idx}"
         if lay.op == "pool":
             func, args = int8_hvx.maxpool_grid(variant, geo, lay.c), [x_name, out_name]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,21 +26,47 @@ class QLayer:
     rq: Requant | AddRequant | None
     float_weights: np.ndarray = None
     float_bias: np.ndarray = None
+    #: the input's zero point (a conv's padding holds it; folded into ``bias``)
+    pad_value: int = 0
+    #: the model operator this layer runs (``fc``, ``global_pool``, ...); default ``layer.op``
+    kind: str = ""
+
+    @property
+    def op_class(self) -> str:
+        """What the layer is in the model, for reports (``conv``, ``fc``, ``global_pool``...)."""
+        return self.kind or self.layer.op
 
 
 @dataclass
 class QNetwork:
-    """A quantized chain and its float counterpart's input."""
+    """A quantized DAG, its input and output quantization and its float input."""
 
     layers: list
     image: np.ndarray  # float [1, H, W, C] in [0, 1)
     input_scale: float
     output_scale: float
+    input_zero_point: int = 0
+    output_zero_point: int = 0
+    #: the ONNX model's input name and the output's ``(h, w, c)``, when read from a file
+    input_name: str = "input"
+    output_shape: tuple = ()
+    #: layer name -> the ONNX tensor holding its integer output (a file's network)
+    tensor_names: dict = field(default_factory=dict)
 
     @property
     def image_q(self) -> np.ndarray:
-        """The input image quantized to uint8 with the input scale."""
-        return np.clip(np.round(self.image / self.input_scale), 0, 255).astype(np.uint8)
+        """The input image quantized to uint8 with the input scale and zero point (ties
+        to even, as ONNX's ``QuantizeLinear``)."""
+        return self.quantize_input(self.image)
+
+    def quantize_input(self, image) -> np.ndarray:
+        """A float NHWC ``image`` quantized as the network's input."""
+        q = np.rint(np.asarray(image, dtype=np.float32) / np.float32(self.input_scale))
+        return np.clip(q + self.input_zero_point, 0, 255).astype(np.uint8)
+
+    def dequantize_output(self, y) -> np.ndarray:
+        """The uint8 output ``y`` as the real numbers it stands for."""
+        return (y.astype(np.float32) - self.output_zero_point) * np.float32(self.output_scale)
 
 
 def _float_layer(x, lay: Layer, w, b, other=None):
@@ -134,12 +160,14 @@ def _forward(net: QNetwork, image, step):
     return acts[prev]
 
 
-def _reference_step(q: QLayer, x, other=None):
+def reference_step(q: QLayer, x, other=None):
+    """One layer of the numpy int8 reference on its uint8 NHWC input(s)."""
     lay = q.layer
     if lay.op == "conv":
-        return reference.qconv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
+        return reference.qconv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p, q.pad_value)
     if lay.op == "dwconv":
-        return reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p)
+        return reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p,
+                                                q.pad_value)
     if lay.op == "add":
         return q.rq.numpy(x, other)
     return reference.maxpool_nhwc(x, lay.k, lay.s, lay.p)
@@ -147,7 +175,7 @@ def _reference_step(q: QLayer, x, other=None):
 
 def reference_forward(net: QNetwork) -> np.ndarray:
     """The numpy int8 reference of the whole network."""
-    return _forward(net, net.image_q, _reference_step)
+    return _forward(net, net.image_q, reference_step)
 
 
 def float_forward(net: QNetwork) -> np.ndarray:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,8 @@ class NetworkResult:
     plan: dict
     arena_bytes: int
     naive_bytes: int
+    #: layer name -> what it is in the model (:attr:`.quantization.QLayer.op_class`)
+    classes: dict = field(default_factory=dict)
 
     @property
     def total_packets(self) -> int:
@@ -37,6 +39,16 @@ class NetworkResult:
         out: dict = {}
         for (_, role), n in zip(self.roles, self.packets):
             out[role] = out.get(role, 0) + int(n)
+        return out
+
+    def packets_by_class(self) -> dict:
+        """Packets per operator class: each layer kernel under its class (``conv``,
+        ``dwconv``, ``fc``, ``global_pool``, ``add``, ``max_pool``), the layout moves
+        between layers as ``regrid``, the final unpacking as ``unpack``."""
+        out: dict = {}
+        for (layer, role), n in zip(self.roles, self.packets):
+            key = self.classes.get(layer, role) if role == "kernel" else role
+            out[key] = out.get(key, 0) + int(n)
         return out
 
 
@@ -64,6 +76,7 @@ def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=
         prog.plan,
         prog.memory.arena_bytes,
         prog.memory.naive_bytes,
+        {q.layer.name: q.op_class for q in net.layers},
     )
     log.info(
         "network: %d packets (%s), arena %d bytes (separate buffers: %d), exact=%s",

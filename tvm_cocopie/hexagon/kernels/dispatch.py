@@ -62,7 +62,8 @@ def hvx_kernel(func):
                                    desc["shift"])
     elif op == "regrid" and _same_layout_copy(desc):
         _, shape, h, w, c, wq = desc["src"]
-        kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c)
+        kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c,
+                                    desc.get("pad_value", 0))
     elif op in ("regrid", "add", "maxpool"):
         kernel = vectorize_inner(func)
     else:

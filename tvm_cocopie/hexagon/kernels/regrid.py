@@ -31,14 +31,15 @@ def _valid(n_src: int, n_grid: int, phase: int, stride: int, pad: int) -> tuple:
 
 
 def regrid_copy_kernel(variant: str, src_shape: tuple, h: int, w: int, wq: int,
-                       geo: GridGeometry, channels: int):
+                       geo: GridGeometry, channels: int, pad_value: int = 0):
     """PrimFunc ``(x, y)`` equal to :func:`tvm_cocopie.topi.int8.hvx.regrid` of an output
     grid ``x`` (``src_shape``, valid ``h x w`` on width ``wq``) in ``variant``'s layout
     into ``geo``'s input grid in the same layout (``channels`` a multiple of the
     layout's column multiple, so both have the same groups and no padded channel).
 
     An NHWC ``x`` (``[1, h, w, channels]``, the image) is copied byte by byte per
-    valid position, any ``channels``; padded channels stay zero."""
+    valid position, any ``channels``; padded channels keep the fill. The destination is
+    first filled with ``pad_value`` (the input's zero point)."""
     from tvm import tirx
 
 
@@ -50,7 +51,7 @@ def regrid_copy_kernel(variant: str, src_shape: tuple, h: int, w: int, wq: int,
     params = [("x", src_shape, "uint8"), ("y", dst_shape, "uint8")]
     nhwc = len(src_shape) == 4
     with kernel(f"regrid_copy{v}", params) as ((x, y), out):
-        zero = tirx.Broadcast(tirx.const(0, "uint8"), 128)
+        zero = tirx.Broadcast(tirx.const(pad_value, "uint8"), 128)
         with T.grid(phases, groups, rows * v // 128) as (ph, g, t):
             T.buffer_store(y, zero, [ph, g, t * (128 // v), ramp(0, 128)])
         for a in range(s):

@@ -235,3 +235,43 @@ def tvm_vrmpy_ms_conv(h, w_, c, o, kernel, stride, pad, trials, seed=0, timeout=
     )
     exact = bool(np.array_equal(res.outputs["y"], ref))
     return {**record, "packets": res.packets[0], "exact": exact}
+
+
+def stock_network(net, timeout=None) -> dict:
+    """Packets of stock TVM's lowering of a whole quantized network (an executor
+    :class:`~tvm_cocopie.hexagon.executor.QNetwork`): every layer the unscheduled NHWC TE
+    compute of :mod:`tvm_cocopie.topi.int8.compute` with the same integers (weights,
+    folded bias, requantization, zero-point padding), run in order as one program under
+    ``qemu-hexagon`` and checked bit for bit against the numpy reference of the network.
+
+    Returns ``{"packets", "packets_by_layer", "exact"}``."""
+    from ..executor.quantization import layer_sources, reference_forward
+
+    funcs, calls, inputs = {}, [], {"image": net.image_q}
+    tensors, prev = {"input": "image"}, "input"
+    for i, q in enumerate(net.layers):
+        lay = q.layer
+        srcs = [tensors[s] for s in layer_sources(lay, prev)]
+        out = f"t{i}"
+        if lay.op in ("conv", "dwconv"):
+            funcs[f"l{i}"] = int8_compute.qconv2d_func(
+                lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.rq, lay.op == "dwconv",
+                q.pad_value)
+            inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
+            args = [srcs[0], f"w{i}", f"b{i}", out]
+        elif lay.op == "add":
+            funcs[f"l{i}"] = int8_compute.qadd_func((1, *lay.out_hw, lay.o), q.rq)
+            args = [*srcs, out]
+        else:
+            funcs[f"l{i}"] = int8_compute.maxpool_func(lay.h, lay.w, lay.c, lay.k, lay.s, lay.p)
+            args = [srcs[0], out]
+        calls.append((f"l{i}", args))
+        tensors[lay.name] = out
+        prev = lay.name
+    res = runner.run(funcs, calls, inputs, [tensors[prev]], count_packets=True, timeout=timeout)
+    ref = reference_forward(net)
+    return {
+        "packets": int(sum(res.packets)),
+        "packets_by_layer": {q.layer.name: int(n) for q, n in zip(net.layers, res.packets)},
+        "exact": bool(np.array_equal(res.outputs[tensors[prev]], ref)),
+    }

@@ -124,17 +124,22 @@ class Requant:
 
 @dataclass(frozen=True)
 class AddRequant:
-    """Requantized sum of two uint8 tensors of different scales (a residual add):
-    ``clip((a * ma + b * mb + 2**(s-1)) >> s, 0, 255)``, zero points 0.
+    """Requantized sum of two uint8 tensors of different scales and zero points (a
+    residual add): ``clip((a * ma + b * mb + offset) >> s, 0, 255)``.
 
-    ``ma / 2**s`` and ``mb / 2**s`` are the input-to-output scale ratios; with 15-bit
-    multipliers every intermediate fits int32 (``2 * 255 * 2**15 < 2**31``), so any
-    target evaluates it exactly in 32-bit lanes.
+    ``ma / 2**s`` and ``mb / 2**s`` are the input-to-output scale ratios; ``offset``
+    folds the rounding ``2**(s-1)``, the input zero points and the output zero point:
+    ``y = zy + round((a - za) * ra + (b - zb) * rb)`` is
+    ``(a*ma + b*mb + 2**(s-1) - za*ma - zb*mb + zy * 2**s) >> s`` (the ``zy * 2**s``
+    term is a whole multiple of ``2**s``, so it passes the floor unchanged). With 15-bit
+    multipliers and the shift kept where ``|offset| + 255 * (ma + mb) < 2**31``, every
+    intermediate fits int32 and any target evaluates it exactly in 32-bit lanes.
     """
 
     ma: int
     mb: int
     shift: int
+    offset: int | None = None  # None: 2**(shift-1) (zero points 0)
 
     def __post_init__(self):
         for m in (self.ma, self.mb):
@@ -142,22 +147,31 @@ class AddRequant:
                 raise ValueError(f"add multiplier {m} is outside [0, 2**15)")
         if not 1 <= self.shift <= 30:
             raise ValueError(f"add shift {self.shift} is outside [1, 30]")
+        if self.offset is None:
+            object.__setattr__(self, "offset", 1 << (self.shift - 1))
+        if abs(self.offset) + 255 * (self.ma + self.mb) >= 2**31:
+            raise ValueError(f"add offset {self.offset} overflows int32 with these multipliers")
 
     @classmethod
-    def from_scales(cls, ratio_a: float, ratio_b: float) -> AddRequant:
-        """The largest shift keeping both ``round(ratio * 2**s)`` under 2**15."""
+    def from_scales(cls, ratio_a: float, ratio_b: float, za: int = 0, zb: int = 0,
+                    zy: int = 0) -> AddRequant:
+        """The largest shift keeping both ``round(ratio * 2**s)`` under 2**15 and the
+        offset of zero points ``za``, ``zb`` (inputs) and ``zy`` (output) inside int32."""
         top = max(ratio_a, ratio_b)
         if not top > 0:
             raise ValueError(f"add scale ratios must be positive, got {ratio_a}, {ratio_b}")
         shift = min(30, MULTIPLIER_BITS - 1 - math.floor(math.log2(top)))
-        while round(top * 2.0**shift) >= 2**MULTIPLIER_BITS:
+        while True:
+            ma, mb = round(ratio_a * 2.0**shift), round(ratio_b * 2.0**shift)
+            offset = (1 << (shift - 1)) - za * ma - zb * mb + (zy << shift)
+            if max(ma, mb) < 2**MULTIPLIER_BITS and abs(offset) + 255 * (ma + mb) < 2**31:
+                return cls(ma, mb, shift, offset)
             shift -= 1
-        return cls(round(ratio_a * 2.0**shift), round(ratio_b * 2.0**shift), shift)
 
     def numpy(self, a, b) -> np.ndarray:
         """The requantized sum of uint8 arrays ``a`` and ``b`` in numpy (the reference)."""
         y = a.astype(np.int64) * self.ma + b.astype(np.int64) * self.mb
-        return np.clip((y + (1 << (self.shift - 1))) >> self.shift, 0, 255).astype(np.uint8)
+        return np.clip((y + self.offset) >> self.shift, 0, 255).astype(np.uint8)
 
     def te(self, a, b):
         """The TIR expression of :meth:`numpy` for two uint8 values (int32 arithmetic)."""
@@ -167,7 +181,7 @@ class AddRequant:
             return tirx.const(v, "int32")
 
         y = a.astype("int32") * c(self.ma) + b.astype("int32") * c(self.mb)
-        y = (y + c(1 << (self.shift - 1))) >> c(self.shift)
+        y = (y + c(self.offset)) >> c(self.shift)
         return tirx.max(tirx.min(y, c(255)), c(0)).astype("uint8")
 
 
@@ -193,8 +207,9 @@ def conv2d_output_size(size: int, kernel: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - kernel) // stride + 1
 
 
-def _zero_pad_nhwc(x, pad: int, name: str):
-    """uint8 NHWC ``x`` with ``pad`` zeros on each side of H and W (shared by the convs)."""
+def _zero_pad_nhwc(x, pad: int, name: str, value: int = 0):
+    """uint8 NHWC ``x`` with ``pad`` elements of ``value`` (the input's zero point: a real
+    zero) on each side of H and W (shared by the convs)."""
     from tvm import te, tirx
 
     _, h, wd, c = (int(d) for d in x.shape)
@@ -203,20 +218,22 @@ def _zero_pad_nhwc(x, pad: int, name: str):
         lambda n, i, j, ci: tirx.if_then_else(
             tirx.all(i >= pad, i < h + pad, j >= pad, j < wd + pad),
             x[n, i - pad, j - pad, ci],
-            tirx.const(0, "uint8"),
+            tirx.const(value, "uint8"),
         ),
         name=f"{name}_pad",
     )
 
 
-def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: str = "qconv2d"):
-    """NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C, O] (HWIO), zero padding."""
+def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: str = "qconv2d",
+                 pad_value: int = 0):
+    """NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C, O] (HWIO), padded
+    with ``pad_value`` (the input's zero point, folded into ``bias``)."""
     from tvm import te
 
     _, h, wd, c = (int(d) for d in x.shape)
     kh, kw, _, o = (int(d) for d in w.shape)
     oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
-    padded = _zero_pad_nhwc(x, pad, name)
+    padded = _zero_pad_nhwc(x, pad, name, pad_value)
     ry, rx, rc = (
         te.reduce_axis((0, kh), "ry"),
         te.reduce_axis((0, kw), "rx"),
@@ -234,14 +251,16 @@ def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: s
     return te.compute(acc.shape, lambda *i: rq.te(acc[i] + bias[i[3]]), name=name)
 
 
-def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride=1, pad=0, name="qdwconv2d"):
-    """Depthwise NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C]."""
+def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride=1, pad=0, name="qdwconv2d",
+                           pad_value: int = 0):
+    """Depthwise NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C], padded
+    with ``pad_value``."""
     from tvm import te
 
     _, h, wd, c = (int(d) for d in x.shape)
     kh, kw, _ = (int(d) for d in w.shape)
     oh, ow = conv2d_output_size(h, kh, stride, pad), conv2d_output_size(wd, kw, stride, pad)
-    padded = _zero_pad_nhwc(x, pad, name)
+    padded = _zero_pad_nhwc(x, pad, name, pad_value)
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     acc = te.compute(
         (1, oh, ow, c),
@@ -268,7 +287,7 @@ def qmatmul_func(m: int, k: int, n: int, rq: Requant):
     return te.create_prim_func([x, w, b, qmatmul(x, w, b, rq)])
 
 
-def qconv2d_func(h, w_, c, o, kernel, stride, pad, rq: Requant, depthwise=False):
+def qconv2d_func(h, w_, c, o, kernel, stride, pad, rq: Requant, depthwise=False, pad_value=0):
     """A PrimFunc ``(x, w, bias, y)`` of the NHWC (depthwise) convolution, unscheduled."""
     from tvm import te
 
@@ -276,8 +295,36 @@ def qconv2d_func(h, w_, c, o, kernel, stride, pad, rq: Requant, depthwise=False)
     b = te.placeholder((o,), "int32", name="bias")
     if depthwise:
         wt = te.placeholder((kernel, kernel, c), "int8", name="w")
-        y = qdepthwise_conv2d_nhwc(x, wt, b, rq, stride, pad)
+        y = qdepthwise_conv2d_nhwc(x, wt, b, rq, stride, pad, pad_value=pad_value)
     else:
         wt = te.placeholder((kernel, kernel, c, o), "int8", name="w")
-        y = qconv2d_nhwc(x, wt, b, rq, stride, pad)
+        y = qconv2d_nhwc(x, wt, b, rq, stride, pad, pad_value=pad_value)
     return te.create_prim_func([x, wt, b, y])
+
+
+def qadd_func(shape: tuple, arq: AddRequant):
+    """A PrimFunc ``(a, b, y)`` of :class:`AddRequant` on two uint8 tensors of ``shape``."""
+    from tvm import te
+
+    a = te.placeholder(shape, "uint8", name="a")
+    b = te.placeholder(shape, "uint8", name="b")
+    return te.create_prim_func([a, b, te.compute(shape, lambda *i: arq.te(a[i], b[i]), name="y")])
+
+
+def maxpool_func(h: int, w_: int, c: int, kernel: int, stride: int, pad: int):
+    """A PrimFunc ``(x, y)``: NHWC uint8 max pool, zero padding (uint8's minimum)."""
+    from tvm import te, tirx
+
+    x = te.placeholder((1, h, w_, c), "uint8", name="x")
+    padded = _zero_pad_nhwc(x, pad, "maxpool")
+    oh, ow = conv2d_output_size(h, kernel, stride, pad), conv2d_output_size(w_, kernel, stride, pad)
+
+    def body(n, i, j, ch):
+        out = None
+        for dy in range(kernel):
+            for dx in range(kernel):
+                v = padded[n, i * stride + dy, j * stride + dx, ch]
+                out = v if out is None else tirx.max(out, v)
+        return out
+
+    return te.create_prim_func([x, te.compute((1, oh, ow, c), body, name="y")])

@@ -163,7 +163,8 @@ def qadd_grid(variant: str, shape: tuple, arq):
     b = te.placeholder(shape, "uint8", name="b")
     y = te.compute(shape, lambda *i: arq.te(a[i], b[i]), name="y")
     return describe(
-        te.create_prim_func([a, b, y]), op="add", variant=variant, rq=[arq.ma, arq.mb, arq.shift]
+        te.create_prim_func([a, b, y]), op="add", variant=variant,
+        rq=[arq.ma, arq.mb, arq.shift, arq.offset],
     )
 
 
@@ -192,9 +193,10 @@ def maxpool_grid(variant: str, geo, channels: int):
 # ---------------------------------------------------------------- layout transforms
 
 
-def regrid(src, geo, variant: str):
+def regrid(src, geo, variant: str, pad_value: int = 0):
     """PrimFunc ``(x, y)``: tensor ``src`` into the padded, phase-split input grid of a
-    ``geo`` convolution in ``variant``'s layout, zero padding written explicitly.
+    ``geo`` convolution in ``variant``'s layout, the padding (``pad_value``: the input's
+    zero point, the real zero of an asymmetric uint8 tensor) written explicitly.
 
     ``src`` describes the source (``shape``, valid ``h``/``w``/``c``, and
     ``read(x, i, j, ch)``; :class:`tvm_cocopie.hexagon.executor.program.Tensor`).
@@ -219,12 +221,13 @@ def regrid(src, geo, variant: str):
             tirx.max(tirx.min(jj, src.w - 1), 0),
             tirx.min(ch, src.c - 1),
         )
-        return tirx.if_then_else(ok, value, tirx.const(0, "uint8"))
+        return tirx.if_then_else(ok, value, tirx.const(pad_value, "uint8"))
 
     y = te.compute(shape, body, name="y")
+    extra = {"pad_value": pad_value} if pad_value else {}
     return describe(
         te.create_prim_func([x, y]), op="regrid", variant=variant, geo=_geo_list(geo),
-        src=[src.variant, list(src.shape), src.h, src.w, src.c, src.wq],
+        src=[src.variant, list(src.shape), src.h, src.w, src.c, src.wq], **extra,
     )
 
 

@@ -16,27 +16,31 @@ def qmatmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray, rq: Requant) -> np.n
     return rq.numpy(acc)
 
 
-def _windows(x: np.ndarray, kernel: int, stride: int, pad: int):
+def _windows(x: np.ndarray, kernel: int, stride: int, pad: int, pad_value: int = 0):
     _, h, w, _ = x.shape
     oh, ow = conv2d_output_size(h, kernel, stride, pad), conv2d_output_size(w, kernel, stride, pad)
-    xp = np.pad(x[0].astype(np.int64), ((pad, pad), (pad, pad), (0, 0)))
+    xp = np.pad(x[0].astype(np.int64), ((pad, pad), (pad, pad), (0, 0)),
+                constant_values=pad_value)
     for dy in range(kernel):
         for dx in range(kernel):
             yield dy, dx, xp[dy : dy + stride * oh : stride, dx : dx + stride * ow : stride]
 
 
-def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0) -> np.ndarray:
-    """x uint8 [1, H, W, C], w int8 [KH, KW, C, O] -> uint8 [1, OH, OW, O]."""
+def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0,
+                 pad_value: int = 0) -> np.ndarray:
+    """x uint8 [1, H, W, C], w int8 [KH, KW, C, O] -> uint8 [1, OH, OW, O]; the padding
+    holds ``pad_value`` (the input's zero point)."""
     acc = 0
-    for dy, dx, win in _windows(x, w.shape[0], stride, pad):
+    for dy, dx, win in _windows(x, w.shape[0], stride, pad, pad_value):
         acc = acc + win @ w[dy, dx].astype(np.int64)
     return rq.numpy(acc + bias.astype(np.int64))[None]
 
 
-def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0):
+def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0,
+                           pad_value: int = 0):
     """x uint8 [1, H, W, C], w int8 [KH, KW, C] -> uint8 [1, OH, OW, C]."""
     acc = 0
-    for dy, dx, win in _windows(x, w.shape[0], stride, pad):
+    for dy, dx, win in _windows(x, w.shape[0], stride, pad, pad_value):
         acc = acc + win * w[dy, dx].astype(np.int64)
     return rq.numpy(acc + bias.astype(np.int64))[None]
 

@@ -1,0 +1,181 @@
+"""Whole quantized models on Hexagon (issue 21): post-training quantization, QDQ and
+QOperator files read into the executor's int8 network, zero points, global pooling and
+fully connected layers, one program under qemu-hexagon, numpy and ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_cocopie import ptq
+from tvm_cocopie.errors import UnsupportedOperatorError
+from tvm_cocopie.hexagon.executor import model as hexmodel
+from tvm_cocopie.hexagon.executor import qonnx, reference_forward
+from tvm_cocopie.topi.int8.compute import AddRequant
+
+
+def _small_cnn(size: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """conv+relu, max pool, conv (linear) + residual add + relu, depthwise/2, global
+    average pool over 4x4, flatten, Gemm: every layer class of a classifier."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    inits = [init("w1", (16, 3, 3, 3)), init("b1", (16,), 0.1), init("w2", (16, 16, 3, 3), 0.1),
+             init("b2", (16,), 0.1), init("w3", (16, 1, 3, 3)), init("b3", (16,), 0.1),
+             init("fc", (10, 16)), init("fcb", (10,), 0.1)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1] * 4, name="pool"),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1] * 4, name="conv2"),
+        helper.make_node("Add", ["c2", "p1"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1] * 4, strides=[2, 2],
+                         group=16, name="dw"),
+        helper.make_node("Relu", ["c3"], ["r3"], name="relu3"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1, name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """The small CNN quantized as QDQ and as QOperator from the same calibration."""
+    tmp = tmp_path_factory.mktemp("q")
+    float_model = _small_cnn()
+    samples = ptq.calibration_inputs(float_model, 4, seed=1)
+    paths = {fmt: ptq.quantize_onnx(float_model, tmp / f"{fmt}.onnx", samples, fmt=fmt)
+             for fmt in ("qdq", "qoperator")}
+    return float_model, paths
+
+
+def test_add_requant_folds_zero_points_exactly():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 256, 4000), rng.integers(0, 256, 4000)
+    for ra, rb, za, zb, zy in [(0.7, 1.3, 120, 7, 140), (0.01, 0.02, 255, 0, 255),
+                               (3.0, 0.5, 0, 128, 3)]:
+        arq = AddRequant.from_scales(ra, rb, za, zb, zy)
+        exact = zy + (a - za) * ra + (b - zb) * rb
+        want = np.clip(np.floor(exact + 0.5), 0, 255)
+        got = arq.numpy(a.astype(np.uint8), b.astype(np.uint8)).astype(np.int64)
+        # 15-bit multipliers: off by one only where the exact value is within 2**-9 of a half
+        near_half = np.abs(exact - np.floor(exact) - 0.5) < 2**-9 * (1 + abs(za) + abs(zb))
+        assert np.all((got == want) | near_half)
+        assert abs(arq.offset) + 255 * (arq.ma + arq.mb) < 2**31
+
+
+def test_qdq_and_qoperator_files_read_into_the_same_integer_network(quantized):
+    _, paths = quantized
+    nets = {fmt: qonnx.read_quantized(onnx.load(str(p))) for fmt, p in paths.items()}
+    qdq, qop = nets["qdq"], nets["qoperator"]
+    assert [q.op_class for q in qdq.layers] == [
+        "conv", "max_pool", "conv", "add", "dwconv", "global_pool", "fc"]
+    assert [q.op_class for q in qop.layers] == [q.op_class for q in qdq.layers]
+    for a, b in zip(qdq.layers, qop.layers):
+        same = ("op", "h", "w", "c", "o", "k", "s", "p")  # node names differ (..._quant)
+        assert all(getattr(a.layer, f) == getattr(b.layer, f) for f in same)
+        assert a.rq == b.rq and a.pad_value == b.pad_value
+        if a.weights is not None:
+            assert np.array_equal(a.weights, b.weights) and np.array_equal(a.bias, b.bias)
+    # the linear conv's output and the add's inputs carry real zero points
+    assert qdq.layers[3].rq.offset != 1 << (qdq.layers[3].rq.shift - 1)
+    assert qdq.input_zero_point > 0  # N(0, 1) calibration: an asymmetric input range
+
+
+def test_every_layer_matches_onnx_runtime_within_one_step(quantized):
+    float_model, paths = quantized
+    for path in paths.values():
+        net = qonnx.read_quantized(onnx.load(str(path)))
+        net.image = ptq.image_nhwc(ptq.calibration_inputs(float_model, 1, seed=99)[0])
+        agree = hexmodel.layer_agreement(path, net)
+        assert agree["max_steps"] <= 1 and agree["differ"] < 0.01, agree
+        assert reference_forward(net).shape == (1, 1, 1, 10)
+
+
+def test_unsupported_operators_are_all_named_at_once(quantized, tmp_path):
+    _, paths = quantized
+    model = onnx.load(str(paths["qdq"]))
+    extra = [helper.make_node("Sigmoid", ["y"], ["s"], name="sig"),
+             helper.make_node("Concat", ["s", "s"], ["z"], axis=1, name="cat")]
+    model.graph.node.extend(extra)
+    with pytest.raises(UnsupportedOperatorError, match=r"Concat \(1\), Sigmoid \(1\)") as err:
+        qonnx.read_quantized(model)
+    assert set(err.value.ops) == {"Sigmoid", "Concat"}
+
+
+def test_per_channel_weights_are_refused_with_the_fix(quantized, tmp_path):
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    float_model, _ = quantized
+    src = tmp_path / "f.onnx"
+    onnx.save(float_model, src)
+    samples = iter(ptq.calibration_inputs(float_model, 2))
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(samples, None)
+
+    quantize_static(str(src), str(tmp_path / "pc.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    with pytest.raises(UnsupportedOperatorError, match="per_channel=False"):
+        qonnx.read_quantized(onnx.load(str(tmp_path / "pc.onnx")))
+
+
+def test_a_float_model_is_refused_by_the_reader_with_the_way_out():
+    with pytest.raises(Exception, match="ptq.quantize_onnx"):
+        qonnx.read_quantized(_small_cnn())
+
+
+@pytest.mark.needs_toolchain
+def test_whole_model_runs_bit_exact_and_stock_tvm_agrees(quantized):
+    from tvm_cocopie.hexagon.tools.measure import stock_network
+
+    _, paths = quantized
+    res = hexmodel.run_model(paths["qoperator"], stock_runner=stock_network)
+    assert res["exact"] and res["stock_tvm_exact"]
+    assert set(res["packets_by_class"]) >= {"conv", "dwconv", "add", "max_pool", "global_pool",
+                                            "fc", "regrid"}
+    assert res["packet_ratio_vs_tvm"] > 1.0
+    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+
+
+@pytest.mark.needs_toolchain
+def test_hexagon_run_command_takes_a_float_model(tmp_path, capsys):
+    import argparse
+
+    from tvm_cocopie.hexagon import cli
+
+    src = tmp_path / "float.onnx"
+    onnx.save(_small_cnn(seed=3), src)
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "r.json"
+    args = parser.parse_args(["hexagon", "run", str(src), "--calibration", "2", "--json",
+                              str(out), "--save-quantized", str(tmp_path / "q")])
+    assert args.func(args) == 0
+    result = json.loads(out.read_text())
+    assert result["exact"] and result["quantized_from_float"]
+    assert (tmp_path / "q" / "model_qdq.onnx").exists()
+    assert result["total_packets"] == sum(result["packets_by_class"].values())
+    assert "bit-exact vs numpy: True" in capsys.readouterr().out
