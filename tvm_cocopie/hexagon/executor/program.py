@@ -13,6 +13,7 @@ from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
 from ..kernels.conv2d import pack_conv_weights
 from ..kernels.depthwise import pack_dw_weights
 from ..kernels.dispatch import hvx_kernel
+from ..kernels.elementwise import pack_lut
 from ..kernels.matmul import vmpa_exact
 from ..kernels.transforms import pad_bias
 from ..selection.networks import Layer, selection_graph
@@ -42,6 +43,15 @@ class Tensor:
     variant: str | None = None  # None: NHWC
     wq: int = 0
     shape: tuple = ()
+
+    def to_nhwc(self, buf: np.ndarray) -> np.ndarray:
+        """This tensor's valid ``[1, h, w, c]`` from its buffer's bytes (host side)."""
+        if self.variant is None:
+            return buf.reshape(1, self.h, self.w, self.c)
+        v = LAYOUT_OF[self.variant].cols
+        g = buf.reshape(self.shape)
+        rows = g[:, : self.h * self.wq].reshape(g.shape[0], self.h, self.wq, v)[:, :, : self.w]
+        return rows.transpose(1, 2, 0, 3).reshape(1, self.h, self.w, -1)[..., : self.c]
 
     def read(self, x, i, j, ch):
         """Element ``(i, j, ch)`` of this tensor's buffer ``x`` (NHWC or its grid layout), as a TIR
@@ -131,6 +141,8 @@ class Program:
     roles: list = field(default_factory=list)  # per call: (layer name, "kernel"|"regrid"|...)
     #: buffer name -> the buffer whose memory it views (a reshape, no copy)
     aliases: dict = field(default_factory=dict)
+    #: layer name -> its output :class:`Tensor` on the device
+    tensors: dict = field(default_factory=dict)
 
 
 def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
@@ -200,27 +212,47 @@ def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, widt
     return geo, x_name, False
 
 
-def _add(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Tensor:
-    """A residual add: both inputs brought to one grid (``variant``, width of an input
-    already in it), regridded only where they are not."""
+def _on_grid(em: _Emit, idx: int, lay: Layer, t: Tensor, variant: str, geo, k: int) -> str:
+    """Buffer name of ``t`` on the output grid ``geo`` in ``variant`` (regridded if not)."""
+    shape = geo.out_shape(variant, t.c)
+    if t.variant == variant and t.wq == geo.grid_w and tuple(t.shape) == shape:
+        return t.name
+    grid = f"ew{idx}_{k}"
+    em.aliases[grid] = f"{grid}_grid"
+    em.call(f"regrid{idx}_{k}", int8_hvx.regrid(t, geo, variant), [t.name, f"{grid}_grid"],
+            (lay.name, "regrid"))
+    return grid
+
+
+def _elementwise(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Tensor:
+    """A residual add, a product or a lookup: the inputs brought to one grid
+    (``variant``, the width of an input already in it), regridded only where they are
+    not; a product's 1x1 operand (a squeeze-excitation scale) stays a 1x1 grid, read
+    broadcast."""
 
     lay = q.layer
-    a = ins[0]
-    wq = next((t.wq for t in ins if t.variant == variant), a.w)
+    a = ins[0]  # a product's broadcast operand comes second (.qonnx orders them)
+    wq = next((t.wq for t in ins if t.variant == variant and (t.h, t.w) == (a.h, a.w)), a.w)
     geo = GridGeometry(a.h, a.w, 1, 1, 0, wq)
     shape = geo.out_shape(variant, lay.o)
-    args = []
-    for k, t in enumerate(ins):
-        if t.variant == variant and t.wq == wq and tuple(t.shape) == shape:
-            args.append(t.name)
-            continue
-        grid = f"add{idx}_{k}"
-        em.aliases[grid] = f"{grid}_grid"
-        em.call(f"regrid{idx}_{k}", int8_hvx.regrid(t, geo, variant), [t.name, f"{grid}_grid"],
-                (lay.name, "regrid"))
-        args.append(grid)
-    em.call(f"layer{idx}", int8_hvx.qadd_grid(variant, shape, q.rq), [*args, f"out{idx}"],
-            (lay.name, "kernel"))
+    if lay.op == "lut":
+        args = [_on_grid(em, idx, lay, a, variant, geo, 0)]
+        em.inputs[f"lut{idx}"] = pack_lut(q.weights)
+        func, args = int8_hvx.lut_grid(variant, shape), [*args, f"lut{idx}"]
+    elif lay.op == "mul":
+        other = ins[1]
+        small = (other.h, other.w) != (a.h, a.w)
+        if small and (other.h, other.w) != (1, 1):
+            raise CocopieError(f"{lay.name}: a product broadcasting a {other.h}x{other.w} map")
+        x = _on_grid(em, idx, lay, a, variant, geo, 0)
+        ogeo = GridGeometry(1, 1, 1, 1, 0) if small else geo
+        y = _on_grid(em, idx, lay, other, variant, ogeo, 1)
+        b_shape = ogeo.out_shape(variant, lay.o)
+        func, args = int8_hvx.qmul_grid(variant, shape, b_shape, q.rq, small), [x, y]
+    else:
+        args = [_on_grid(em, idx, lay, t, variant, geo, k) for k, t in enumerate(ins)]
+        func = int8_hvx.qadd_grid(variant, shape, q.rq)
+    em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
     return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
 
 
@@ -249,8 +281,8 @@ def compile_network(
         variant = plan[lay.name]
         srcs = layer_sources(lay, prev)
         prev = lay.name
-        if lay.op == "add":
-            tensors[lay.name] = _add(em, idx, q, variant, [tensors[n] for n in srcs])
+        if lay.op in ("add", "mul", "lut"):
+            tensors[lay.name] = _elementwise(em, idx, q, variant, [tensors[n] for n in srcs])
             continue
         if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):
             raise CocopieError(
@@ -282,7 +314,7 @@ def compile_network(
     em.call("unpack", int8_hvx.unpack(cur), [cur.name, "y"], ("output", "unpack"))
     funcs = {name: hvx_kernel(f) or f for name, f in em.funcs.items()} if schedule else em.funcs
     prog = Program(funcs, em.calls, em.inputs, "y", cur, plan, roles=em.roles,
-                   aliases=em.aliases)
+                   aliases=em.aliases, tensors=tensors)
     prog.memory = plan_memory(prog.funcs, prog.calls, list(prog.inputs), prog.output,
                               em.aliases)
     return prog

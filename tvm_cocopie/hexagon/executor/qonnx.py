@@ -39,19 +39,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ModelError, UnsupportedOperatorError
-from ...topi.int8.compute import MULTIPLIER_BITS, SHIFT_RANGE, AddRequant, Requant
+from ...topi.int8.compute import MULTIPLIER_BITS, SHIFT_RANGE, AddRequant, MulRequant, Requant
 from ..selection.networks import Layer
 from .quantization import QLayer, QNetwork
 
 log = logging.getLogger(__name__)
 
 #: Operators the reader maps onto the executor's layers, per format.
+#: Unary activations, each a 256-entry table from its input's to its output's quantization
+#: (computed in float32, as ONNX Runtime runs them between DequantizeLinear and QuantizeLinear).
+UNARY = {
+    "HardSigmoid": lambda x, a: np.clip(np.float32(a.get("alpha", 0.2)) * x
+                                        + np.float32(a.get("beta", 0.5)), 0, 1),
+    "HardSwish": lambda x, a: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1),
+    "Sigmoid": lambda x, a: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "Tanh": lambda x, a: np.tanh(x),
+    "LeakyRelu": lambda x, a: np.where(x >= 0, x, np.float32(a.get("alpha", 0.01)) * x),
+    "Relu": lambda x, a: np.maximum(x, np.float32(0)),
+}
 QDQ_OPS = frozenset({
-    "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "MaxPool", "GlobalAveragePool",
-    "Flatten", "Reshape", "Gemm", "MatMul", "Relu", "Clip",
+    "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "MaxPool", "GlobalAveragePool",
+    "Flatten", "Reshape", "Gemm", "MatMul", "Clip", *UNARY,
 })
 QOPERATOR_OPS = frozenset({
-    "QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QGemm", "QLinearMatMul",
+    "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm",
+    "QLinearMatMul", "QLinearSigmoid", "QLinearLeakyRelu",
 })
 
 #: Largest requantization scale a 15-bit multiplier with a shift of at least 17 can hold.
@@ -248,6 +260,32 @@ class _Reader:
         self.layers.append(QLayer(lay, None, None, arq))
         return QTensor(lay.name, sy, zy, a.shape)
 
+    def mul(self, node, a: QTensor, b: QTensor, sy: float, zy: int):
+        """A product of two tensors of one shape, or of a map by a per-channel vector."""
+        if a.shape[:2] == (1, 1) and b.shape[:2] != (1, 1):
+            a, b = b, a  # the broadcast operand second
+        if not (a.shape == b.shape or (b.shape[:2] == (1, 1) and b.shape[2] == a.shape[2])):
+            raise UnsupportedOperatorError(
+                f"{node.name}: multiplies {a.shape} by {b.shape}; the executor multiplies equal "
+                "shapes or a map by a per-channel vector", {node.op_type: 1})
+        self.requant(a.scale * b.scale / sy, zy, node)  # checks the scale
+        mrq = MulRequant.from_scales(a.scale, a.zp, b.scale, b.zp, sy, zy)
+        h, w, c = a.shape
+        lay = Layer(self.name(node, "mul"), "mul", (a.layer, b.layer), h, w, c, c)
+        self.layers.append(QLayer(lay, None, None, mrq))
+        return QTensor(lay.name, sy, zy, a.shape)
+
+    def lut(self, node, x: QTensor, sy: float, zy: int, op_type: str | None = None):
+        """A unary activation as the table of its 256 possible inputs."""
+        f = UNARY[op_type or node.op_type]
+        real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
+        y = np.rint(f(real, _attrs(node)) / np.float32(sy)) + zy
+        table = np.clip(y, 0, 255).astype(np.uint8)
+        h, w, c = x.shape
+        lay = Layer(self.name(node, "lut"), "lut", (x.layer,), h, w, c, c)
+        self.layers.append(QLayer(lay, table, None, None, kind=(op_type or node.op_type).lower()))
+        return QTensor(lay.name, sy, zy, x.shape)
+
     def max_pool(self, node, x: QTensor):
         a = _attrs(node)
         k = list(a.get("kernel_shape", []))
@@ -330,6 +368,15 @@ class _Reader:
         if t == "Add":
             return self.add(op_node, self.activation(ins[0], op_node),
                             self.activation(ins[1], op_node), sy, zy)
+        if t == "Mul":
+            return self.mul(op_node, self.activation(ins[0], op_node),
+                            self.activation(ins[1], op_node), sy, zy)
+        if t in UNARY or t == "Clip":
+            x = self.activation(ins[0], op_node)
+            if t == "Clip":
+                lo, hi = self._clip_bounds(op_node)
+                return self._clip_lut(op_node, x, lo, hi, sy, zy)
+            return self.lut(op_node, x, sy, zy)
         if t == "GlobalAveragePool":
             return self.global_pool(op_node, self.activation(ins[0], op_node), sy, zy)
         x = self.activation(ins[0], op_node)  # MaxPool, Flatten, Reshape: same parameters
@@ -338,6 +385,22 @@ class _Reader:
                 f"{op_node.name}: {t} requantizes ({x.scale:.4g}, {x.zp}) -> ({sy:.4g}, {zy})",
                 {t: 1})
         return self.max_pool(op_node, x) if t == "MaxPool" else self.view(op_node, x)
+
+    def _clip_bounds(self, node):
+        a = _attrs(node)
+        lo = float(self.inits[node.input[1]].reshape(())) if len(node.input) > 1 and \
+            node.input[1] in self.inits else a.get("min", -np.inf)
+        hi = self._clip_max(node)
+        return lo, np.inf if hi is None else hi
+
+    def _clip_lut(self, node, x: QTensor, lo, hi, sy, zy):
+        real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
+        y = np.rint(np.clip(real, lo, hi) / np.float32(sy)) + zy
+        table = np.clip(y, 0, 255).astype(np.uint8)
+        h, w, c = x.shape
+        lay = Layer(self.name(node, "lut"), "lut", (x.layer,), h, w, c, c)
+        self.layers.append(QLayer(lay, table, None, None, kind="clip"))
+        return QTensor(lay.name, sy, zy, x.shape)
 
     def _clip_max(self, node):
         if len(node.input) > 2 and node.input[2]:
@@ -364,9 +427,13 @@ class _Reader:
             bias = self.inits.get(ins[8]) if ins[8] else None
             return self.conv(node, x, w, sw, bias, x.scale * sw, float(sc(ins[6], node, "scale")),
                              self.zero_point(ins[7], node))
-        if t == "QLinearAdd":
-            return self.add(node, self.q_in(ins[0], node), self.q_in(ins[3], node),
-                            float(sc(ins[6], node, "scale")), self.zero_point(ins[7], node))
+        if t in ("QLinearAdd", "QLinearMul"):
+            step = self.add if t == "QLinearAdd" else self.mul
+            return step(node, self.q_in(ins[0], node), self.q_in(ins[3], node),
+                        float(sc(ins[6], node, "scale")), self.zero_point(ins[7], node))
+        if t in ("QLinearSigmoid", "QLinearLeakyRelu"):
+            return self.lut(node, self.q_in(ins[0], node), float(sc(ins[3], node, "scale")),
+                            self.zero_point(ins[4], node), t[len("QLinear"):])
         if t == "QLinearGlobalAveragePool":
             if _attrs(node).get("channels_last", 0):
                 raise UnsupportedOperatorError(f"{node.name}: channels_last pooling", {t: 1})
@@ -443,20 +510,24 @@ class _Reader:
                         float(self.scalar(ins[1], node, "scale")))
             elif t == "DequantizeLinear":
                 self.dq[node.output[0]] = self.q_in(ins[0], node)
-            elif t in ("Relu", "Clip") and ins[0] in self.pending:
+            elif t in ("Relu", "Clip") and ins[0] in self.pending and self._foldable(ins[0]):
                 op_node, _ = self.pending.pop(ins[0])
                 self.pending[node.output[0]] = (op_node, node)
             elif t in QOPERATOR_OPS or (t in ("MaxPool", "Flatten", "Reshape") and ins[0] in self.q):
                 self.q[node.output[0]] = self.qoperator(node)
                 self.tensor_names.setdefault(self.q[node.output[0]].layer, node.output[0])
-            elif t in ("Conv", "Add", "MaxPool", "GlobalAveragePool", "Flatten", "Reshape",
-                       "Gemm", "MatMul"):
+            elif t in QDQ_OPS:
                 self.pending[node.output[0]] = (node, None)
             else:
                 raise UnsupportedOperatorError(
                     f"{node.name} ({t}) on {list(ins)} is outside the quantized graph",
                     {t: 1})
         return self.network()
+
+    def _foldable(self, name: str) -> bool:
+        """Whether a Relu/Clip after the pending op ``name`` folds into its output range
+        (after a conv or FC: the output zero point at the minimum does the clip)."""
+        return self.pending[name][0].op_type in ("Conv", "Gemm", "MatMul", "Add")
 
     def check_ops(self):
         bad: dict = {}

@@ -168,8 +168,10 @@ def reference_step(q: QLayer, x, other=None):
     if lay.op == "dwconv":
         return reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p,
                                                 q.pad_value)
-    if lay.op == "add":
+    if lay.op in ("add", "mul"):
         return q.rq.numpy(x, other)
+    if lay.op == "lut":
+        return q.weights[x]
     return reference.maxpool_nhwc(x, lay.k, lay.s, lay.p)
 
 

@@ -9,6 +9,7 @@ from ...topi.int8.hvx import descriptor, geometry_of
 from ...topi.int8.layouts import LAYOUT_OF
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
+from .elementwise import lut_kernel, mul_kernel
 from .regrid import regrid_copy_kernel
 from .shift_copy import shift_copy_kernel
 
@@ -57,6 +58,15 @@ def hvx_kernel(func):
             kernel = conv2d(desc["variant"], geo, desc["c"], desc["o"], rq)
         else:
             kernel = depthwise_conv2d(desc["variant"], geo, desc["c"], rq)
+    elif op == "mul":
+        from ...topi.int8.compute import MulRequant
+
+        za, zb, m, shift, zp = desc["rq"]
+        shapes = [tuple(int(d) for d in buf.shape) for buf in func.params]
+        kernel = mul_kernel(shapes[0], shapes[1], MulRequant(za, zb, Requant(m, shift, zp)),
+                            desc["broadcast"])
+    elif op == "lut":
+        kernel = lut_kernel(tuple(int(d) for d in func.params[0].shape))
     elif op == "shift_copy":
         kernel = shift_copy_kernel(desc["v"], desc["groups"], desc["src"], desc["dst"],
                                    desc["shift"])

@@ -115,3 +115,31 @@ def saturate_interleave4(y0, y1, y2, y3):
     low = vsatwh(y2, y0)  # h[2i] = y0[i], h[2i+1] = y2[i]
     high = vsatwh(y3, y1)  # h[2i] = y1[i], h[2i+1] = y3[i]
     return as_bytes(vsathub(high, low))
+
+
+def vzb(vu):
+    """``Vdd.uh = vzxt(Vu.ub)``: zero-extend bytes to halfwords (even bytes to ``v[0]``,
+    odd bytes to ``v[1]``, as :func:`vmpybus`)."""
+    return _intrin(PAIR, "vzb", vu)
+
+
+def vsubh(vu, vv):
+    """``Vd.h = vsub(Vu.h, Vv.h)`` (wrapping)."""
+    return _intrin(VEC, "vsubh", vu, vv)
+
+
+def vmpyhv(vu, vv):
+    """``Vdd.w = vmpy(Vu.h, Vv.h)``: ``v[0].w[i] = Vu.h[2i] * Vv.h[2i]``,
+    ``v[1].w[i] = Vu.h[2i+1] * Vv.h[2i+1]`` (exact)."""
+    return _intrin(PAIR, "vmpyhv", vu, vv)
+
+
+def vlut32(vu, vv, rt):
+    """``Vd.b = vlut32(Vu.b, Vv.b, Rt)``: byte ``i`` is entry ``Vu.ub[i] % 32`` of the
+    32-entry table in ``Vv``'s halfwords where ``Vu.ub[i] >> 5 == Rt & 7``, else 0."""
+    return _intrin(VEC, "vlutvvb", vu, vv, rt)
+
+
+def vlut32_or(vx, vu, vv, rt):
+    """``Vx.b |= vlut32(Vu.b, Vv.b, Rt)`` (see :func:`vlut32`)."""
+    return _intrin(VEC, "vlutvvb.oracc", vx, vu, vv, rt)

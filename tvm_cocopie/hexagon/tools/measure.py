@@ -262,6 +262,17 @@ def stock_network(net, timeout=None) -> dict:
         elif lay.op == "add":
             funcs[f"l{i}"] = int8_compute.qadd_func((1, *lay.out_hw, lay.o), q.rq)
             args = [*srcs, out]
+        elif lay.op == "mul":
+            b = next(x for x in net.layers if x.layer.name == lay.inputs[1]).layer \
+                if lay.inputs[1] != "input" else None
+            b_hw = b.out_hw if b is not None else (lay.h, lay.w)
+            funcs[f"l{i}"] = int8_compute.mul_func((1, lay.h, lay.w, lay.c), (1, *b_hw, lay.c),
+                                                   q.rq)
+            args = [*srcs, out]
+        elif lay.op == "lut":
+            funcs[f"l{i}"] = int8_compute.lut_func((1, lay.h, lay.w, lay.c))
+            inputs[f"t{i}_table"] = q.weights
+            args = [srcs[0], f"t{i}_table", out]
         else:
             funcs[f"l{i}"] = int8_compute.maxpool_func(lay.h, lay.w, lay.c, lay.k, lay.s, lay.p)
             args = [srcs[0], out]

@@ -185,6 +185,39 @@ class AddRequant:
         return tirx.max(tirx.min(y, c(255)), c(0)).astype("uint8")
 
 
+@dataclass(frozen=True)
+class MulRequant:
+    """Requantized product of two uint8 tensors (hard-swish's ``x * hardsigmoid(x)``, a
+    squeeze-excitation scale): ``rq((a - za) * (b - zb))``.
+
+    The product of two centred 8-bit values fits 17 bits, so :meth:`Requant.tir_int32`
+    evaluates the requantization exactly in int32 lanes."""
+
+    za: int
+    zb: int
+    rq: Requant
+
+    @classmethod
+    def from_scales(cls, sa: float, za: int, sb: float, zb: int, sy: float, zy: int):
+        """The product of ``(a - za) * sa`` and ``(b - zb) * sb`` quantized as ``(sy, zy)``."""
+        return cls(za, zb, Requant.from_scale(sa * sb / sy, zy))
+
+    def numpy(self, a, b) -> np.ndarray:
+        """The reference on uint8 arrays (broadcasting as numpy does)."""
+        p = (a.astype(np.int64) - self.za) * (b.astype(np.int64) - self.zb)
+        return self.rq.numpy(p)
+
+    def te(self, a, b):
+        """The TIR expression of :meth:`numpy` for two uint8 values (int32 only)."""
+        from tvm import tirx
+
+        p = (a.astype("int32") - tirx.const(self.za, "int32")) * (
+            b.astype("int32") - tirx.const(self.zb, "int32"))
+        y = self.rq.tir_int32(p)
+        return tirx.max(tirx.min(y, tirx.const(255, "int32")), tirx.const(0, "int32")).astype(
+            "uint8")
+
+
 # ------------------------------------------------------------------------- TE computes
 
 
@@ -309,6 +342,29 @@ def qadd_func(shape: tuple, arq: AddRequant):
     a = te.placeholder(shape, "uint8", name="a")
     b = te.placeholder(shape, "uint8", name="b")
     return te.create_prim_func([a, b, te.compute(shape, lambda *i: arq.te(a[i], b[i]), name="y")])
+
+
+def mul_func(shape: tuple, b_shape: tuple, mrq: MulRequant):
+    """A PrimFunc ``(a, b, y)``: :class:`MulRequant` of uint8 NHWC ``a`` and ``b``, ``b``
+    of ``shape`` or ``(1, 1, 1, C)`` (broadcast over the pixels)."""
+    from tvm import te
+
+    a = te.placeholder(shape, "uint8", name="a")
+    b = te.placeholder(b_shape, "uint8", name="b")
+    full = tuple(b_shape) == tuple(shape)  # equal NHWC shapes: no broadcast (1x1 maps too)
+    y = te.compute(shape, lambda n, i, j, c: mrq.te(a[n, i, j, c],
+                                                    b[n, i, j, c] if full else b[0, 0, 0, c]),
+                   name="y")
+    return te.create_prim_func([a, b, y])
+
+
+def lut_func(shape: tuple):
+    """A PrimFunc ``(x, table, y)``: ``y = table[x]`` on uint8 (a 256-entry lookup)."""
+    from tvm import te
+
+    x = te.placeholder(shape, "uint8", name="x")
+    t = te.placeholder((256,), "uint8", name="table")
+    return te.create_prim_func([x, t, te.compute(shape, lambda *i: t[x[i]], name="y")])
 
 
 def maxpool_func(h: int, w_: int, c: int, kernel: int, stride: int, pad: int):

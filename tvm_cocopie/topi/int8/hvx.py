@@ -168,6 +168,34 @@ def qadd_grid(variant: str, shape: tuple, arq):
     )
 
 
+def qmul_grid(variant: str, shape: tuple, b_shape: tuple, mrq, broadcast: bool = False):
+    """PrimFunc ``(a, b, y)``: :class:`~.compute.MulRequant` of two grids in ``variant``'s
+    layout; with ``broadcast``, ``b`` is a 1x1 map's grid whose row 0 multiplies every row."""
+    from tvm import te
+
+    a = te.placeholder(shape, "uint8", name="a")
+    b = te.placeholder(b_shape, "uint8", name="b")
+    y = te.compute(shape,
+                   lambda g, r, j: mrq.te(a[g, r, j], b[g, 0, j] if broadcast else b[g, r, j]),
+                   name="y")
+    return describe(te.create_prim_func([a, b, y]), op="mul", variant=variant,
+                    broadcast=broadcast,
+                    rq=[mrq.za, mrq.zb, mrq.rq.multiplier, mrq.rq.shift, mrq.rq.zero_point])
+
+
+def lut_grid(variant: str, shape: tuple):
+    """PrimFunc ``(x, table, y)``: a 256-entry lookup ``y = table[x]`` on a grid (an
+    activation of any shape quantized in and out: hard-sigmoid, sigmoid, ...); the table
+    packed as HVX's ``vlut32`` reads it: entry ``e`` at ``table[e // 32, 2 * (e % 32)]``
+    (:func:`tvm_cocopie.hexagon.kernels.elementwise.pack_lut`)."""
+    from tvm import te
+
+    x = te.placeholder(shape, "uint8", name="x")
+    t = te.placeholder((8, 128), "uint8", name="table")
+    y = te.compute(shape, lambda *i: t[x[i] // 32, (x[i] % 32) * 2], name="y")
+    return describe(te.create_prim_func([x, t, y]), op="lut", variant=variant)
+
+
 def maxpool_grid(variant: str, geo, channels: int):
     """PrimFunc ``(x, y)``: ``K x K`` max pool on ``geo``'s phase grids (zero padding,
     exact for the non-negative activations after ReLU), output grid as a conv's."""
