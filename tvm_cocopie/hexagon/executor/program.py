@@ -13,7 +13,7 @@ from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
 from ..kernels.conv2d import pack_conv_weights
 from ..kernels.depthwise import pack_dw_weights
 from ..kernels.dispatch import hvx_kernel
-from ..kernels.elementwise import pack_lut
+from ..kernels.elementwise import pack_dense_weights, pack_lut
 from ..kernels.matmul import vmpa_exact
 from ..kernels.transforms import pad_bias
 from ..selection.networks import Layer, selection_graph
@@ -256,6 +256,26 @@ def _elementwise(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Ten
     return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
 
 
+def _is_dense(lay: Layer, cur: Tensor) -> bool:
+    """A 1x1 conv of a 1x1 map (a fully connected layer, a squeeze-excitation conv)."""
+    return (lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0
+            and (cur.h, cur.w) == (1, 1) and cur.variant is not None)
+
+
+def _dense(em: _Emit, idx: int, q: QLayer, variant: str, cur: Tensor) -> Tensor:
+    """A fully connected layer as a matrix-vector product (:func:`int8_hvx.qdense_grid`)."""
+    lay = q.layer
+    func = int8_hvx.qdense_grid(variant, cur, lay.o, q.rq)
+    em.inputs[f"w{idx}"] = pack_dense_weights(q.weights[0, 0])
+    bias = np.zeros(int8_hvx.dense_shapes(lay.c, lay.o)[1], np.int32)
+    bias[: lay.o] = q.bias
+    em.inputs[f"b{idx}"] = bias
+    em.call(f"layer{idx}", func, [cur.name, f"w{idx}", f"b{idx}", f"out{idx}"],
+            (lay.name, "kernel"))
+    shape = GridGeometry(1, 1, 1).out_shape(variant, lay.o)
+    return Tensor(f"out{idx}", 1, 1, lay.o, variant, 1, shape)
+
+
 def compile_network(
     net: QNetwork, plan: dict | None = None, model=None, *, schedule: bool = True
 ) -> Program:
@@ -290,6 +310,9 @@ def compile_network(
                 "(|w| > 64); choose vmpy or vrmpy"
             )
         cur = tensors[srcs[0]]
+        if _is_dense(lay, cur):
+            tensors[lay.name] = _dense(em, idx, q, variant, cur)
+            continue
         geo, x_name, direct = _input_grid(em, idx, lay, cur, variant, want[idx],
                                           q.pad_value if lay.op != "pool" else 0)
         out_name = f"out{idx}"

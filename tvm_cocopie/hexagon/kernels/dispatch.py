@@ -9,7 +9,7 @@ from ...topi.int8.hvx import descriptor, geometry_of
 from ...topi.int8.layouts import LAYOUT_OF
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
-from .elementwise import lut_kernel, mul_kernel
+from .elementwise import dense_kernel, lut_kernel, mul_kernel
 from .regrid import regrid_copy_kernel
 from .shift_copy import shift_copy_kernel
 
@@ -65,6 +65,9 @@ def hvx_kernel(func):
         shapes = [tuple(int(d) for d in buf.shape) for buf in func.params]
         kernel = mul_kernel(shapes[0], shapes[1], MulRequant(za, zb, Requant(m, shift, zp)),
                             desc["broadcast"])
+    elif op == "dense":
+        kernel = dense_kernel(desc["variant"], desc["src"][0], tuple(desc["src"][1]), desc["k"],
+                              desc["o"], Requant(*desc["rq"]))
     elif op == "lut":
         kernel = lut_kernel(tuple(int(d) for d in func.params[0].shape))
     elif op == "shift_copy":

@@ -95,3 +95,74 @@ def lut_kernel(shape: tuple):
                 acc = hvx.vlut32_or(acc, vx, segs[s], tirx.const(s, "int32"))
             T.buffer_store(y, hvx.as_bytes(acc), [g, r0, ramp(0, VBYTES)])
     return out[0]
+
+
+def pack_dense_weights(w_kn) -> "np.ndarray":  # noqa: F821 (numpy imported lazily)
+    """int8 ``[K, N]`` weights as :func:`dense_kernel` reads them (see
+    :func:`tvm_cocopie.topi.int8.hvx.dense_shapes`): byte ``4i + j`` of vector ``(b, q)``
+    is ``w[4q + j, 32b + i]``, zero past the matrix."""
+    import numpy as np
+
+    k, n = w_kn.shape
+    nb, kq = -(-n // 32), -(-k // 4)
+    full = np.zeros((kq * 4, nb * 32), np.int8)
+    full[:k, :n] = w_kn
+    return np.ascontiguousarray(full.reshape(kq, 4, nb, 32).transpose(2, 0, 3, 1)
+                                .reshape(nb, kq, VBYTES))
+
+
+def dense_kernel(variant: str, src_variant: str, src_shape: tuple, k_dim: int, n_out: int, rq):
+    """PrimFunc ``(x, w, bias, y)`` equal to :func:`tvm_cocopie.topi.int8.hvx.qdense_grid`:
+    a fully connected layer of a vector (a 1x1 map) as a matrix-vector product.
+
+    A convolution kernel would spend a whole panel of rows (32-128) on the one pixel; here
+    the weights are the vector operand instead: the input's 4-byte words are splatted
+    (``vsplat``) and ``vrmpy(Vu.ub, Vv.b)`` sums four products into each of 32 outputs,
+    ``blk`` blocks of 32 outputs in registers across the reduction. One ``vmpye``
+    requantization per 32 outputs, then the bytes are written to row 0 of the output grid."""
+    from ...topi.int8.hvx import dense_shapes
+    from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
+    from .gemm import block_size
+    from .tirgen import vec_buffer, vload, vstore
+
+    v, vi = LAYOUT_OF[variant].cols, LAYOUT_OF[src_variant].cols
+    (nb, kq, _), b_shape = dense_shapes(k_dim, n_out)
+    y_shape = GridGeometry(1, 1, 1).out_shape(variant, n_out)
+    blk = block_size(nb, 4)
+    params = [("x", tuple(src_shape), "uint8"), ("w", (nb, kq, VBYTES), "int8"),
+              ("bias", b_shape, "int32"), ("y", y_shape, "uint8")]
+
+    def c32(value):
+        return tirx.Broadcast(tirx.const(value, "int32"), 32)
+
+    with kernel("dense_hvx", params) as ((x, w, bias, y), out):
+        words = T.alloc_buffer((kq,), "int32", scope="global")
+        tmp = vec_buffer("tmp")
+        zero = tirx.Broadcast(tirx.const(0, "uint8"), VBYTES)
+        with T.serial(y_shape[0] * y_shape[1] * v // VBYTES) as t:
+            T.buffer_store(y, zero, [0, t * (VBYTES // v), ramp(0, VBYTES)])
+        with T.serial(kq) as q:
+            word = tirx.const(0, "int32")
+            for j in range(4):
+                kk = q * 4 + j
+                byte = tirx.if_then_else(kk < k_dim, x[kk // vi, 0, kk % vi],
+                                         tirx.const(0, "uint8")).astype("int32")
+                word = word | (byte << j * 8)
+            T.buffer_store(words, word, [q])
+        for ob in range(nb // blk):
+            accs = [vec_buffer(f"acc{i}") for i in range(blk)]
+            for i, acc in enumerate(accs):
+                vstore(acc, bias[ramp((ob * blk + i) * 32, 32)])
+            with T.serial(kq) as q:
+                xs = bind(tirx.Broadcast(words[q], 32))
+                for i, acc in enumerate(accs):
+                    wv = hvx.as_vec(w[ob * blk + i, q, ramp(0, VBYTES)])
+                    vstore(acc, hvx.vrmpybusv_acc(vload(acc), xs, wv))
+            for i, acc in enumerate(accs):
+                base = (ob * blk + i) * 32
+                yq = rq.tir_int32(vload(acc), 32, hvx.mul_shr16)
+                vstore(tmp, tirx.max(tirx.min(yq, c32(255)), c32(0)))
+                with T.serial(min(32, n_out - base)) as lane:
+                    n = base + lane
+                    T.buffer_store(y, tmp[lane].astype("uint8"), [n // v, 0, n % v])
+    return out[0]

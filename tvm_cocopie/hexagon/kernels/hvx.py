@@ -143,3 +143,8 @@ def vlut32(vu, vv, rt):
 def vlut32_or(vx, vu, vv, rt):
     """``Vx.b |= vlut32(Vu.b, Vv.b, Rt)`` (see :func:`vlut32`)."""
     return _intrin(VEC, "vlutvvb.oracc", vx, vu, vv, rt)
+
+
+def vrmpybusv_acc(vx, vu, vv):
+    """``Vx.w += vrmpy(Vu.ub, Vv.b)``: ``Vx.w[i] += sum_j Vu.ub[4i+j] * Vv.b[4i+j]`` (exact)."""
+    return _intrin(VEC, "vrmpybusv.acc", vx, vu, vv)

@@ -120,6 +120,51 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
     )
 
 
+def dense_shapes(k: int, n: int) -> tuple:
+    """``(weights, bias)`` shapes of :func:`qdense_grid`: ``ceil(n/32)`` blocks of 32
+    outputs, ``ceil(k/4)`` groups of 4 inputs, 128 bytes each (byte ``4i + j``: input
+    ``4q + j`` of output ``32b + i``)."""
+    nb, kq = -(-n // 32), -(-k // 4)
+    return (nb, kq, 128), (nb * 32,)
+
+
+def qdense_grid(variant: str, src, out_channels: int, rq: Requant):
+    """PrimFunc ``(x, w, bias, y)``: a fully connected layer of the 1x1 map ``src`` (its
+    grid, any layout) into a 1x1 map's output grid in ``variant``'s layout (row 0 holds
+    the outputs, the other rows zero). Weights as :func:`dense_shapes` (int8)."""
+    from tvm import te, tirx
+
+    lay = LAYOUT_OF[variant]
+    v = lay.cols
+    k_dim = src.c
+    w_shape, b_shape = dense_shapes(k_dim, out_channels)
+    y_shape = GridGeometry(1, 1, 1).out_shape(variant, out_channels)
+    vi = LAYOUT_OF[src.variant].cols
+    x = te.placeholder(src.shape, "uint8", name="x")
+    w = te.placeholder(w_shape, "int8", name="w")
+    bias = te.placeholder(b_shape, "int32", name="bias")
+    k = te.reduce_axis((0, k_dim), "k")
+    acc = te.compute(
+        (b_shape[0],),
+        lambda n: te.sum(x[k // vi, 0, k % vi].astype("int32")
+                         * w[n // 32, k // 4, (n % 32) * 4 + k % 4].astype("int32"), axis=k),
+        name="acc",
+    )
+
+    def body(g, r, j):
+        n = g * v + j
+        value = rq.te(acc[tirx.min(n, b_shape[0] - 1)] + bias[tirx.min(n, b_shape[0] - 1)])
+        return tirx.if_then_else(tirx.all(r == 0, n < out_channels), value,
+                                 tirx.const(0, "uint8"))
+
+    y = te.compute(y_shape, body, name="y")
+    return describe(
+        te.create_prim_func([x, w, bias, y]), op="dense", variant=variant, k=k_dim,
+        o=out_channels, src=[src.variant, list(src.shape)],
+        rq=[rq.multiplier, rq.shift, rq.zero_point],
+    )
+
+
 def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
     """PrimFunc ``(x, w, bias, y)`` of a depthwise int8 conv in ``variant``'s layout.
 
