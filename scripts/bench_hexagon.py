@@ -101,6 +101,11 @@ RESNET50_CONVS = [
 HVX_PEAK_MACS_PER_PACKET = 256
 
 
+#: Whole models of issue 21 (zoo names): GCD²'s CNNs and transformer (``--quick``: two).
+WHOLE_MODELS = ("resnet50", "mobilenetv2", "mobilenetv3_small", "bert_encoder")
+QUICK_MODELS = ("mobilenetv2", "mobilenetv3_small")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="sizes 32 and 64, two small convs")
@@ -114,6 +119,14 @@ def parse_args(argv=None):
         "--ms-trials", type=int, help="MetaSchedule trials per ResNet-50 layer (16; quick 4)"
     )
     p.add_argument("--ms-cache", help="per-layer MetaSchedule results (resume); default in cache")
+    p.add_argument("--models", help="whole models, comma-separated zoo names (default: "
+                   + ",".join(WHOLE_MODELS) + "; quick: " + ",".join(QUICK_MODELS)
+                   + "); 'none' to skip")
+    p.add_argument("--model-size", type=int, default=32,
+                   help="input size of the whole models (32: the emulator runs stock TVM's "
+                   "scalar code at ~2M packets/s)")
+    p.add_argument("--model-cache", help="stock TVM packets per quantized model (resume); "
+                   "default in the cache folder")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulated run")
     p.add_argument("--json", metavar="PATH", help="write results here")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -224,6 +237,9 @@ def main(argv=None) -> int:
     resnet = {} if args.no_resnet else resnet_convs(records, args, t)
     selection_summary = {} if args.resnet_only else global_vs_local()
     network = {} if args.resnet_only else run_network(records, t, args.quick)
+    names = ((QUICK_MODELS if args.quick else WHOLE_MODELS) if args.models is None else
+             [] if args.models == "none" else args.models.split(","))
+    models = whole_models(records, names, args, t) if names and not args.resnet_only else {}
 
     table = table_4_2(records, sizes)
     speedups = stock_speedups(records)
@@ -237,6 +253,7 @@ def main(argv=None) -> int:
         **resnet,
         "global_over_local": selection_summary,
         "network": network,
+        **models,
         "all_exact": all(r["exact"] for r in records),
         "unit": "executed VLIW packets under qemu-hexagon (-singlestep -d exec,nochain)",
     }
@@ -512,6 +529,88 @@ def run_network(records, t, quick: bool = False) -> dict:
     return out
 
 
+def _stock_key(path, size) -> str:
+    """Stock TVM's packets depend on the quantized file, the reader's integers and TVM."""
+    import hashlib
+    from pathlib import Path
+
+    import tvm
+
+    import tvm_cocopie
+
+    h = hashlib.sha256(Path(path).read_bytes())
+    pkg = Path(tvm_cocopie.__file__).parent
+    for src in ("hexagon/executor/qonnx.py", "topi/int8/compute.py"):
+        h.update((pkg / src).read_bytes())
+    return f"{h.hexdigest()[:16]}|{size}|tvm={tvm.__version__}"
+
+
+def whole_models(records, names, args, t) -> dict:
+    """Issue 21: zoo models quantized (QDQ, calibrated on sample inputs) and run whole
+    under qemu-hexagon at ``--model-size``, against stock TVM's lowering of the same
+    int8 network (cached per quantized model in ``--model-cache``: resumable), numpy
+    (bit for bit) and ONNX Runtime on the same QDQ file. A model the executor cannot run
+    is recorded with the operators it lacks."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from tvm_cocopie import models, ptq
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.errors import ModelError, UnsupportedOperatorError
+    from tvm_cocopie.hexagon.executor.model import run_model
+    from tvm_cocopie.hexagon.tools import measure
+
+    cache_path = args.model_cache or str(_default_ms_cache().with_name("bench_hexagon_models.json"))
+    rows, work = {}, Path(tempfile.mkdtemp(prefix="bench_hexagon_models_"))
+    for name in names:
+        size = args.model_size
+        try:
+            proto = models.build(name, image_size=size)
+        except ModelError:  # a model without an image size (the encoder)
+            proto = models.build(name)
+            size = None
+        path = ptq.quantize_onnx(proto, work / f"{name}_qdq.onnx")
+        stock_runner = None
+        if not args.no_stock:
+            def stock_runner(net, timeout=None, _path=path, _size=size):
+                key = _stock_key(_path, _size)
+                cache = _read_cache(cache_path)
+                if key not in cache:
+                    rec = measure.stock_network(net, timeout=timeout)
+                    rec.pop("packets_by_layer")
+                    cache = _read_cache(cache_path)
+                    cache[key] = rec
+                    os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+                    bm.write_json_atomic(cache_path, cache)
+                return cache[key]
+        try:
+            row = run_model(path, timeout=t["timeout"], stock_runner=stock_runner)
+        except UnsupportedOperatorError as err:
+            rows[name] = {"unsupported": str(err), "ops": sorted(err.ops)}
+            log.warning("model %s: %s", name, err)
+            continue
+        row.pop("quantized_model")
+        row["input_size"] = size
+        rows[name] = row
+        records.append({"op": "model", "impl": name, "shape": row["input"],
+                        "packets": row["total_packets"], "exact": row["exact"]})
+        log.info("model %s: %d packets (stock %s), exact=%s, ORT %s", name,
+                 row["total_packets"], row.get("stock_tvm_packets"), row["exact"],
+                 row["ort_agreement"])
+    ran = [r for r in rows.values() if "total_packets" in r]
+    ratios = [r["packet_ratio_vs_tvm"] for r in ran if "packet_ratio_vs_tvm" in r]
+    return {
+        "models": rows,
+        "model_packet_ratio_vs_tvm": round(bm.geomean(ratios), 3) if ratios else None,
+        "models_exact": bool(ran) and all(r["exact"] and r.get("stock_tvm_exact", True)
+                                          for r in ran),
+        "models_ort_per_layer_max_steps": max(
+            (r["ort_agreement"]["per_layer"]["max_steps"] for r in ran), default=None),
+        "models_unsupported": sorted(n for n, r in rows.items() if "unsupported" in r),
+    }
+
+
 def _emulator_info(target) -> dict:
     import subprocess
 
@@ -610,6 +709,18 @@ def _report(table, speedups, summary) -> None:
             f"exact={net['exact']}, measured global over local "
             f"{net['measured_global_over_local']}x"
         )
+    for name, row in summary.get("models", {}).items():
+        if "unsupported" in row:
+            print(f"model {name}: not run: {row['unsupported']}")
+            continue
+        print(
+            f"model {name} ({row['input']}): {row['total_packets']} packets, stock TVM "
+            f"{row.get('stock_tvm_packets')} ({row.get('packet_ratio_vs_tvm')}x), exact="
+            f"{row['exact']}, ONNX Runtime {row['ort_agreement']}"
+        )
+    if summary.get("models"):
+        print(f"whole models: packets vs stock TVM geomean {summary['model_packet_ratio_vs_tvm']}x"
+              f" (goal >= 3.4), all exact {summary['models_exact']}")
     print(f"all results bit-exact: {summary['all_exact']}")
 
 

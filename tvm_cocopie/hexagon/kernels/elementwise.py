@@ -67,7 +67,7 @@ def mul_kernel(shape: tuple, b_shape: tuple, mrq, broadcast: bool):
     return out[0]
 
 
-def pack_lut(table) -> "np.ndarray":  # noqa: F821 (numpy imported lazily)
+def pack_lut(table) -> np.ndarray:  # noqa: F821 (numpy imported lazily)
     """A 256-entry uint8 table as the 8 x 128-byte ``vlut32`` segments the kernel reads:
     segment ``s`` holds entries ``32s .. 32s+31`` in both bytes of halfwords ``k`` and
     ``k + 32`` (which half and byte a lookup reads depends on the low bits of ``Rt``;
@@ -97,7 +97,7 @@ def lut_kernel(shape: tuple):
     return out[0]
 
 
-def pack_dense_weights(w_kn) -> "np.ndarray":  # noqa: F821 (numpy imported lazily)
+def pack_dense_weights(w_kn) -> np.ndarray:  # noqa: F821 (numpy imported lazily)
     """int8 ``[K, N]`` weights as :func:`dense_kernel` reads them (see
     :func:`tvm_cocopie.topi.int8.hvx.dense_shapes`): byte ``4i + j`` of vector ``(b, q)``
     is ``w[4q + j, 32b + i]``, zero past the matrix."""
