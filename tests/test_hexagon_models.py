@@ -53,6 +53,44 @@ def _small_cnn(size: int = 16, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def _se_cnn(size: int = 16, seed: int = 1) -> onnx.ModelProto:
+    """MobileNetV3's ingredients: conv + hard-swish, depthwise, squeeze-excitation
+    (global pool, 1x1 convs, ReLU, hard-sigmoid, per-channel product), hard-swish again,
+    global pool, classifier."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    inits = [init("w1", (16, 3, 3, 3)), init("b1", (16,), 0.1), init("wd", (16, 1, 3, 3)),
+             init("bd", (16,), 0.1), init("s1", (8, 16, 1, 1)), init("sb1", (8,), 0.1),
+             init("s2", (16, 8, 1, 1)), init("sb2", (16,), 0.1), init("fc", (10, 16)),
+             init("fcb", (10,), 0.1)]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, strides=[2, 2], name="stem"),
+        n("HardSwish", ["c1"], ["h1"], name="hs1"),
+        n("Conv", ["h1", "wd", "bd"], ["d"], pads=[1] * 4, group=16, name="dw"),
+        n("GlobalAveragePool", ["d"], ["sq"], name="se_pool"),
+        n("Conv", ["sq", "s1", "sb1"], ["e1"], name="se1"),
+        n("Relu", ["e1"], ["e1r"], name="se_relu"),
+        n("Conv", ["e1r", "s2", "sb2"], ["e2"], name="se2"),
+        n("HardSigmoid", ["e2"], ["gate"], alpha=1 / 6, name="se_gate"),
+        n("Mul", ["d", "gate"], ["scaled"], name="se_mul"),
+        n("HardSwish", ["scaled"], ["h2"], name="hs2"),
+        n("GlobalAveragePool", ["h2"], ["g"], name="gap"),
+        n("Flatten", ["g"], ["f"], name="flatten"),
+        n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1, name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     """The small CNN quantized as QDQ and as QOperator from the same calibration."""
@@ -179,3 +217,63 @@ def test_hexagon_run_command_takes_a_float_model(tmp_path, capsys):
     assert (tmp_path / "q" / "model_qdq.onnx").exists()
     assert result["total_packets"] == sum(result["packets_by_class"].values())
     assert "bit-exact vs numpy: True" in capsys.readouterr().out
+
+
+@pytest.mark.needs_toolchain
+@pytest.mark.parametrize("variant", ["vmpy", "vmpa", "vrmpy"])
+def test_hvx_product_lookup_and_dense_kernels_equal_their_computes(variant):
+    """The HVX kernels of the whole-model layers against the TE computes they replace,
+    byte for byte (junk rows included), and against numpy."""
+    from tvm_cocopie.emulation.hexagon import run_func
+    from tvm_cocopie.hexagon.executor.program import Tensor
+    from tvm_cocopie.hexagon.kernels.dispatch import hvx_kernel
+    from tvm_cocopie.hexagon.kernels.elementwise import pack_dense_weights, pack_lut
+    from tvm_cocopie.topi.int8 import hvx as H
+    from tvm_cocopie.topi.int8.compute import MulRequant, Requant
+    from tvm_cocopie.topi.int8.layouts import GridGeometry
+
+    rng = np.random.default_rng(7)
+    geo = GridGeometry(3, 5, 1, min_grid_w=6)
+    shape, one = geo.out_shape(variant, 12), GridGeometry(1, 1, 1).out_shape(variant, 12)
+
+    def both(func, args):
+        outs = []
+        for f in (hvx_kernel(func), func):
+            (y,), _ = run_func(f.with_attr("global_symbol", "k"), args)
+            outs.append(y)
+        assert np.array_equal(outs[0], outs[1])
+        return outs[0]
+
+    a = rng.integers(0, 256, shape).astype(np.uint8)
+    mrq = MulRequant.from_scales(0.05, 131, 1 / 255, 3, 0.03, 121)
+    for b_shape, broadcast in ((shape, False), (one, True)):
+        b = rng.integers(0, 256, b_shape).astype(np.uint8)
+        y = both(H.qmul_grid(variant, shape, b_shape, mrq, broadcast),
+                 [a, b, np.zeros(shape, np.uint8)])
+        want = mrq.numpy(a, b[:, :1] if broadcast else b)
+        assert np.array_equal(y, want)
+    table = rng.integers(0, 256, 256).astype(np.uint8)
+    y = both(H.lut_grid(variant, shape), [a, pack_lut(table), np.zeros(shape, np.uint8)])
+    assert np.array_equal(y, table[a])
+    src = Tensor("x", 1, 1, 37, variant, 3, GridGeometry(1, 1, 1, min_grid_w=3).out_shape(
+        variant, 37))
+    x = rng.integers(0, 256, src.shape).astype(np.uint8)
+    w = rng.integers(-128, 128, (37, 45)).astype(np.int8)
+    bias = np.zeros(H.dense_shapes(37, 45)[1], np.int32)
+    bias[:45] = rng.integers(-3000, 3000, 45)
+    rq = Requant.from_scale(0.002, 9)
+    y_shape = GridGeometry(1, 1, 1).out_shape(variant, 45)
+    y = both(H.qdense_grid(variant, src, 45, rq),
+             [x, pack_dense_weights(w), bias, np.zeros(y_shape, np.uint8)])
+    out = Tensor("y", 1, 1, 45, variant, 1, y_shape).to_nhwc(y).reshape(-1)
+    want = rq.numpy(src.to_nhwc(x).reshape(-1).astype(np.int64) @ w + bias[:45])
+    assert np.array_equal(out, want)
+
+
+@pytest.mark.needs_toolchain
+def test_hard_swish_and_squeeze_excitation_run_bit_exact(tmp_path):
+    path = ptq.quantize_onnx(_se_cnn(), tmp_path / "se.onnx", count=4)
+    res = hexmodel.run_model(path)
+    assert res["exact"], res
+    assert {"hardsigmoid", "mul", "global_pool", "fc"} <= set(res["packets_by_class"])
+    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
