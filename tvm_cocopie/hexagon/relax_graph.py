@@ -4,9 +4,15 @@ The form the Hexagon branch of the cocopie pipeline takes (seed 004, §4.4): a c
 ``nn.conv2d`` (NHWC, HWIO, uint8 x int8 -> int32, dense or depthwise), ``add`` of an
 int32 bias, and the requantization of :class:`~tvm_cocopie.topi.int8.compute.Requant` as
 ``astype int64``, ``multiply``, ``add``, ``right_shift``, ``add``, ``clip(0, 255)``,
-``astype uint8``; a residual add is :class:`~tvm_cocopie.topi.int8.compute.AddRequant`
-(``astype int32`` and ``multiply`` of each input, ``add``, ``add``, ``right_shift``,
-``clip``, ``astype uint8``); a max pool is ``nn.max_pool2d`` (NHWC, uint8).
+``astype uint8`` (a non-zero input zero point pads through an explicit ``nn.pad`` with
+it); a residual add is :class:`~tvm_cocopie.topi.int8.compute.AddRequant`
+(``astype int32`` and ``multiply`` of each input, ``add``, ``add`` of the offset,
+``right_shift``, ``clip``, ``astype uint8``); a product is
+:class:`~tvm_cocopie.topi.int8.compute.MulRequant` (``astype int32``, ``subtract`` of the
+zero point for each input, ``multiply``, then the conv's requantization); a lookup is
+``take`` of a 256-entry uint8 table at ``astype(x, int32)``; a max pool is
+``nn.max_pool2d`` (NHWC, uint8). :func:`quantized_module` writes a QDQ/QOperator ONNX
+file in this form.
 
 - :func:`relax_module` writes a quantized network (:class:`.executor.QNetwork`) in that
   form (:func:`emit_qconv` one conv);
@@ -25,7 +31,7 @@ import numpy as np
 
 from ..errors import UnsupportedOperatorError
 from ..exprs import const_np, is_constant, op_name, static_shape
-from ..topi.int8.compute import AddRequant, Requant
+from ..topi.int8.compute import AddRequant, MulRequant, Requant
 from .executor.quantization import QLayer, QNetwork, layer_sources
 from .selection.networks import Layer
 
@@ -59,16 +65,38 @@ def emit_qconv(bb, x, q: QLayer, other=None):
                                  _const(arq.offset, "int32")))
         y = bb.emit(relax.op.right_shift(y, _const(arq.shift, "int32")))
         return relax.op.astype(bb.emit(relax.op.clip(y, 0, 255)), "uint8")
+    if lay.op == "lut":
+        return relax.op.take(_const(q.weights, "uint8"), bb.emit(relax.op.astype(x, "int32")),
+                             axis=0)
+    if lay.op == "mul":
+        mrq = q.rq
+        a = bb.emit(relax.op.subtract(bb.emit(relax.op.astype(x, "int32")),
+                                      _const(mrq.za, "int32")))
+        b = bb.emit(relax.op.subtract(bb.emit(relax.op.astype(other, "int32")),
+                                      _const(mrq.zb, "int32")))
+        return _emit_requant(bb, bb.emit(relax.op.multiply(a, b)), mrq.rq)
     w = q.weights if lay.op == "conv" else q.weights[:, :, None, :]
+    pad = lay.p
+    if pad and q.pad_value:  # the input's zero point is its real zero: pad with it
+        x = bb.emit(relax.op.nn.pad(x, [0, 0, pad, pad, pad, pad, 0, 0],
+                                    pad_value=float(q.pad_value)))
+        pad = 0
     acc = bb.emit(
         relax.op.nn.conv2d(
-            x, _const(w, "int8"), strides=lay.s, padding=lay.p,
+            x, _const(w, "int8"), strides=lay.s, padding=pad,
             groups=1 if lay.op == "conv" else lay.c,
             data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32",
         )
     )
     acc = bb.emit(relax.op.add(acc, _const(q.bias, "int32")))
-    rq = q.rq
+    return _emit_requant(bb, acc, q.rq)
+
+
+def _emit_requant(bb, acc, rq):
+    """:class:`~tvm_cocopie.topi.int8.compute.Requant` of an int32 expression, as Relax
+    arithmetic ending in a uint8 expression (not emitted)."""
+    from tvm import relax
+
     y = bb.emit(relax.op.astype(acc, "int64"))
     y = bb.emit(relax.op.multiply(y, _const(rq.multiplier, "int64")))
     y = bb.emit(relax.op.add(y, _const(1 << (rq.shift - 1), "int64")))
@@ -98,6 +126,20 @@ def relax_module(net: QNetwork):
                 prev = q.layer.name
         bb.emit_func_output(env[prev])
     return bb.get()
+
+
+def quantized_module(model, image_size: int | None = None):
+    """The Relax module of a QDQ or QOperator ONNX model (path or ``ModelProto``) in the
+    int8 form above, ``main(image)`` taking the input quantized, NHWC uint8 (quantize a
+    float image with the returned network's ``quantize_input``). Returns ``(module,
+    network)``; ``tvm.compile(module, HEXAGON_V66, relax_pipeline="cocopie")`` builds it."""
+    import onnx
+
+    from .executor.qonnx import read_quantized
+
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    net = read_quantized(proto, image_size)
+    return relax_module(net), net
 
 
 # ------------------------------------------------------------------ reading it back
@@ -150,16 +192,14 @@ class _Graph:
         return call
 
 
-def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
-    """The conv layer whose requantization ends in ``rq_expr`` (``add`` of the zero point)."""
-    what = out.name
+def _requant_chain(graph: _Graph, what: str, rq_expr):
+    """``(Requant, int32 expression)`` of a requantization ending in ``rq_expr`` (``add``
+    of the zero point)."""
     zp_add = graph.producer(rq_expr, "add", what)
     shifted = graph.producer(zp_add.args[0], "right_shift", what)
     rounded = graph.producer(shifted.args[0], "add", what)
     scaled = graph.producer(rounded.args[0], "multiply", what)
     wide = graph.producer(scaled.args[0], "astype", what)
-    biased = graph.producer(wide.args[0], "add", what)
-    conv = graph.producer(biased.args[0], "nn.conv2d", what)
     m = _scalar(scaled.args[1], f"{what}'s multiplier")
     rounding = _scalar(rounded.args[1], f"{what}'s rounding")
     shift = _scalar(shifted.args[1], f"{what}'s shift")
@@ -168,7 +208,65 @@ def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
         raise UnsupportedOperatorError(
             f"{what}: rounding constant {rounding} is not 2**(shift-1) = {1 << (shift - 1)}"
         )
+    return Requant(m, shift, zp), wide.args[0]
+
+
+def _product(graph: _Graph, out, rq: Requant, prod_expr, names: dict, index: int):
+    """A requantized product ``rq((a - za) * (b - zb))`` of two uint8 tensors."""
+    what = out.name
+    prod = graph.producer(prod_expr, "multiply", what)
+    ins, zps = [], []
+    for arg in prod.args:
+        centred = graph.producer(arg, "subtract", what)
+        wide = graph.producer(centred.args[0], "astype", what)
+        if wide.args[0] not in names:
+            raise UnsupportedOperatorError(f"{what}: the product reads a tensor that is not uint8")
+        ins.append(wide.args[0])
+        zps.append(_scalar(centred.args[1], f"{what}'s zero point"))
+    (_, h, w, c), other = static_shape(ins[0]), tuple(static_shape(ins[1]))
+    if other not in ((1, h, w, c), (1, 1, 1, c)):
+        raise UnsupportedOperatorError(
+            f"{what}: multiplies {static_shape(ins[0])} by {other}; Hexagon multiplies equal "
+            "shapes or a map by a per-channel vector")
+    lay = Layer(f"mul{index}", "mul", tuple(names[v] for v in ins), h, w, c, c)
+    return QLayer(lay, None, None, MulRequant(zps[0], zps[1], rq))
+
+
+def _lookup(graph: _Graph, out, call, names: dict, index: int):
+    """``take(table, astype(x, int32))``: a 256-entry uint8 lookup of a uint8 tensor."""
+    what = out.name
+    table, idx = call.args[0], call.args[1]
+    wide = graph.producer(idx, "astype", what)
+    x = wide.args[0]
+    if (not is_constant(table) or const_np(table).shape != (256,)
+            or str(const_np(table).dtype) != "uint8" or x not in names):
+        raise UnsupportedOperatorError(
+            f"{what}: a take that is not a 256-entry uint8 table lookup of a uint8 tensor")
+    _, h, w, c = static_shape(x)
+    lay = Layer(f"lut{index}", "lut", (names[x],), h, w, c, c)
+    return QLayer(lay, np.array(const_np(table)), None, None)
+
+
+def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
+    """The conv layer (or product) whose requantization ends in ``rq_expr``."""
+    what = out.name
+    rq, inner = _requant_chain(graph, what, rq_expr)
+    producer = graph.values.get(inner)
+    if producer is not None and _op_name(producer) == "multiply":
+        return _product(graph, out, rq, inner, names, index)
+    biased = graph.producer(inner, "add", what)
+    conv = graph.producer(biased.args[0], "nn.conv2d", what)
     x, weights = conv.args[0], conv.args[1]
+    pad_value, extra_pad = 0, 0
+    padded = graph.values.get(x)
+    if x not in names and padded is not None and _op_name(padded) == "nn.pad":
+        graph.producer(x, "nn.pad", what)
+        widths = [int(v) for v in padded.attrs.pad_width]
+        if (widths[:2] != [0, 0] or widths[-2:] != [0, 0] or len(set(widths[2:6])) != 1
+                or str(padded.attrs.pad_mode) != "constant"):
+            raise UnsupportedOperatorError(f"{what}: a pad {widths} before the conv")
+        extra_pad, pad_value = widths[2], int(float(padded.attrs.pad_value))
+        x = padded.args[0]
     if x not in names:
         raise UnsupportedOperatorError(f"{what}: the conv reads {x.name}, not a uint8 tensor")
     a = conv.attrs
@@ -183,6 +281,8 @@ def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
     pads, strides = [int(p) for p in a.padding], [int(s) for s in a.strides]
     if len(set(pads)) != 1 or len(set(strides)) != 1 or any(int(d) != 1 for d in a.dilation):
         problems.append(f"padding {pads}, strides {strides}, dilation {list(a.dilation)}")
+    elif extra_pad and pads[0]:
+        problems.append("both a pad and a conv padding")
     if n != 1:
         problems.append(f"batch {n}")
     if problems:
@@ -201,9 +301,10 @@ def _conv(graph: _Graph, out, rq_expr, names: dict, index: int):
     if not is_constant(bias) or const_np(bias).shape != (o,):
         raise UnsupportedOperatorError(f"{what}: the bias must be an int32 [{o}] constant")
     op = "conv" if groups == 1 else "dwconv"
-    lay = Layer(f"{op}{index}", op, (names[x],), h, w, c, o, kh, strides[0], pads[0])
+    lay = Layer(f"{op}{index}", op, (names[x],), h, w, c, o, kh, strides[0],
+                pads[0] or extra_pad)
     weights_np = wt if op == "conv" else wt[:, :, 0, :]
-    return QLayer(lay, weights_np, const_np(bias).astype(np.int32), Requant(m, shift, zp))
+    return QLayer(lay, weights_np, const_np(bias).astype(np.int32), rq, pad_value=pad_value)
 
 
 def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
@@ -267,6 +368,8 @@ def read_network(func) -> QNetwork:
         op = _op_name(call)
         if op == "nn.max_pool2d":
             q = _max_pool(graph, var, call, names, len(layers))
+        elif op == "take":
+            q = _lookup(graph, var, call, names, len(layers))
         elif op == "astype" and str(call.attrs.dtype) == "uint8":
             clip = graph.producer(call.args[0], "clip", var.name)
             bounds = [int(v.value) for v in clip.args[1:]]

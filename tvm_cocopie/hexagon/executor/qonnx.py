@@ -232,9 +232,9 @@ class _Reader:
             raise UnsupportedOperatorError(f"{node.name}: the folded bias overflows int32",
                                            {node.op_type: 1})
         lay = Layer(self.name(node, op), op, (x.layer,), h, wd, c, o, k, s, p)
-        self.layers.append(QLayer(lay, hw_weights.astype(np.int8), b.astype(np.int32),
-                                  self.requant(acc_scale / sy, zy, node), pad_value=x.zp,
-                                  kind=kind))
+        rq = self.requant(acc_scale / sy, zy, node)
+        self.layers.append(QLayer(lay, hw_weights.astype(np.int8), b.astype(np.int32), rq,
+                                  pad_value=x.zp if p else 0, kind=kind))
         oh, ow = lay.out_hw
         return QTensor(lay.name, sy, zy, (oh, ow, o))
 
