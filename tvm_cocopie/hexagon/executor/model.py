@@ -31,6 +31,7 @@ import numpy as np
 from ...errors import ModelError
 from ...ptq import calibration_inputs, image_nhwc, quantize_onnx
 from . import qonnx
+from .qonnx import to_nhwc
 from .run import run_network
 
 log = logging.getLogger(__name__)
@@ -63,14 +64,7 @@ def _shapes(proto, image_size):
     return {inp.name: [1, dims[1] or 3, image_size, image_size]}
 
 
-def _uint8(a: np.ndarray) -> np.ndarray:
-    """An ONNX Runtime integer tensor in the executor's uint8 domain, NHWC."""
-    a = a.astype(np.int32) + (128 if a.dtype == np.int8 else 0)
-    a = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a.reshape(1, 1, 1, -1)
-    return a
-
-
-def layer_agreement(quantized_path, net) -> dict:
+def layer_agreement(quantized_path, net, sample: dict | None = None) -> dict:
     """Every layer of ``net`` given ONNX Runtime's own integer inputs, against ONNX
     Runtime's integer output of that layer: ``max_steps`` (largest difference), ``differ``
     (fraction of all elements that differ) and ``layers_differing``.
@@ -85,7 +79,7 @@ def layer_agreement(quantized_path, net) -> dict:
     from .quantization import layer_sources, reference_step
 
     proto = onnx.load(str(quantized_path))
-    names = dict(net.tensor_names)
+    names = {layer: entry[0] for layer, entry in net.tensor_names.items()}
     known = {o.name for o in proto.graph.output}
     typed = {v.name: v for v in onnx.shape_inference.infer_shapes(proto).graph.value_info}
     for name in names.values():
@@ -96,10 +90,12 @@ def layer_agreement(quantized_path, net) -> dict:
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(proto.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
-    outs = dict(zip([o.name for o in sess.get_outputs()],
-                    sess.run(None, {net.input_name: net.image.transpose(0, 3, 1, 2)})))
-    theirs = {layer: _uint8(outs[name]) for layer, name in names.items()}
+    feed = sample or {net.input_name: net.image.transpose(0, 3, 1, 2)}
+    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    theirs = {layer: to_nhwc(outs[name], *net.tensor_names[layer][1:])
+              for layer, name in names.items()}
     theirs["input"] = net.image_q.astype(np.int32)
+    theirs.update({k: v.astype(np.int32) for k, v in net.constants.items()})
     worst, differ, total, layers = 0, 0, 0, 0
     prev = "input"
     for q in net.layers:
@@ -138,7 +134,7 @@ def ort_agreement(quantized_path, net, sample: dict, output: np.ndarray) -> dict
     sess = ort.InferenceSession(str(quantized_path), opts, providers=["CPUExecutionProvider"])
     (theirs,) = sess.run(None, sample)[:1]
     ours = net.dequantize_output(output)  # NHWC
-    ours = ours.transpose(0, 3, 1, 2).reshape(theirs.shape)
+    ours = (ours.transpose(0, 3, 1, 2) if theirs.ndim == 4 else ours).reshape(theirs.shape)
     steps = np.abs(ours - theirs.astype(np.float32)) / np.float32(net.output_scale)
     out = {
         "max_steps": round(float(steps.max()), 3),
@@ -147,7 +143,7 @@ def ort_agreement(quantized_path, net, sample: dict, output: np.ndarray) -> dict
     }
     if theirs.ndim == 2:
         out["argmax_agrees"] = bool(np.array_equal(ours.argmax(-1), theirs.argmax(-1)))
-    out["per_layer"] = layer_agreement(quantized_path, net)
+    out["per_layer"] = layer_agreement(quantized_path, net, sample)
     return out
 
 
@@ -175,11 +171,11 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
 
             save(proto, path)
     net = qonnx.read_quantized(proto, image_size)
-    h, w, c = (net.layers[0].layer.h, net.layers[0].layer.w, net.layers[0].layer.c)
+    h, w, c = net.input_shape
     sample = (calibration_inputs(proto, 1, seed + 10_000)[0] if shapes is None else
               {net.input_name: np.random.default_rng(seed + 10_000)
                .standard_normal((1, c, h, w)).astype(np.float32)})
-    net.image = image_nhwc(sample)
+    net.image = sample[net.input_name] if net.embedding is not None else image_nhwc(sample)
     return net, Path(path), sample, from_float
 
 

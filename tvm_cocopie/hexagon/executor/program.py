@@ -9,6 +9,7 @@ import numpy as np
 
 from ...errors import CocopieError
 from ...topi.int8 import hvx as int8_hvx
+from ...topi.int8 import sequence
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
 from ..kernels.conv2d import pack_conv_weights
 from ..kernels.depthwise import pack_dw_weights
@@ -150,7 +151,10 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
     each layer's cheapest plan alone, transforms ignored."""
 
     first = net.layers[0].layer
-    layers = [Layer("input", "input", (), first.h, first.w, first.c, first.c)]
+    h, w, c = net.input_shape or (first.h, first.w, first.c)
+    layers = [Layer("input", "input", (), h, w, c, c)]
+    layers += [Layer(name, "input", (), v.shape[1], v.shape[2], v.shape[3], v.shape[3])
+               for name, v in net.constants.items()]  # constants: sources like the input
     prev = "input"
     exact = {}
     for q in net.layers:
@@ -163,7 +167,7 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
         prev = lay.name
     graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False))
     sel = local_select(graph) if local else global_select(graph)
-    return {k: v for k, v in sel.plan.items() if k != "input"}
+    return {k: v for k, v in sel.plan.items() if k != "input" and k not in net.constants}
 
 
 def _vmpa_ok(w: np.ndarray) -> bool:
@@ -235,7 +239,15 @@ def _elementwise(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Ten
     wq = next((t.wq for t in ins if t.variant == variant and (t.h, t.w) == (a.h, a.w)), a.w)
     geo = GridGeometry(a.h, a.w, 1, 1, 0, wq)
     shape = geo.out_shape(variant, lay.o)
-    if lay.op == "lut":
+    if lay.op == "add" and (ins[1].h, ins[1].w) != (a.h, a.w):
+        if (ins[1].h, ins[1].w) != (1, 1):
+            raise CocopieError(f"{lay.name}: an add broadcasting a {ins[1].h}x{ins[1].w} map")
+        ogeo = GridGeometry(1, 1, 1, 1, 0)
+        x = _on_grid(em, idx, lay, a, variant, geo, 0)
+        y = _on_grid(em, idx, lay, ins[1], variant, ogeo, 1)
+        func = int8_hvx.qadd_grid(variant, shape, q.rq, ogeo.out_shape(variant, lay.o), True)
+        args = [x, y]
+    elif lay.op == "lut":
         args = [_on_grid(em, idx, lay, a, variant, geo, 0)]
         em.inputs[f"lut{idx}"] = pack_lut(q.weights)
         func, args = int8_hvx.lut_grid(variant, shape), [*args, f"lut{idx}"]
@@ -254,6 +266,37 @@ def _elementwise(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Ten
         func = int8_hvx.qadd_grid(variant, shape, q.rq)
     em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
     return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
+
+
+def _nhwc(em: _Emit, idx: int, lay: Layer, t: Tensor, k: int) -> str:
+    """Buffer name of ``t`` as an NHWC map (unpacked from its grid if it has one)."""
+    if t.variant is None:
+        return t.name
+    name = f"nhwc{idx}_{k}"
+    em.call(f"unpack{idx}_{k}", int8_hvx.unpack(t), [t.name, name], (lay.name, "regrid"))
+    return name
+
+
+def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
+    """An attention product, softmax or layer norm: integer computes on NHWC maps
+    (:mod:`tvm_cocopie.topi.int8.sequence`), lowered by TVM (no HVX kernel yet)."""
+    lay = q.layer
+    names = [_nhwc(em, idx, lay, t, k) for k, t in enumerate(ins)]
+    shapes = [(1, t.h, t.w, t.c) for t in ins]
+    if lay.op == "attention":
+        func = sequence.attention_func(q.rq, *shapes)
+        args = names
+    elif lay.op == "softmax":
+        func = sequence.softmax_func(q.rq, shapes[0])
+        em.inputs[f"exp{idx}"] = np.asarray(q.rq.exp_table, np.int32)
+        args = [names[0], f"exp{idx}"]
+    else:
+        func = sequence.layernorm_func(q.rq, shapes[0])
+        em.inputs[f"gain{idx}"] = np.asarray(q.rq.gain, np.int64)
+        em.inputs[f"offset{idx}"] = np.asarray(q.rq.offset, np.int64)
+        args = [names[0], f"gain{idx}", f"offset{idx}"]
+    em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
+    return Tensor(f"out{idx}", lay.h, lay.w, lay.o, None, 0, (1, lay.h, lay.w, lay.o))
 
 
 def _is_dense(lay: Layer, cur: Tensor) -> bool:
@@ -289,11 +332,13 @@ def compile_network(
 
     plan = dict(plan or choose_plans(net, model))
     first = net.layers[0].layer
-    tensors = {
-        "input": Tensor("image", first.h, first.w, first.c, None, 0,
-                        (1, first.h, first.w, first.c))
-    }
+    h, w, c = net.input_shape or (first.h, first.w, first.c)
+    tensors = {"input": Tensor("image", h, w, c, None, 0, (1, h, w, c))}
     em = _Emit(inputs={"image": net.image_q if net.image is not None else None})
+    for name, value in net.constants.items():
+        _, ch, cw, cc = value.shape
+        tensors[name] = Tensor(name, ch, cw, cc, None, 0, value.shape)
+        em.inputs[name] = value
     want = grid_widths([q.layer for q in net.layers], plan)
     prev = "input"
     for idx, q in enumerate(net.layers):
@@ -303,6 +348,9 @@ def compile_network(
         prev = lay.name
         if lay.op in ("add", "mul", "lut"):
             tensors[lay.name] = _elementwise(em, idx, q, variant, [tensors[n] for n in srcs])
+            continue
+        if lay.op in ("attention", "softmax", "layernorm"):
+            tensors[lay.name] = _sequence(em, idx, q, [tensors[n] for n in srcs])
             continue
         if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):
             raise CocopieError(

@@ -34,12 +34,14 @@ falls within ~2**-15 of a half; such steps can grow through later layers (measur
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import ModelError, UnsupportedOperatorError
 from ...topi.int8.compute import MULTIPLIER_BITS, SHIFT_RANGE, AddRequant, MulRequant, Requant
+from ...topi.int8.sequence import AttentionProduct, LayerNorm, Softmax
 from ..selection.networks import Layer
 from .quantization import QLayer, QNetwork
 
@@ -56,10 +58,19 @@ UNARY = {
     "Tanh": lambda x, a: np.tanh(x),
     "LeakyRelu": lambda x, a: np.where(x >= 0, x, np.float32(a.get("alpha", 0.01)) * x),
     "Relu": lambda x, a: np.maximum(x, np.float32(0)),
+    "Erf": lambda x, a: np.vectorize(math.erf)(x.astype(np.float64)).astype(np.float32),
 }
+#: Binary float operators that become part of a lookup when one operand is a scalar.
+SCALAR_BINARY = {
+    "Add": lambda x, c: x + c, "Sub": lambda x, c: x - c, "Mul": lambda x, c: x * c,
+    "Div": lambda x, c: x / c,
+}
+#: Views of a sequence map ``[1, 1, S, D]`` (``D = H * dh``) the ONNX tensors take.
+VIEWS = ("seq", "split", "heads", "headsT", "scores")
 QDQ_OPS = frozenset({
-    "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "MaxPool", "GlobalAveragePool",
-    "Flatten", "Reshape", "Gemm", "MatMul", "Clip", *UNARY,
+    "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "Sub", "Div", "MaxPool",
+    "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Gemm", "MatMul", "Clip",
+    "Softmax", "LayerNormalization", "Gather", *UNARY,
 })
 QOPERATOR_OPS = frozenset({
     "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm",
@@ -73,12 +84,30 @@ MAX_REQUANT_SCALE = (2**MULTIPLIER_BITS - 1) / 2.0 ** SHIFT_RANGE[0]
 @dataclass(frozen=True)
 class QTensor:
     """A quantized activation: the layer whose output it is, its scale and uint8-domain
-    zero point, its NHWC shape without the batch ``(h, w, c)``."""
+    zero point, its NHWC map shape without the batch ``(h, w, c)``; for a sequence, how the
+    ONNX tensor views the map (:data:`VIEWS`) and the number of heads."""
 
     layer: str
     scale: float
     zp: int
     shape: tuple
+    view: str | None = None
+    heads: int = 0
+
+
+def to_nhwc(a: np.ndarray, view: str | None, heads: int = 0) -> np.ndarray:
+    """An ONNX integer tensor of the given view as the NHWC map the executor holds
+    (int8 values shifted into the uint8 domain)."""
+    a = a.astype(np.int32) + (128 if a.dtype == np.int8 else 0)
+    if view in ("heads", "scores"):  # [1, H, S, x] -> [1, 1, S, H*x]
+        return a.transpose(0, 2, 1, 3).reshape(1, 1, a.shape[2], -1)
+    if view == "headsT":  # [1, H, dh, S]
+        return a.transpose(0, 3, 1, 2).reshape(1, 1, a.shape[3], -1)
+    if view in ("seq", "split"):
+        return a.reshape(1, 1, a.shape[-3] if view == "split" else a.shape[-2], -1)
+    if a.ndim == 4:
+        return a.transpose(0, 2, 3, 1)
+    return a.reshape(1, 1, 1, -1)
 
 
 def is_quantized(model) -> bool:
@@ -113,7 +142,10 @@ class _Reader:
         self.layers: list = []
         self.names: set = set()
         self.input_q: QTensor | None = None
-        self.tensor_names: dict = {}  # layer -> ONNX name of its integer output
+        self.tensor_names: dict = {}  # layer -> (ONNX name of its integer output, view)
+        self.constants: dict = {}  # constant operands, uint8 NHWC
+        self.chains: dict = {}  # float tensor -> (QTensor, [float functions]) before a Q
+        self.embedding = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -223,6 +255,8 @@ class _Reader:
         acc_scale = x.scale * sw
         if bias is None:
             b = np.zeros(o, np.int64)
+        elif sb is None:  # a float bias: in accumulator units
+            b = np.rint(np.asarray(bias, np.float64).reshape(o) / acc_scale).astype(np.int64)
         elif _same(sb, acc_scale):
             b = bias.astype(np.int64)
         else:  # a bias quantized with its own scale: rescaled to the accumulator's
@@ -239,26 +273,75 @@ class _Reader:
         return QTensor(lay.name, sy, zy, (oh, ow, o))
 
     def dense(self, node, x: QTensor, w_kn, sw, bias, sb, sy, zy):
-        """A fully connected layer ``[1, K] x [K, N]`` as a 1x1 conv of the 1x1 map."""
-        h, wd, k = x.shape
-        if (h, wd) != (1, 1) or w_kn.shape[0] != k:
+        """A fully connected layer ``[.., K] x [K, N]``: a 1x1 conv over the map (every
+        token of a sequence; the one pixel of a flattened vector)."""
+        k = x.shape[2]
+        if w_kn.shape[0] != k or x.view not in (None, "seq"):
             raise UnsupportedOperatorError(
-                f"{node.name}: a {node.op_type} of a {h}x{wd}x{k} tensor by {list(w_kn.shape)}; "
-                "the Hexagon executor runs fully connected layers on a flattened vector",
-                {node.op_type: 1})
-        return self._conv_layer(node, "conv", x, w_kn[None, None], w_kn.sum(0), sw, bias, sb,
-                                sy, zy, 1, 1, 0, kind="fc")
+                f"{node.name}: a {node.op_type} of a {x.shape} map ({x.view or 'plain'}) by "
+                f"{list(w_kn.shape)}", {node.op_type: 1})
+        out = self._conv_layer(node, "conv", x, w_kn[None, None], w_kn.sum(0), sw, bias, sb,
+                               sy, zy, 1, 1, 0, kind="fc")
+        return QTensor(out.layer, out.scale, out.zp, out.shape, x.view, x.heads)
+
+    def attention(self, node, a: QTensor, b: QTensor, sy: float, zy: int):
+        """``MatMul`` of two activations: ``Q K^T`` or ``P V`` per head."""
+        if a.view == "heads" and b.view == "headsT" and a.heads == b.heads:
+            kind, view, out_c = "qk", "scores", a.heads * a.shape[1]
+        elif a.view == "scores" and b.view == "heads" and a.heads == b.heads:
+            kind, view, out_c = "pv", "heads", b.shape[2]
+        else:
+            raise UnsupportedOperatorError(
+                f"{node.name}: a MatMul of two activations viewed as {a.view} and {b.view}; the "
+                "executor multiplies attention heads (Q K^T, then P V)", {node.op_type: 1})
+        rq = self.requant(a.scale * b.scale / sy, zy, node)
+        op = AttentionProduct(kind, a.heads, a.zp, b.zp, rq)
+        h, w, c = a.shape
+        lay = Layer(self.name(node, kind), "attention", (a.layer, b.layer), h, w, c, out_c)
+        self.layers.append(QLayer(lay, None, None, op, kind="attention"))
+        return QTensor(lay.name, sy, zy, (h, w, out_c), view, a.heads)
+
+    def softmax(self, node, x: QTensor, sy: float, zy: int):
+        axis = _attrs(node).get("axis", -1)
+        length = x.shape[1] if x.view == "scores" else x.shape[2]
+        if axis not in (-1, 3 if x.view == "scores" else 2):
+            raise UnsupportedOperatorError(f"{node.name}: Softmax over axis {axis}; the "
+                                           "executor normalizes the last axis", {"Softmax": 1})
+        h, w, c = x.shape
+        lay = Layer(self.name(node, "softmax"), "softmax", (x.layer,), h, w, c, c)
+        self.layers.append(QLayer(lay, None, None, Softmax.from_scales(length, x.scale, sy, zy),
+                                  kind="softmax"))
+        return QTensor(lay.name, sy, zy, x.shape, x.view, x.heads)
+
+    def layer_norm(self, node, x: QTensor, sy: float, zy: int):
+        a = _attrs(node)
+        ins = list(node.input) + [""]
+        gamma = self.const_real(ins[1])
+        beta = self.const_real(ins[2]) if ins[2] else np.zeros_like(gamma)
+        if a.get("axis", -1) not in (-1, 2) or gamma is None or beta is None or x.view not in (
+                None, "seq"):
+            raise UnsupportedOperatorError(
+                f"{node.name}: a LayerNormalization over axis {a.get('axis', -1)} or with computed "
+                "scale/bias", {node.op_type: 1})
+        h, w, c = x.shape
+        op = LayerNorm.from_params(gamma.reshape(-1), beta.reshape(-1), x.zp, sy, zy,
+                                   eps=float(a.get("epsilon", 1e-5)), sx=x.scale, d=c)
+        lay = Layer(self.name(node, "layernorm"), "layernorm", (x.layer,), h, w, c, c)
+        self.layers.append(QLayer(lay, None, None, op, kind="layernorm"))
+        return QTensor(lay.name, sy, zy, x.shape, x.view, x.heads)
 
     def add(self, node, a: QTensor, b: QTensor, sy: float, zy: int):
-        if a.shape != b.shape:
+        if a.shape[:2] == (1, 1) and b.shape[:2] != (1, 1):
+            a, b = b, a  # the broadcast operand second
+        if not (a.shape == b.shape or (b.shape[:2] == (1, 1) and b.shape[2] == a.shape[2])):
             raise UnsupportedOperatorError(
-                f"{node.name}: adds {a.shape} and {b.shape}; broadcasting adds are not supported",
-                {node.op_type: 1})
+                f"{node.name}: adds {a.shape} and {b.shape}; the executor adds equal shapes or a "
+                "per-channel vector", {node.op_type: 1})
         arq = AddRequant.from_scales(a.scale / sy, b.scale / sy, a.zp, b.zp, zy)
         h, w, c = a.shape
         lay = Layer(self.name(node, "add"), "add", (a.layer, b.layer), h, w, c, c)
         self.layers.append(QLayer(lay, None, None, arq))
-        return QTensor(lay.name, sy, zy, a.shape)
+        return QTensor(lay.name, sy, zy, a.shape, a.view, a.heads)
 
     def mul(self, node, a: QTensor, b: QTensor, sy: float, zy: int):
         """A product of two tensors of one shape, or of a map by a per-channel vector."""
@@ -273,18 +356,23 @@ class _Reader:
         h, w, c = a.shape
         lay = Layer(self.name(node, "mul"), "mul", (a.layer, b.layer), h, w, c, c)
         self.layers.append(QLayer(lay, None, None, mrq))
-        return QTensor(lay.name, sy, zy, a.shape)
+        return QTensor(lay.name, sy, zy, a.shape, a.view, a.heads)
 
-    def lut(self, node, x: QTensor, sy: float, zy: int, op_type: str | None = None):
-        """A unary activation as the table of its 256 possible inputs."""
-        f = UNARY[op_type or node.op_type]
+    def lut(self, node, x: QTensor, sy: float, zy: int, funcs=None, kind: str = ""):
+        """A unary function of ``x`` (``funcs`` applied in order, in float32, as ONNX
+        Runtime evaluates them between DequantizeLinear and QuantizeLinear) as the table of
+        its 256 possible inputs."""
+        funcs = funcs or [lambda v: UNARY[node.op_type](v, _attrs(node))]
         real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
-        y = np.rint(f(real, _attrs(node)) / np.float32(sy)) + zy
+        for f in funcs:
+            real = np.asarray(f(real), dtype=np.float32)
+        y = np.rint(real / np.float32(sy)) + zy
         table = np.clip(y, 0, 255).astype(np.uint8)
         h, w, c = x.shape
         lay = Layer(self.name(node, "lut"), "lut", (x.layer,), h, w, c, c)
-        self.layers.append(QLayer(lay, table, None, None, kind=(op_type or node.op_type).lower()))
-        return QTensor(lay.name, sy, zy, x.shape)
+        self.layers.append(QLayer(lay, table, None, None,
+                                  kind=kind or node.op_type.lower()))
+        return QTensor(lay.name, sy, zy, x.shape, x.view, x.heads)
 
     def max_pool(self, node, x: QTensor):
         a = _attrs(node)
@@ -323,15 +411,6 @@ class _Reader:
                                   self.requant(scale / weight, zy, node), kind="global_pool"))
         return QTensor(lay.name, sy, zy, (1, 1, c))
 
-    def view(self, node, x: QTensor):
-        """``Flatten`` / ``Reshape`` of a 1x1 map to a vector: the same bytes."""
-        h, w, _ = x.shape
-        if (h, w) != (1, 1):
-            raise UnsupportedOperatorError(
-                f"{node.name}: {node.op_type} of a {h}x{w} map; the executor flattens 1x1 maps",
-                {node.op_type: 1})
-        return x
-
     # ------------------------------------------------------------------ formats
 
     def qdq_finish(self, node, out, sy: float, zy: int) -> QTensor:
@@ -355,6 +434,11 @@ class _Reader:
             w, sw = self.const(ins[1], op_node)
             bias, sb = self.const(ins[2], op_node) if len(ins) > 2 and ins[2] else (None, 1.0)
             return self.conv(op_node, x, w, sw, bias, sb, sy, zy)
+        if t == "Gather":
+            return self.gather(op_node, sy, zy)
+        if t in ("Gemm", "MatMul") and ins[1] in self.dq:
+            return self.attention(op_node, self.activation(ins[0], op_node),
+                                  self.activation(ins[1], op_node), sy, zy)
         if t in ("Gemm", "MatMul"):
             a = _attrs(op_node)
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
@@ -362,29 +446,83 @@ class _Reader:
                                                {t: 1})
             x = self.activation(ins[0], op_node)
             w, sw = self.const(ins[1], op_node)
+            if sw is None:
+                raise UnsupportedOperatorError(f"{op_node.name}: float weights {ins[1]!r}; "
+                                               "quantize the model's weights", {t: 1})
             w = w.T if a.get("transB", 0) else w
             bias, sb = self.const(ins[2], op_node) if len(ins) > 2 and ins[2] else (None, 1.0)
             return self.dense(op_node, x, w, sw, bias, sb, sy, zy)
-        if t == "Add":
-            return self.add(op_node, self.activation(ins[0], op_node),
-                            self.activation(ins[1], op_node), sy, zy)
-        if t == "Mul":
-            return self.mul(op_node, self.activation(ins[0], op_node),
-                            self.activation(ins[1], op_node), sy, zy)
-        if t in UNARY or t == "Clip":
-            x = self.activation(ins[0], op_node)
-            if t == "Clip":
-                lo, hi = self._clip_bounds(op_node)
-                return self._clip_lut(op_node, x, lo, hi, sy, zy)
-            return self.lut(op_node, x, sy, zy)
+        if t in ("Add", "Mul"):
+            ops = []
+            for name in ins[:2]:
+                ops.append(self.dq.get(name) or name)
+            like = next((o for o in ops if isinstance(o, QTensor)), None)
+            if like is None:
+                raise UnsupportedOperatorError(f"{op_node.name}: {t} of two constants", {t: 1})
+            a, b = (o if isinstance(o, QTensor) else self.const_operand(o, op_node, like)
+                    for o in ops)
+            return (self.add if t == "Add" else self.mul)(op_node, a, b, sy, zy)
+        if t == "Softmax":
+            return self.softmax(op_node, self.activation(ins[0], op_node), sy, zy)
+        if t == "LayerNormalization":
+            return self.layer_norm(op_node, self.activation(ins[0], op_node), sy, zy)
         if t == "GlobalAveragePool":
             return self.global_pool(op_node, self.activation(ins[0], op_node), sy, zy)
-        x = self.activation(ins[0], op_node)  # MaxPool, Flatten, Reshape: same parameters
+        x = self.activation(ins[0], op_node)  # MaxPool, Flatten, Reshape, Transpose
         if not (_same(x.scale, sy) and x.zp == zy):
             raise UnsupportedOperatorError(
                 f"{op_node.name}: {t} requantizes ({x.scale:.4g}, {x.zp}) -> ({sy:.4g}, {zy})",
                 {t: 1})
         return self.max_pool(op_node, x) if t == "MaxPool" else self.view(op_node, x)
+
+    def gather(self, node, sy: float, zy: int):
+        """The token embedding: rows of a quantized table at the input ids (gathered on
+        the host: the network's input is the ``[1, 1, S, D]`` map of embeddings)."""
+        table_name, ids = node.input[0], node.input[1]
+        if table_name not in self.consts or _attrs(node).get("axis", 0) != 0:
+            raise UnsupportedOperatorError(f"{node.name}: a Gather that is not an embedding "
+                                           "lookup of a quantized table", {"Gather": 1})
+        raw, scale, zp = self.consts[table_name]
+        shift = 128 if raw.dtype == np.int8 else 0
+        if not (_same(scale, sy) and zp + shift == zy) or raw.ndim != 2:
+            raise UnsupportedOperatorError(f"{node.name}: the embedding is requantized",
+                                           {"Gather": 1})
+        inp = next(i for i in self.graph.input if i.name == ids)
+        dims = [d.dim_value or None for d in inp.type.tensor_type.shape.dim]
+        if len(dims) != 2 or not dims[1] or dims[0] not in (1, None):
+            raise ModelError(f"input {ids} is not [1, S] token ids: dims {dims}")
+        self.embedding = (raw.astype(np.int32) + shift).astype(np.uint8)
+        self.input_q = QTensor("input", sy, zy, (1, dims[1], raw.shape[1]), "seq")
+        self.input_name = ids
+        return self.input_q
+
+    def view(self, node, x: QTensor):
+        """``Flatten`` / ``Reshape`` / ``Transpose``: the same bytes seen as another ONNX
+        tensor (a 1x1 map flattened; a sequence split into heads and back)."""
+        t = node.op_type
+        h, w, c = x.shape
+        if t == "Flatten" or (t == "Reshape" and (h, w) == (1, 1) and x.view is None):
+            if (h, w) != (1, 1):
+                raise UnsupportedOperatorError(
+                    f"{node.name}: {t} of a {h}x{w} map; the executor flattens 1x1 maps", {t: 1})
+            return x
+        if t == "Reshape":
+            target = [int(v) for v in self.inits.get(node.input[1], np.array([]))]
+            if x.view in ("seq", None) and len(target) == 4 and target[2] > 0 and \
+                    target[3] > 0 and target[2] * target[3] == c:
+                return QTensor(x.layer, x.scale, x.zp, x.shape, "split", target[2])
+            if x.view in ("seq", "split") and len(target) in (2, 3) and target[-1] == c:
+                return QTensor(x.layer, x.scale, x.zp, x.shape, "seq", 0)
+        if t == "Transpose":
+            perm = list(_attrs(node).get("perm", []))
+            moves = {("split", (0, 2, 1, 3)): "heads", ("heads", (0, 2, 1, 3)): "split",
+                     ("split", (0, 2, 3, 1)): "headsT"}
+            view = moves.get((x.view, tuple(perm)))
+            if view:
+                return QTensor(x.layer, x.scale, x.zp, x.shape, view, x.heads)
+        raise UnsupportedOperatorError(
+            f"{node.name}: a {t} the executor cannot read as a view of its {x.shape} map "
+            f"({x.view or 'plain'})", {t: 1})
 
     def _clip_bounds(self, node):
         a = _attrs(node)
@@ -393,15 +531,6 @@ class _Reader:
         hi = self._clip_max(node)
         return lo, np.inf if hi is None else hi
 
-    def _clip_lut(self, node, x: QTensor, lo, hi, sy, zy):
-        real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
-        y = np.rint(np.clip(real, lo, hi) / np.float32(sy)) + zy
-        table = np.clip(y, 0, 255).astype(np.uint8)
-        h, w, c = x.shape
-        lay = Layer(self.name(node, "lut"), "lut", (x.layer,), h, w, c, c)
-        self.layers.append(QLayer(lay, table, None, None, kind="clip"))
-        return QTensor(lay.name, sy, zy, x.shape)
-
     def _clip_max(self, node):
         if len(node.input) > 2 and node.input[2]:
             return float(self.inits[node.input[2]].reshape(())) if node.input[2] in self.inits \
@@ -409,14 +538,53 @@ class _Reader:
         return _attrs(node).get("max")
 
     def const(self, name: str, node):
-        """An integer constant behind a ``DequantizeLinear``: ``(values, scale)``."""
+        """A constant operand of a conv or FC: ``(integer values, scale)`` behind a
+        ``DequantizeLinear`` (8-bit weights minus their zero point, checked to fit int8;
+        an int32 bias minus its zero point), or ``(float values, None)`` for a float
+        initializer (a bias the quantizer left in float)."""
         if name in self.consts:
-            return self.consts[name]
-        if name in self.inits:
-            raise UnsupportedOperatorError(
-                f"{node.name}: float constant {name!r}; quantize the model's weights "
-                "(tvm_cocopie.ptq.quantize_onnx)", {node.op_type: 1})
+            raw, scale, zp = self.consts[name]
+            values = raw.astype(np.int64) - zp
+            if raw.dtype in (np.int8, np.uint8) and (values.min() < -128 or values.max() > 127):
+                raise UnsupportedOperatorError(
+                    f"{node.name}: weights minus their zero point {zp} leave int8; quantize "
+                    "weights as symmetric int8 (weight_type=QInt8)", {node.op_type: 1})
+            return values, scale
+        if name in self.inits and self.inits[name].dtype.kind == "f":
+            return self.inits[name].astype(np.float64), None
         raise ModelError(f"{node.name}: {name!r} is computed; the executor needs constant weights")
+
+    def const_real(self, name: str):
+        """The real values of a constant (dequantized, or a float initializer), else None."""
+        if name in self.consts:
+            raw, scale, zp = self.consts[name]
+            return ((raw.astype(np.float32) - np.float32(zp)) * np.float32(scale))
+        if name in self.inits and self.inits[name].dtype.kind == "f":
+            return self.inits[name].astype(np.float32)
+        return None
+
+    def const_operand(self, name: str, node, like: QTensor) -> QTensor:
+        """A quantized constant operand of an add/product as a network constant (uint8
+        NHWC): a per-channel vector broadcast over the map, or a whole map."""
+        if name not in self.consts or self.consts[name][0].dtype not in (np.int8, np.uint8):
+            raise UnsupportedOperatorError(
+                f"{node.name}: {node.op_type} with a constant {name!r} that is not 8-bit "
+                "quantized", {node.op_type: 1})
+        raw, scale, zp = self.consts[name]
+        shift = 128 if raw.dtype == np.int8 else 0
+        h, w, c = like.shape
+        flat = raw.astype(np.int32) + shift
+        if flat.size == c:
+            shape = (1, 1, c)
+        elif flat.size == h * w * c and like.view in (None, "seq") and raw.shape[-1] == c:
+            shape = (h, w, c)
+        else:
+            raise UnsupportedOperatorError(
+                f"{node.name}: {node.op_type} with a constant of shape {list(raw.shape)} against "
+                f"a {like.shape} map", {node.op_type: 1})
+        key = f"const{len(self.constants)}"
+        self.constants[key] = flat.reshape(1, *shape).astype(np.uint8)
+        return QTensor(key, scale, zp + shift, shape, like.view, like.heads)
 
     def qoperator(self, node) -> QTensor:
         t, ins = node.op_type, list(node.input) + [""] * 9
@@ -432,8 +600,10 @@ class _Reader:
             return step(node, self.q_in(ins[0], node), self.q_in(ins[3], node),
                         float(sc(ins[6], node, "scale")), self.zero_point(ins[7], node))
         if t in ("QLinearSigmoid", "QLinearLeakyRelu"):
+            op = t[len("QLinear"):]
             return self.lut(node, self.q_in(ins[0], node), float(sc(ins[3], node, "scale")),
-                            self.zero_point(ins[4], node), t[len("QLinear"):])
+                            self.zero_point(ins[4], node),
+                            [lambda v: UNARY[op](v, _attrs(node))], op.lower())
         if t == "QLinearGlobalAveragePool":
             if _attrs(node).get("channels_last", 0):
                 raise UnsupportedOperatorError(f"{node.name}: channels_last pooling", {t: 1})
@@ -456,7 +626,7 @@ class _Reader:
             b = self.inits.get(bias) if bias else None
             return self.dense(node, x, w, sw, b, x.scale * sw, float(sc(y_s, node, "scale")),
                               self.zero_point(y_z, node))
-        x = self.q_in(ins[0], node)  # MaxPool / Flatten / Reshape on the integers
+        x = self.q_in(ins[0], node)  # MaxPool / Flatten / Reshape / Transpose on the integers
         return self.max_pool(node, x) if t == "MaxPool" else self.view(node, x)
 
     def q_in(self, name: str, node) -> QTensor:
@@ -490,32 +660,35 @@ class _Reader:
             if t == "QuantizeLinear" and ins[0] in graph_inputs:
                 self.q[node.output[0]] = self.image(node)
             elif t == "QuantizeLinear":
-                if ins[0] not in self.pending:
+                sy = float(self.scalar(ins[1], node, "scale"))
+                zy = self.zero_point(ins[2] if len(ins) > 2 else None, node)
+                if ins[0] in self.chains:
+                    x, funcs, kind = self.chains.pop(ins[0])
+                    out = self.lut(node, x, sy, zy, funcs, kind)
+                elif ins[0] in self.pending:
+                    out = self.qdq_finish(node, ins[0], sy, zy)
+                else:
                     raise UnsupportedOperatorError(
                         f"{node.name}: QuantizeLinear of {ins[0]!r}, which no quantizable "
                         "operator produced", {t: 1})
-                self.q[node.output[0]] = self.qdq_finish(
-                    node, ins[0], float(self.scalar(ins[1], node, "scale")),
-                    self.zero_point(ins[2] if len(ins) > 2 else None, node))
-                self.tensor_names.setdefault(self.q[node.output[0]].layer, node.output[0])
+                self.q[node.output[0]] = out
+                self._name(out, node.output[0])
             elif t == "DequantizeLinear" and ins[0] in self.inits:
                 zp = ins[2] if len(ins) > 2 and ins[2] else None
-                values = self.inits[ins[0]]
-                if values.dtype in (np.int8, np.uint8):
-                    self.consts[node.output[0]] = self.weights(ins[0], ins[1], zp, node)
-                else:  # an int32 bias
-                    self.consts[node.output[0]] = (
-                        values.astype(np.int64) - (int(self.scalar(zp, node, "zero point"))
-                                                   if zp else 0),
-                        float(self.scalar(ins[1], node, "scale")))
+                self.consts[node.output[0]] = (
+                    self.inits[ins[0]], float(self.scalar(ins[1], node, "scale")),
+                    int(self.scalar(zp, node, "zero point")) if zp else 0)
             elif t == "DequantizeLinear":
                 self.dq[node.output[0]] = self.q_in(ins[0], node)
             elif t in ("Relu", "Clip") and ins[0] in self.pending and self._foldable(ins[0]):
                 op_node, _ = self.pending.pop(ins[0])
                 self.pending[node.output[0]] = (op_node, node)
-            elif t in QOPERATOR_OPS or (t in ("MaxPool", "Flatten", "Reshape") and ins[0] in self.q):
+            elif t in QOPERATOR_OPS or (t in ("MaxPool", "Flatten", "Reshape", "Transpose")
+                                        and ins[0] in self.q):
                 self.q[node.output[0]] = self.qoperator(node)
-                self.tensor_names.setdefault(self.q[node.output[0]].layer, node.output[0])
+                self._name(self.q[node.output[0]], node.output[0])
+            elif self._chain_step(node):
+                continue
             elif t in QDQ_OPS:
                 self.pending[node.output[0]] = (node, None)
             else:
@@ -523,6 +696,45 @@ class _Reader:
                     f"{node.name} ({t}) on {list(ins)} is outside the quantized graph",
                     {t: 1})
         return self.network()
+
+    def _name(self, t: QTensor, onnx_name: str) -> None:
+        if t.layer != "input" and not t.layer.startswith("const"):
+            self.tensor_names.setdefault(t.layer, (onnx_name, t.view, t.heads))
+
+    def _chain_step(self, node) -> bool:
+        """A unary float function of a dequantized tensor (or of such a chain): kept to
+        become one lookup table at the next QuantizeLinear. Binary operators count when
+        the other operand is a scalar constant (``x / 1.41``, ``x + 1``)."""
+        t, ins = node.op_type, list(node.input)
+        if t in UNARY or t == "Clip":
+            src = ins[0]
+            if t == "Clip":
+                lo, hi = self._clip_bounds(node)
+                f = (lambda v, lo=lo, hi=hi: np.clip(v, np.float32(lo), np.float32(hi)))
+            else:
+                attrs = _attrs(node)
+                f = (lambda v, t=t, a=attrs: UNARY[t](v, a))
+        elif t in SCALAR_BINARY and len(ins) == 2:
+            scalars = [self.const_real(n) for n in ins]
+            k = next((i for i, v in enumerate(scalars) if v is not None and v.size == 1), None)
+            if k is None:
+                return False
+            src, c = ins[1 - k], np.float32(scalars[k].reshape(()))
+            op = SCALAR_BINARY[t]
+            f = ((lambda v, c=c, op=op: op(v, c)) if k == 1 else
+                 (lambda v, c=c, op=op: op(np.full_like(v, c), v)))
+        else:
+            return False
+        name = {"Add": "x+c", "Sub": "x-c", "Mul": "x*c", "Div": "x/c"}.get(t, t.lower())
+        if src in self.dq:
+            base, funcs, kind = self.dq[src], [], name
+        elif src in self.chains:
+            base, funcs, kind = self.chains.pop(src)
+            kind = f"{kind},{name}"
+        else:
+            return False
+        self.chains[node.output[0]] = (base, [*funcs, f], kind)
+        return True
 
     def _foldable(self, name: str) -> bool:
         """Whether a Relu/Clip after the pending op ``name`` folds into its output range
@@ -538,9 +750,11 @@ class _Reader:
             listed = ", ".join(f"{op} ({len(v)})" for op, v in sorted(bad.items()))
             raise UnsupportedOperatorError(
                 f"the Hexagon executor does not run: {listed}. It runs convolutions (dense, "
-                "depthwise), adds, max and global average pools, fully connected layers and "
-                "flatten, quantized as QDQ or QOperator", bad)
+                "depthwise), adds, products, max and global average pools, fully connected "
+                "layers, flatten and the unary activations "
+                f"{', '.join(sorted(UNARY))} and Clip, quantized as QDQ or QOperator", bad)
         if self.graph.node and not any(n.op_type == "QuantizeLinear" for n in self.graph.node):
+            # (a float model: it has no quantized tensor to start from)
             raise ModelError("the model has no QuantizeLinear on its input; it is not a quantized "
                              "model (tvm_cocopie.ptq.quantize_onnx quantizes a float one)")
 
@@ -557,7 +771,8 @@ class _Reader:
                 f"the output {name!r} is not the last layer's; the executor returns the last "
                 "layer", {})
         return QNetwork(self.layers, None, self.input_q.scale, out.scale, self.input_q.zp, out.zp,
-                        self.input_name, out.shape, self.tensor_names)
+                        self.input_name, out.shape, self.tensor_names, self.constants,
+                        self.embedding, self.input_q.shape)
 
 
 def read_quantized(model, image_size: int | None = None) -> QNetwork:

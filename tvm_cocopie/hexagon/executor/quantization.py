@@ -50,17 +50,29 @@ class QNetwork:
     #: the ONNX model's input name and the output's ``(h, w, c)``, when read from a file
     input_name: str = "input"
     output_shape: tuple = ()
-    #: layer name -> the ONNX tensor holding its integer output (a file's network)
+    #: layer name -> ``(ONNX tensor holding its integer output, view)`` (a file's network;
+    #: the view says how the ONNX tensor maps onto the NHWC map: :func:`.qonnx.to_nhwc`)
     tensor_names: dict = field(default_factory=dict)
+    #: constant operands (name -> uint8 NHWC array), named in layers' inputs
+    constants: dict = field(default_factory=dict)
+    #: a token embedding table (uint8 ``[vocab, D]``): the input is token ids, gathered
+    #: into the ``[1, 1, S, D]`` map on the host
+    embedding: np.ndarray | None = None
+    #: ``(h, w, c)`` of the input map (default: the first layer's)
+    input_shape: tuple | None = None
 
     @property
     def image_q(self) -> np.ndarray:
         """The input image quantized to uint8 with the input scale and zero point (ties
-        to even, as ONNX's ``QuantizeLinear``)."""
+        to even, as ONNX's ``QuantizeLinear``); token ids gathered from the embedding."""
         return self.quantize_input(self.image)
 
     def quantize_input(self, image) -> np.ndarray:
-        """A float NHWC ``image`` quantized as the network's input."""
+        """A float NHWC ``image`` quantized as the network's input (token ids: their
+        embedding rows, already quantized)."""
+        if self.embedding is not None:
+            ids = np.asarray(image).reshape(-1)
+            return self.embedding[ids][None, None]
         q = np.rint(np.asarray(image, dtype=np.float32) / np.float32(self.input_scale))
         return np.clip(q + self.input_zero_point, 0, 255).astype(np.uint8)
 
@@ -152,7 +164,7 @@ def quantize(layers, seed: int = 0, weights: dict | None = None) -> QNetwork:
 
 
 def _forward(net: QNetwork, image, step):
-    acts, prev = {"input": image}, "input"
+    acts, prev = {"input": image, **net.constants}, "input"
     for q in net.layers:
         srcs = layer_sources(q.layer, prev)
         acts[q.layer.name] = step(q, *(acts[n] for n in srcs))
@@ -168,8 +180,10 @@ def reference_step(q: QLayer, x, other=None):
     if lay.op == "dwconv":
         return reference.qdepthwise_conv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p,
                                                 q.pad_value)
-    if lay.op in ("add", "mul"):
+    if lay.op in ("add", "mul", "attention"):
         return q.rq.numpy(x, other)
+    if lay.op in ("softmax", "layernorm"):
+        return q.rq.numpy(x)
     if lay.op == "lut":
         return q.weights[x]
     return reference.maxpool_nhwc(x, lay.k, lay.s, lay.p)

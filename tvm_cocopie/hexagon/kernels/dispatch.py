@@ -9,7 +9,7 @@ from ...topi.int8.hvx import descriptor, geometry_of
 from ...topi.int8.layouts import LAYOUT_OF
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
-from .elementwise import dense_kernel, lut_kernel, mul_kernel
+from .elementwise import add_kernel, dense_kernel, lut_kernel, mul_kernel
 from .regrid import regrid_copy_kernel
 from .shift_copy import shift_copy_kernel
 
@@ -65,6 +65,12 @@ def hvx_kernel(func):
         shapes = [tuple(int(d) for d in buf.shape) for buf in func.params]
         kernel = mul_kernel(shapes[0], shapes[1], MulRequant(za, zb, Requant(m, shift, zp)),
                             desc["broadcast"])
+    elif op == "add":
+        from ...topi.int8.compute import AddRequant
+
+        shapes = [tuple(int(d) for d in buf.shape) for buf in func.params]
+        kernel = add_kernel(shapes[0], shapes[1], AddRequant(*desc["rq"]),
+                            desc.get("broadcast", False))
     elif op == "dense":
         kernel = dense_kernel(desc["variant"], desc["src"][0], tuple(desc["src"][1]), desc["k"],
                               desc["o"], Requant(*desc["rq"]))
@@ -77,7 +83,7 @@ def hvx_kernel(func):
         _, shape, h, w, c, wq = desc["src"]
         kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c,
                                     desc.get("pad_value", 0))
-    elif op in ("regrid", "add", "maxpool"):
+    elif op in ("regrid", "maxpool"):
         kernel = vectorize_inner(func)
     else:
         return None

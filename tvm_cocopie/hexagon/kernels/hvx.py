@@ -148,3 +148,18 @@ def vlut32_or(vx, vu, vv, rt):
 def vrmpybusv_acc(vx, vu, vv):
     """``Vx.w += vrmpy(Vu.ub, Vv.b)``: ``Vx.w[i] += sum_j Vu.ub[4i+j] * Vv.b[4i+j]`` (exact)."""
     return _intrin(VEC, "vrmpybusv.acc", vx, vu, vv)
+
+
+def vmpyhv_acc(vxx, vu, vv):
+    """``Vxx.w += vmpy(Vu.h, Vv.h)`` (lanes as :func:`vmpyhv`)."""
+    return _intrin(PAIR, "vmpyhv.acc", vxx, vu, vv)
+
+
+def vaddw(vu, vv):
+    """``Vd.w = vadd(Vu.w, Vv.w)`` (wrapping)."""
+    return _intrin(VEC, "vaddw", vu, vv)
+
+
+def vasrw(vu, shift: int):
+    """``Vd.w = vasr(Vu.w, Rt)``: arithmetic shift right of each word."""
+    return _intrin(VEC, "vasrw", vu, tirx.const(shift, "int32"))

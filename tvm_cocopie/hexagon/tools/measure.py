@@ -240,19 +240,24 @@ def tvm_vrmpy_ms_conv(h, w_, c, o, kernel, stride, pad, trials, seed=0, timeout=
 def stock_network(net, timeout=None) -> dict:
     """Packets of stock TVM's lowering of a whole quantized network (an executor
     :class:`~tvm_cocopie.hexagon.executor.QNetwork`): every layer the unscheduled NHWC TE
-    compute of :mod:`tvm_cocopie.topi.int8.compute` with the same integers (weights,
-    folded bias, requantization, zero-point padding), run in order as one program under
-    ``qemu-hexagon`` and checked bit for bit against the numpy reference of the network.
+    compute of :mod:`tvm_cocopie.topi.int8.compute` / :mod:`~tvm_cocopie.topi.int8.sequence`
+    with the same integers (weights, folded bias, requantization, zero-point padding,
+    tables), run in order as one program under ``qemu-hexagon`` and checked bit for bit
+    against the numpy reference of the network.
 
     Returns ``{"packets", "packets_by_layer", "exact"}``."""
+    from ...topi.int8 import sequence
     from ..executor.quantization import layer_sources, reference_forward
 
-    funcs, calls, inputs = {}, [], {"image": net.image_q}
-    tensors, prev = {"input": "image"}, "input"
+    funcs, calls, inputs = {}, [], {"image": net.image_q, **net.constants}
+    tensors = {"input": "image", **{k: k for k in net.constants}}
+    shapes = {"input": net.image_q.shape, **{k: v.shape for k, v in net.constants.items()}}
+    prev = "input"
     for i, q in enumerate(net.layers):
         lay = q.layer
-        srcs = [tensors[s] for s in layer_sources(lay, prev)]
-        out = f"t{i}"
+        names = list(layer_sources(lay, prev))
+        srcs = [tensors[s] for s in names]
+        out, shape = f"t{i}", (1, *lay.out_hw, lay.o)
         if lay.op in ("conv", "dwconv"):
             funcs[f"l{i}"] = int8_compute.qconv2d_func(
                 lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.rq, lay.op == "dwconv",
@@ -260,24 +265,32 @@ def stock_network(net, timeout=None) -> dict:
             inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
             args = [srcs[0], f"w{i}", f"b{i}", out]
         elif lay.op == "add":
-            funcs[f"l{i}"] = int8_compute.qadd_func((1, *lay.out_hw, lay.o), q.rq)
+            funcs[f"l{i}"] = int8_compute.qadd_func(shape, q.rq, shapes[names[1]])
             args = [*srcs, out]
         elif lay.op == "mul":
-            b = next(x for x in net.layers if x.layer.name == lay.inputs[1]).layer \
-                if lay.inputs[1] != "input" else None
-            b_hw = b.out_hw if b is not None else (lay.h, lay.w)
-            funcs[f"l{i}"] = int8_compute.mul_func((1, lay.h, lay.w, lay.c), (1, *b_hw, lay.c),
-                                                   q.rq)
+            funcs[f"l{i}"] = int8_compute.mul_func(shape, shapes[names[1]], q.rq)
             args = [*srcs, out]
         elif lay.op == "lut":
-            funcs[f"l{i}"] = int8_compute.lut_func((1, lay.h, lay.w, lay.c))
+            funcs[f"l{i}"] = int8_compute.lut_func(shape)
             inputs[f"t{i}_table"] = q.weights
             args = [srcs[0], f"t{i}_table", out]
+        elif lay.op == "attention":
+            funcs[f"l{i}"] = sequence.attention_func(q.rq, *(shapes[n] for n in names))
+            args = [*srcs, out]
+        elif lay.op == "softmax":
+            funcs[f"l{i}"] = sequence.softmax_func(q.rq, shape)
+            inputs[f"e{i}"] = np.asarray(q.rq.exp_table, np.int32)
+            args = [srcs[0], f"e{i}", out]
+        elif lay.op == "layernorm":
+            funcs[f"l{i}"] = sequence.layernorm_func(q.rq, shape)
+            inputs[f"g{i}"] = np.asarray(q.rq.gain, np.int64)
+            inputs[f"o{i}"] = np.asarray(q.rq.offset, np.int64)
+            args = [srcs[0], f"g{i}", f"o{i}", out]
         else:
             funcs[f"l{i}"] = int8_compute.maxpool_func(lay.h, lay.w, lay.c, lay.k, lay.s, lay.p)
             args = [srcs[0], out]
         calls.append((f"l{i}", args))
-        tensors[lay.name] = out
+        tensors[lay.name], shapes[lay.name] = out, shape
         prev = lay.name
     res = runner.run(funcs, calls, inputs, [tensors[prev]], count_packets=True, timeout=timeout)
     ref = reference_forward(net)

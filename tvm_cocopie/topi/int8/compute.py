@@ -335,13 +335,18 @@ def qconv2d_func(h, w_, c, o, kernel, stride, pad, rq: Requant, depthwise=False,
     return te.create_prim_func([x, wt, b, y])
 
 
-def qadd_func(shape: tuple, arq: AddRequant):
-    """A PrimFunc ``(a, b, y)`` of :class:`AddRequant` on two uint8 tensors of ``shape``."""
+def qadd_func(shape: tuple, arq: AddRequant, b_shape: tuple | None = None):
+    """A PrimFunc ``(a, b, y)`` of :class:`AddRequant` on uint8 NHWC tensors, ``b`` of
+    ``shape`` or ``(1, 1, 1, C)`` (a per-channel vector broadcast over the pixels)."""
     from tvm import te
 
     a = te.placeholder(shape, "uint8", name="a")
-    b = te.placeholder(shape, "uint8", name="b")
-    return te.create_prim_func([a, b, te.compute(shape, lambda *i: arq.te(a[i], b[i]), name="y")])
+    b = te.placeholder(b_shape or shape, "uint8", name="b")
+    full = tuple(b_shape or shape) == tuple(shape)
+    y = te.compute(shape, lambda n, i, j, c: arq.te(a[n, i, j, c],
+                                                    b[n, i, j, c] if full else b[0, 0, 0, c]),
+                   name="y")
+    return te.create_prim_func([a, b, y])
 
 
 def mul_func(shape: tuple, b_shape: tuple, mrq: MulRequant):
