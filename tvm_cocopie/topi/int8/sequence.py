@@ -12,11 +12,13 @@ arithmetic in int64) and a TE compute on the NHWC maps that equals it bit for bi
 - :class:`AttentionProduct`: ``rq(sum (a - za) * (b - zb))`` for ``Q K^T`` per head
   (``kind="qk"``) and ``P V`` per head (``kind="pv"``);
 - :class:`Softmax`: per row and segment, ``e = EXP[max - x]`` from a 256-entry table of
-  ``round(2**16 * exp(-d * sx))``, ``y = zy + round(e * 2**k / (sum(e) * sy * 2**k))``
-  with ``1 / sy`` as a 15-bit fixed-point multiplier -- integer divisions only;
+  ``round(2**16 * exp(-d * sx))``, ``y = zy + round(e * m * floor(2**40 / sum(e)) /
+  2**(40 + k))`` with ``1 / sy = m / 2**k`` a 15-bit fixed-point multiplier: one integer
+  division per row;
 - :class:`LayerNorm`: per row, integer sums of ``xc = x - zx`` and ``xc**2``, the integer
-  square root of ``D * sum(xc**2) - sum(xc)**2`` (bit by bit), the normalized value in
-  Q15 and ``gamma / sy``, ``beta / sy`` as fixed-point per-channel constants.
+  square root of ``D * sum(xc**2) - sum(xc)**2`` (bit by bit) and its reciprocal (one
+  division per row), the normalized value in Q15 and ``gamma / sy``, ``beta / sy`` as
+  fixed-point per-channel constants.
 
 They agree with ONNX Runtime's float kernels within a quantization step (stated and
 measured per layer in :mod:`tvm_cocopie.hexagon.executor.model`).
@@ -36,6 +38,9 @@ EXP_BITS = 16
 NORM_BITS = 15
 #: Bits of the integer square root (``D * sum(xc**2)`` stays under ``2**62``).
 SQRT_BITS = 31
+#: Per-row reciprocals ``floor(2**RECIP_BITS / d)``: one division per row, then
+#: multiplications (a per-element 64-bit division is a library call on Hexagon).
+RECIP_BITS = 40
 
 
 def _fixed(value: float, bits: int = 15) -> tuple:
@@ -123,9 +128,9 @@ class Softmax:
         shape = x.shape
         seg = x.reshape(-1, self.length).astype(np.int64)
         e = np.asarray(self.exp_table, np.int64)[seg.max(1, keepdims=True) - seg]
-        total = e.sum(1, keepdims=True)
-        den = total << self.inv_k
-        y = (2 * e * self.inv_m + den) // (2 * den) + self.zy
+        recip = (1 << RECIP_BITS) // e.sum(1, keepdims=True)
+        sh = RECIP_BITS + self.inv_k
+        y = ((e * self.inv_m * recip + (1 << (sh - 1))) >> sh) + self.zy
         return np.clip(y, 0, 255).astype(np.uint8).reshape(shape)
 
     def te(self, x, table):
@@ -146,12 +151,15 @@ class Softmax:
 
         total = te.compute(seg_shape, lambda n, i, j, g: te.sum(
             e_of(n, i, j, g * self.length + r2, g), axis=r2), name="total")
+        recip = te.compute(seg_shape, lambda *i: tirx.floordiv(
+            tirx.const(1 << RECIP_BITS, "int64"), total[i]), name="recip")
+        sh = RECIP_BITS + self.inv_k
 
         def body(n, i, j, ch):
             g = ch // self.length
-            den = total[n, i, j, g] << tirx.const(self.inv_k, "int64")
-            num = e_of(n, i, j, ch, g) * tirx.const(2 * self.inv_m, "int64") + den
-            y = tirx.floordiv(num, den * tirx.const(2, "int64")) + tirx.const(self.zy, "int64")
+            num = e_of(n, i, j, ch, g) * tirx.const(self.inv_m, "int64") * recip[n, i, j, g]
+            y = ((num + tirx.const(1 << (sh - 1), "int64")) >> tirx.const(sh, "int64")) + \
+                tirx.const(self.zy, "int64")
             return tirx.max(tirx.min(y, tirx.const(255, "int64")),
                             tirx.const(0, "int64")).astype("uint8")
 
@@ -192,8 +200,8 @@ class LayerNorm:
         d = xc.shape[-1]
         s1 = xc.sum(-1, keepdims=True)
         v = d * (xc * xc).sum(-1, keepdims=True) - s1 * s1 + self.eps
-        root = np.maximum(_isqrt_np(v), 1)
-        n = ((d * xc - s1) << NORM_BITS) // root  # floor, Q15
+        recip = (1 << RECIP_BITS) // np.maximum(_isqrt_np(v), 1)
+        n = ((d * xc - s1) * recip) >> (RECIP_BITS - NORM_BITS)  # Q15
         g, b = np.asarray(self.gain, np.int64), np.asarray(self.offset, np.int64)
         y = ((n * g + b + (1 << (self.shift - 1))) >> self.shift) + self.zy
         return np.clip(y, 0, 255).astype(np.uint8)
@@ -228,11 +236,13 @@ class LayerNorm:
         for bit in range(SQRT_BITS - 1, -1, -1):  # bit by bit: the largest r with r*r <= v
             root = sqrt_step(root, bit)
 
+        recip = te.compute(row, lambda *i: tirx.floordiv(
+            tirx.const(1 << RECIP_BITS, "int64"), tirx.max(root[i], tirx.const(1, "int64"))),
+            name="recip")
+
         def body(n, i, j, ch):
-            den = tirx.max(root[n, i, j, 0], tirx.const(1, "int64"))
-            num = (tirx.const(d, "int64") * xc(n, i, j, ch) - s1[n, i, j, 0]) << tirx.const(
-                NORM_BITS, "int64")
-            q = tirx.floordiv(num, den)
+            num = (tirx.const(d, "int64") * xc(n, i, j, ch) - s1[n, i, j, 0]) * recip[n, i, j, 0]
+            q = num >> tirx.const(RECIP_BITS - NORM_BITS, "int64")
             y = (q * gain[ch] + offset[ch] + tirx.const(1 << (self.shift - 1), "int64")) >> \
                 tirx.const(self.shift, "int64")
             y = y + tirx.const(self.zy, "int64")
