@@ -125,6 +125,9 @@ def parse_args(argv=None):
     p.add_argument("--model-size", type=int, default=32,
                    help="input size of the whole models (32: the emulator runs stock TVM's "
                    "scalar code at ~2M packets/s)")
+    p.add_argument("--models-only", action="store_true", help="only the whole models")
+    p.add_argument("--seq", type=int, default=32,
+                   help="sequence length of the BERT-style encoder (32; its default is 128)")
     p.add_argument("--model-cache", help="stock TVM packets per quantized model (resume); "
                    "default in the cache folder")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulated run")
@@ -215,7 +218,7 @@ def main(argv=None) -> int:
     convs = [] if args.no_conv else QUICK_CONVS if args.quick else FULL_CONVS
     t = {"timeout": args.timeout}
     records: list = []
-    if args.resnet_only:
+    if args.resnet_only or args.models_only:
         sizes, convs = [], []
     for s in sizes:
         for v in VARIANTS:
@@ -234,9 +237,10 @@ def main(argv=None) -> int:
             if src is not dst and (src is None or dst is None or not args.quick):
                 _measure(records, measure.layout_transform, src, dst, m, m, **t)
 
-    resnet = {} if args.no_resnet else resnet_convs(records, args, t)
-    selection_summary = {} if args.resnet_only else global_vs_local()
-    network = {} if args.resnet_only else run_network(records, t, args.quick)
+    only = args.models_only
+    resnet = {} if args.no_resnet or only else resnet_convs(records, args, t)
+    selection_summary = {} if args.resnet_only or only else global_vs_local()
+    network = {} if args.resnet_only or only else run_network(records, t, args.quick)
     names = ((QUICK_MODELS if args.quick else WHOLE_MODELS) if args.models is None else
              [] if args.models == "none" else args.models.split(","))
     models = whole_models(records, names, args, t) if names and not args.resnet_only else {}
@@ -567,8 +571,8 @@ def whole_models(records, names, args, t) -> dict:
         size = args.model_size
         try:
             proto = models.build(name, image_size=size)
-        except ModelError:  # a model without an image size (the encoder)
-            proto = models.build(name)
+        except ModelError:  # a sequence model (the encoder): its length instead
+            proto = models.build(name, seq=args.seq)
             size = None
         path = ptq.quantize_onnx(proto, work / f"{name}_qdq.onnx")
         stock_runner = None
@@ -591,7 +595,7 @@ def whole_models(records, names, args, t) -> dict:
             log.warning("model %s: %s", name, err)
             continue
         row.pop("quantized_model")
-        row["input_size"] = size
+        row["input_size"] = size if size else f"sequence {args.seq}"
         rows[name] = row
         records.append({"op": "model", "impl": name, "shape": row["input"],
                         "packets": row["total_packets"], "exact": row["exact"]})
@@ -716,7 +720,8 @@ def _report(table, speedups, summary) -> None:
         print(
             f"model {name} ({row['input']}): {row['total_packets']} packets, stock TVM "
             f"{row.get('stock_tvm_packets')} ({row.get('packet_ratio_vs_tvm')}x), exact="
-            f"{row['exact']}, ONNX Runtime {row['ort_agreement']}"
+            f"{row['exact']}, ONNX Runtime {row['ort_agreement']}; ONNX Runtime's own int8 "
+            f"vs float model {row.get('ort_quantized_vs_float')}"
         )
     if summary.get("models"):
         print(f"whole models: packets vs stock TVM geomean {summary['model_packet_ratio_vs_tvm']}x"

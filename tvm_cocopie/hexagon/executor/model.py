@@ -147,14 +147,34 @@ def ort_agreement(quantized_path, net, sample: dict, output: np.ndarray) -> dict
     return out
 
 
+def quantization_error(float_proto, quantized_path, net, sample: dict) -> dict:
+    """ONNX Runtime's quantized model against its float model on ``sample``, in output
+    steps: the error quantization itself makes, the yardstick for :func:`ort_agreement`
+    (a network of random weights amplifies small differences layer after layer)."""
+    import onnxruntime as ort
+
+    outs = []
+    for m in (float_proto.SerializeToString(), str(quantized_path)):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(m, opts, providers=["CPUExecutionProvider"])
+        outs.append(sess.run(None, sample)[0].astype(np.float32))
+    steps = np.abs(outs[0] - outs[1]) / np.float32(net.output_scale)
+    out = {"max_steps": round(float(steps.max()), 3), "mean_steps": round(float(steps.mean()), 4)}
+    if outs[0].ndim == 2:
+        out["argmax_agrees"] = bool(np.array_equal(outs[0].argmax(-1), outs[1].argmax(-1)))
+    return out
+
+
 def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed: int = 0,
             workdir=None, fmt: str = "qdq"):
-    """``(network, quantized path, input sample, quantized_from_float)`` of ``model``: a
+    """``(network, quantized path, input sample, float model or None)`` of ``model``: a
     float model quantized into ``workdir`` (default: a temporary folder), a quantized one
     read as it is. The sample is a deterministic input not used for calibration."""
     proto = _load(model)
     shapes = _shapes(proto, image_size)
     from_float = not qonnx.is_quantized(proto)
+    float_proto = proto if from_float else None
     if from_float:
         from ...models import sample_inputs
 
@@ -176,7 +196,7 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
               {net.input_name: np.random.default_rng(seed + 10_000)
                .standard_normal((1, c, h, w)).astype(np.float32)})
     net.image = sample[net.input_name] if net.embedding is not None else image_nhwc(sample)
-    return net, Path(path), sample, from_float
+    return net, Path(path), sample, float_proto
 
 
 def run_model(model, *, image_size: int | None = None, calibration: int = 8, seed: int = 0,
@@ -186,9 +206,10 @@ def run_model(model, *, image_size: int | None = None, calibration: int = 8, see
     ``exact`` (bit for bit against numpy), packets total / per operator class / per
     role, the plan, memory, ONNX Runtime agreement, and stock TVM's packets if
     ``stock_runner`` (``net -> {"packets", "exact"}``) is given."""
-    net, path, sample, from_float = prepare(model, image_size=image_size,
-                                            calibration=calibration, seed=seed,
-                                            workdir=workdir, fmt=fmt)
+    net, path, sample, float_proto = prepare(model, image_size=image_size,
+                                             calibration=calibration, seed=seed,
+                                             workdir=workdir, fmt=fmt)
+    from_float = float_proto is not None
     res = run_network(net, timeout=timeout)
     lay0 = net.layers[0].layer
     out = {
@@ -209,6 +230,8 @@ def run_model(model, *, image_size: int | None = None, calibration: int = 8, see
     }
     if compare_ort:
         out["ort_agreement"] = ort_agreement(path, net, sample, res.output)
+        if float_proto is not None:
+            out["ort_quantized_vs_float"] = quantization_error(float_proto, path, net, sample)
     if stock_runner is not None:
         stock = stock_runner(net, timeout=timeout)
         out["stock_tvm_packets"] = stock["packets"]
