@@ -305,3 +305,65 @@ def test_tvm_compile_runs_a_quantized_file_through_the_cocopie_pipeline(tmp_path
     ref = executor.reference_forward(net)
     assert np.array_equal(res.outputs[out].reshape(ref.shape), ref)
     assert tvm.compile(mod, target=target, relax_pipeline="cocopie") is not None
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """A one-layer BERT-style encoder (seq 8, hidden 32, 2 heads) quantized to QDQ."""
+    from tvm_cocopie import models
+
+    proto = models.build("bert_encoder", num_layers=1, hidden=32, heads=2, ffn=64, seq=8,
+                         vocab=50)
+    return proto, ptq.quantize_onnx(proto, tmp_path_factory.mktemp("enc") / "enc.onnx", count=4)
+
+
+def test_integer_softmax_and_layer_norm_track_the_float_functions():
+    from tvm_cocopie.topi.int8.sequence import LayerNorm, Softmax
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (1, 1, 6, 64)).astype(np.uint8)
+    sx, zx = 0.05, 120
+    real = (x.astype(np.float64) - zx) * sx
+    sm = Softmax.from_scales(16, sx, 1 / 255, 0)
+    seg = real.reshape(-1, 16)
+    want = np.exp(seg - seg.max(1, keepdims=True))
+    want = (want / want.sum(1, keepdims=True)).reshape(x.shape)
+    assert np.abs(sm.numpy(x) / 255 - want).max() <= 1 / 255 + 1e-9
+    gamma, beta = rng.standard_normal(64), rng.standard_normal(64) * 0.1
+    ln = LayerNorm.from_params(gamma, beta, zx, 0.03, 128, eps=1e-5, sx=sx, d=64)
+    mu, var = real.mean(-1, keepdims=True), real.var(-1, keepdims=True)
+    want = (real - mu) / np.sqrt(var + 1e-5) * gamma + beta
+    got = (ln.numpy(x).astype(np.float64) - 128) * 0.03
+    inside = np.abs(want) < 127 * 0.03  # not saturated
+    assert np.abs(got - want)[inside].max() <= 0.03 * 0.5 + 1e-3
+
+
+def test_encoder_reads_attention_as_heads_and_agrees_per_layer(tiny_encoder):
+    _, path = tiny_encoder
+    net, _, sample, _ = hexmodel.prepare(path)
+    classes = {q.op_class for q in net.layers}
+    assert {"attention", "softmax", "layernorm", "fc", "add", "mul"} <= classes
+    assert net.embedding is not None and net.input_shape == (1, 8, 32)
+    kinds = [q.rq.kind for q in net.layers if q.op_class == "attention"]
+    assert kinds == ["qk", "pv"]
+    agree = hexmodel.layer_agreement(path, net, sample)
+    assert agree["max_steps"] <= 1 and agree["differ"] < 0.1, agree
+
+
+def test_the_relax_form_refuses_what_it_cannot_express_yet(tiny_encoder):
+    from tvm_cocopie.hexagon import relax_graph
+
+    _, path = tiny_encoder
+    with pytest.raises(UnsupportedOperatorError, match="hexagon run"):
+        relax_graph.quantized_module(path)
+
+
+@pytest.mark.needs_toolchain
+def test_encoder_runs_whole_bit_exact_against_numpy_and_stock_tvm(tiny_encoder):
+    from tvm_cocopie.hexagon.tools.measure import stock_network
+
+    _, path = tiny_encoder
+    res = hexmodel.run_model(path, stock_runner=stock_network)
+    assert res["exact"] and res["stock_tvm_exact"]
+    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert res["packet_ratio_vs_tvm"] > 1.0

@@ -53,6 +53,10 @@ def emit_qconv(bb, x, q: QLayer, other=None):
     from tvm import relax
 
     lay = q.layer
+    if lay.op in ("attention", "softmax", "layernorm") or (lay.op == "pool" and not lay.k):
+        raise UnsupportedOperatorError(
+            f"{lay.name}: the int8 Relax form has no {lay.op} yet; run the network with "
+            "tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)", {lay.op: 1})
     if lay.op == "pool":
         return relax.op.nn.max_pool2d(x, lay.k, lay.s, lay.p, layout="NHWC")
     if lay.op == "add":
@@ -112,6 +116,11 @@ def relax_module(net: QNetwork):
 
 
     first = net.layers[0].layer
+    if net.constants:
+        raise UnsupportedOperatorError(
+            "the int8 Relax form has no constant operands yet (a bias or position add); run "
+            "the network with tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)",
+            {"constant": len(net.constants)})
     x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):

@@ -195,6 +195,10 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
     sample = (calibration_inputs(proto, 1, seed + 10_000)[0] if shapes is None else
               {net.input_name: np.random.default_rng(seed + 10_000)
                .standard_normal((1, c, h, w)).astype(np.float32)})
+    if net.embedding is not None:  # token ids inside the table the model gathers from
+        ids = sample[net.input_name]
+        rng = np.random.default_rng(seed + 10_000)
+        sample[net.input_name] = rng.integers(0, len(net.embedding), ids.shape).astype(ids.dtype)
     net.image = sample[net.input_name] if net.embedding is not None else image_nhwc(sample)
     return net, Path(path), sample, float_proto
 
