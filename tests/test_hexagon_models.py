@@ -367,3 +367,55 @@ def test_encoder_runs_whole_bit_exact_against_numpy_and_stock_tvm(tiny_encoder):
     assert res["exact"] and res["stock_tvm_exact"]
     assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
     assert res["packet_ratio_vs_tvm"] > 1.0
+
+
+def _shuffle_cnn(size: int = 12, seed: int = 2) -> onnx.ModelProto:
+    """ShuffleNetV2's unit: conv, channel split, a branch (1x1, depthwise, 1x1), concat,
+    channel shuffle (Reshape / Transpose / Reshape), ReduceMean pooling, classifier."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    def ints(name, values):
+        return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+    n = helper.make_node
+    inits = [init("w0", (16, 3, 3, 3)), init("b0", (16,), 0.1), init("w1", (8, 8, 1, 1)),
+             init("wd", (8, 1, 3, 3)), init("w2", (8, 8, 1, 1)), init("fc", (5, 16)),
+             ints("halves", [8, 8]), ints("g5", [0, 2, 8, size, size]),
+             ints("g4", [0, 16, size, size])]
+    nodes = [
+        n("Conv", ["x", "w0", "b0"], ["c0"], pads=[1] * 4, name="conv0"),
+        n("Relu", ["c0"], ["r0"], name="relu0"),
+        n("Split", ["r0", "halves"], ["s0", "s1"], axis=1, name="split"),
+        n("Conv", ["s1", "w1"], ["c1"], name="pw1"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "wd"], ["d"], pads=[1] * 4, group=8, name="dw"),
+        n("Conv", ["d", "w2"], ["c2"], name="pw2"),
+        n("Relu", ["c2"], ["r2"], name="relu2"),
+        n("Concat", ["s0", "r2"], ["cat"], axis=1, name="concat"),
+        n("Reshape", ["cat", "g5"], ["g"], name="reshape5"),
+        n("Transpose", ["g"], ["gt"], perm=[0, 2, 1, 3, 4], name="transpose"),
+        n("Reshape", ["gt", "g4"], ["sh"], name="reshape4"),
+        n("ReduceMean", ["sh"], ["m"], axes=[2, 3], keepdims=0, name="mean"),
+        n("Gemm", ["m", "fc"], ["y"], transB=1, name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes, "shuffle", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                          [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.needs_toolchain
+def test_channel_split_concat_and_shuffle_run_bit_exact(tmp_path):
+    path = ptq.quantize_onnx(_shuffle_cnn(), tmp_path / "shuffle.onnx", count=4)
+    net = qonnx.read_quantized(onnx.load(str(path)))
+    assert {"split", "concat", "shuffle", "global_pool"} <= {q.op_class for q in net.layers}
+    res = hexmodel.run_model(path)
+    assert res["exact"], res
+    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import CocopieError
+from ...topi.int8 import compute as int8_compute
 from ...topi.int8 import hvx as int8_hvx
 from ...topi.int8 import sequence
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
@@ -278,12 +279,21 @@ def _nhwc(em: _Emit, idx: int, lay: Layer, t: Tensor, k: int) -> str:
 
 
 def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
-    """An attention product, softmax or layer norm: integer computes on NHWC maps
-    (:mod:`tvm_cocopie.topi.int8.sequence`), lowered by TVM (no HVX kernel yet)."""
+    """An attention product, softmax, layer norm, channel concat / slice / shuffle:
+    integer computes on NHWC maps (:mod:`tvm_cocopie.topi.int8.sequence`,
+    :mod:`tvm_cocopie.topi.int8.compute`), lowered by TVM (no HVX kernel yet)."""
     lay = q.layer
     names = [_nhwc(em, idx, lay, t, k) for k, t in enumerate(ins)]
     shapes = [(1, t.h, t.w, t.c) for t in ins]
-    if lay.op == "attention":
+    if lay.op == "concat":
+        func = int8_compute.concat_func(shapes, lay.o)
+        em.inputs[f"tables{idx}"] = q.weights
+        args = [*names, f"tables{idx}"]
+    elif lay.op == "slice":
+        func, args = int8_compute.slice_func(shapes[0], q.params["offset"], lay.o), names
+    elif lay.op == "shuffle":
+        func, args = int8_compute.shuffle_func(shapes[0], q.params["groups"]), names
+    elif lay.op == "attention":
         func = sequence.attention_func(q.rq, *shapes)
         args = names
     elif lay.op == "softmax":
@@ -349,7 +359,7 @@ def compile_network(
         if lay.op in ("add", "mul", "lut"):
             tensors[lay.name] = _elementwise(em, idx, q, variant, [tensors[n] for n in srcs])
             continue
-        if lay.op in ("attention", "softmax", "layernorm"):
+        if lay.op in ("attention", "softmax", "layernorm", "concat", "slice", "shuffle"):
             tensors[lay.name] = _sequence(em, idx, q, [tensors[n] for n in srcs])
             continue
         if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):

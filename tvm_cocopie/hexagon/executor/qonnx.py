@@ -66,11 +66,11 @@ SCALAR_BINARY = {
     "Div": lambda x, c: x / c,
 }
 #: Views of a sequence map ``[1, 1, S, D]`` (``D = H * dh``) the ONNX tensors take.
-VIEWS = ("seq", "split", "heads", "headsT", "scores")
+VIEWS = ("seq", "split", "heads", "headsT", "scores", "grouped", "groupedT")
 QDQ_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "Sub", "Div", "MaxPool",
     "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Gemm", "MatMul", "Clip",
-    "Softmax", "LayerNormalization", "Gather", *UNARY,
+    "Softmax", "LayerNormalization", "Gather", "Concat", "Split", "ReduceMean", *UNARY,
 })
 QOPERATOR_OPS = frozenset({
     "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm",
@@ -301,6 +301,47 @@ class _Reader:
         self.layers.append(QLayer(lay, None, None, op, kind="attention"))
         return QTensor(lay.name, sy, zy, (h, w, out_c), view, a.heads)
 
+    def _channel_axis(self, node, x: QTensor) -> bool:
+        axis = _attrs(node).get("axis", 0)
+        return (x.view is None and axis in (1, -3)) or (x.view == "seq" and axis in (-1, 2))
+
+    def concat(self, node, xs: list, sy: float, zy: int):
+        """Channel concatenation; each input requantized to the output by a table."""
+        h, w, _ = xs[0].shape
+        if not all(self._channel_axis(node, x) and x.shape[:2] == (h, w) for x in xs):
+            raise UnsupportedOperatorError(
+                f"{node.name}: a Concat that is not along the channels of equal maps",
+                {"Concat": 1})
+        tables = []
+        for x in xs:
+            real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
+            tables.append(np.clip(np.rint(real / np.float32(sy)) + zy, 0, 255).astype(np.uint8))
+        c = sum(x.shape[2] for x in xs)
+        lay = Layer(self.name(node, "concat"), "concat", tuple(x.layer for x in xs), h, w, c, c)
+        self.layers.append(QLayer(lay, np.stack(tables), None, None, kind="concat"))
+        return QTensor(lay.name, sy, zy, (h, w, c), xs[0].view, xs[0].heads)
+
+    def split(self, node, x: QTensor, out: str, sy: float, zy: int):
+        """One output of a channel ``Split``: a slice (same quantization)."""
+        ins = list(node.input)
+        sizes = _attrs(node).get("split") or (
+            [int(v) for v in self.inits[ins[1]]] if len(ins) > 1 and ins[1] in self.inits else
+            None)
+        n_out = len(node.output)
+        c = x.shape[2]
+        sizes = sizes or [c // n_out] * n_out
+        k = list(node.output).index(out)
+        if not self._channel_axis(node, x) or sum(sizes) != c or not (
+                _same(x.scale, sy) and x.zp == zy):
+            raise UnsupportedOperatorError(
+                f"{node.name}: a Split that is not along the channels, or requantizes",
+                {"Split": 1})
+        h, w, _ = x.shape
+        lay = Layer(self.name(node, "slice"), "slice", (x.layer,), h, w, c, sizes[k])
+        self.layers.append(QLayer(lay, None, None, None, kind="split",
+                                  params={"offset": sum(sizes[:k])}))
+        return QTensor(lay.name, sy, zy, (h, w, sizes[k]), x.view, x.heads)
+
     def softmax(self, node, x: QTensor, sy: float, zy: int):
         axis = _attrs(node).get("axis", -1)
         length = x.shape[1] if x.view == "scores" else x.shape[2]
@@ -462,6 +503,20 @@ class _Reader:
             a, b = (o if isinstance(o, QTensor) else self.const_operand(o, op_node, like)
                     for o in ops)
             return (self.add if t == "Add" else self.mul)(op_node, a, b, sy, zy)
+        if t == "Concat":
+            return self.concat(op_node, [self.activation(n, op_node) for n in ins], sy, zy)
+        if t == "Split":
+            return self.split(op_node, self.activation(ins[0], op_node), out, sy, zy)
+        if t == "ReduceMean":
+            x = self.activation(ins[0], op_node)
+            axes = _attrs(op_node).get("axes") or (
+                [int(v) for v in self.inits[ins[1]]] if len(ins) > 1 and ins[1] in self.inits
+                else None)
+            if x.view is not None or sorted(a % 4 for a in (axes or [])) != [2, 3]:
+                raise UnsupportedOperatorError(
+                    f"{op_node.name}: ReduceMean over axes {axes}; the executor averages over "
+                    "the spatial axes", {t: 1})
+            return self.global_pool(op_node, x, sy, zy)
         if t == "Softmax":
             return self.softmax(op_node, self.activation(ins[0], op_node), sy, zy)
         if t == "LayerNormalization":
@@ -501,13 +556,25 @@ class _Reader:
         tensor (a 1x1 map flattened; a sequence split into heads and back)."""
         t = node.op_type
         h, w, c = x.shape
+        target = ([int(v) for v in self.inits.get(node.input[1], np.array([]))]
+                  if t == "Reshape" and len(node.input) > 1 else [])
+        if t == "Reshape" and x.view is None and len(target) == 5 and target[1] > 0 \
+                and target[1] * target[2] == c:
+            return QTensor(x.layer, x.scale, x.zp, x.shape, "grouped", target[1])
+        if t == "Transpose" and x.view == "grouped" and \
+                list(_attrs(node).get("perm", [])) == [0, 2, 1, 3, 4]:
+            return QTensor(x.layer, x.scale, x.zp, x.shape, "groupedT", x.heads)
+        if t == "Reshape" and x.view == "groupedT" and len(target) == 4:
+            lay = Layer(self.name(node, "shuffle"), "shuffle", (x.layer,), h, w, c, c)
+            self.layers.append(QLayer(lay, None, None, None, kind="shuffle",
+                                      params={"groups": x.heads}))
+            return QTensor(lay.name, x.scale, x.zp, x.shape)
         if t == "Flatten" or (t == "Reshape" and (h, w) == (1, 1) and x.view is None):
             if (h, w) != (1, 1):
                 raise UnsupportedOperatorError(
                     f"{node.name}: {t} of a {h}x{w} map; the executor flattens 1x1 maps", {t: 1})
             return x
         if t == "Reshape":
-            target = [int(v) for v in self.inits.get(node.input[1], np.array([]))]
             if x.view in ("seq", None) and len(target) == 4 and target[2] > 0 and \
                     target[3] > 0 and target[2] * target[3] == c:
                 return QTensor(x.layer, x.scale, x.zp, x.shape, "split", target[2])
@@ -690,7 +757,8 @@ class _Reader:
             elif self._chain_step(node):
                 continue
             elif t in QDQ_OPS:
-                self.pending[node.output[0]] = (node, None)
+                for out in node.output:
+                    self.pending[out] = (node, None)
             else:
                 raise UnsupportedOperatorError(
                     f"{node.name} ({t}) on {list(ins)} is outside the quantized graph",

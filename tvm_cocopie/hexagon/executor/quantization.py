@@ -30,6 +30,8 @@ class QLayer:
     pad_value: int = 0
     #: the model operator this layer runs (``fc``, ``global_pool``, ...); default ``layer.op``
     kind: str = ""
+    #: what a data-movement layer needs: a slice's ``offset``, a shuffle's ``groups``
+    params: dict = field(default_factory=dict)
 
     @property
     def op_class(self) -> str:
@@ -172,9 +174,18 @@ def _forward(net: QNetwork, image, step):
     return acts[prev]
 
 
-def reference_step(q: QLayer, x, other=None):
+def reference_step(q: QLayer, x, *others):
     """One layer of the numpy int8 reference on its uint8 NHWC input(s)."""
     lay = q.layer
+    other = others[0] if others else None
+    if lay.op == "concat":  # each input through its requantization table
+        return np.concatenate([t[v] for t, v in zip(q.weights, (x, *others))], axis=-1)
+    if lay.op == "slice":
+        return x[..., q.params["offset"]: q.params["offset"] + lay.o]
+    if lay.op == "shuffle":
+        g = q.params["groups"]
+        n, h, w, c = x.shape
+        return x.reshape(n, h, w, g, c // g).transpose(0, 1, 2, 4, 3).reshape(n, h, w, c)
     if lay.op == "conv":
         return reference.qconv2d_nhwc(x, q.weights, q.bias, q.rq, lay.s, lay.p, q.pad_value)
     if lay.op == "dwconv":

@@ -277,6 +277,16 @@ def stock_network(net, timeout=None) -> dict:
         elif lay.op == "attention":
             funcs[f"l{i}"] = sequence.attention_func(q.rq, *(shapes[n] for n in names))
             args = [*srcs, out]
+        elif lay.op == "concat":
+            funcs[f"l{i}"] = int8_compute.concat_func([shapes[n] for n in names], lay.o)
+            inputs[f"c{i}"] = q.weights
+            args = [*srcs, f"c{i}", out]
+        elif lay.op == "slice":
+            funcs[f"l{i}"] = int8_compute.slice_func(shapes[names[0]], q.params["offset"], lay.o)
+            args = [srcs[0], out]
+        elif lay.op == "shuffle":
+            funcs[f"l{i}"] = int8_compute.shuffle_func(shapes[names[0]], q.params["groups"])
+            args = [srcs[0], out]
         elif lay.op == "softmax":
             funcs[f"l{i}"] = sequence.softmax_func(q.rq, shape)
             inputs[f"e{i}"] = np.asarray(q.rq.exp_table, np.int32)

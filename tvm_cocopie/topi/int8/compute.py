@@ -372,6 +372,50 @@ def lut_func(shape: tuple):
     return te.create_prim_func([x, t, te.compute(shape, lambda *i: t[x[i]], name="y")])
 
 
+def concat_func(shapes: list, n_out: int):
+    """A PrimFunc ``(x_0, .., x_{n-1}, tables, y)``: NHWC uint8 maps concatenated along
+    channels, input ``k`` through its 256-entry requantization table ``tables[k]``."""
+    from tvm import te, tirx
+
+    xs = [te.placeholder(s, "uint8", name=f"x{k}") for k, s in enumerate(shapes)]
+    tables = te.placeholder((len(shapes), 256), "uint8", name="tables")
+    offsets = [0]
+    for s in shapes:
+        offsets.append(offsets[-1] + s[3])
+
+    def body(n, i, j, c):
+        out = None
+        for k in range(len(xs) - 1, -1, -1):
+            local = tirx.max(tirx.min(c - offsets[k], shapes[k][3] - 1), 0)
+            v = tables[k, xs[k][n, i, j, local]]
+            out = v if out is None else tirx.if_then_else(c < offsets[k + 1], v, out)
+        return out
+
+    y = te.compute((*shapes[0][:3], n_out), body, name="y")
+    return te.create_prim_func([*xs, tables, y])
+
+
+def slice_func(shape: tuple, offset: int, n: int):
+    """A PrimFunc ``(x, y)``: channels ``offset .. offset + n`` of an NHWC uint8 map."""
+    from tvm import te
+
+    x = te.placeholder(shape, "uint8", name="x")
+    y = te.compute((*shape[:3], n), lambda a, i, j, c: x[a, i, j, c + offset], name="y")
+    return te.create_prim_func([x, y])
+
+
+def shuffle_func(shape: tuple, groups: int):
+    """A PrimFunc ``(x, y)``: ShuffleNet's channel shuffle of an NHWC uint8 map
+    (``y[j * g + i] = x[i * (C / g) + j]``)."""
+    from tvm import te
+
+    x = te.placeholder(shape, "uint8", name="x")
+    per = shape[3] // groups
+    y = te.compute(shape, lambda a, i, j, c: x[a, i, j, (c % groups) * per + c // groups],
+                   name="y")
+    return te.create_prim_func([x, y])
+
+
 def maxpool_func(h: int, w_: int, c: int, kernel: int, stride: int, pad: int):
     """A PrimFunc ``(x, y)``: NHWC uint8 max pool, zero padding (uint8's minimum)."""
     from tvm import te, tirx
