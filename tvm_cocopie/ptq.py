@@ -89,8 +89,8 @@ def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,
             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=False,
         )
     log.info("quantized %s (%s, %d calibration samples) -> %s",
-             getattr(model, "name", model) if not isinstance(model, (str, Path)) else model,
-             fmt, len(samples), output)
+             model if isinstance(model, (str, Path)) else proto.graph.name, fmt, len(samples),
+             output)
     return output
 
 
