@@ -419,3 +419,41 @@ def test_channel_split_concat_and_shuffle_run_bit_exact(tmp_path):
     res = hexmodel.run_model(path)
     assert res["exact"], res
     assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+
+
+def _pool_resize_cnn(size: int = 8, seed: int = 4) -> onnx.ModelProto:
+    """Grouped conv, local average pool (count_include_pad), nearest 2x upsampling."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    n = helper.make_node
+    inits = [init("w0", (16, 3, 3, 3)), init("wg", (16, 4, 3, 3)), init("bg", (16,), 0.1),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [
+        n("Conv", ["x", "w0"], ["c0"], pads=[1] * 4, name="conv0"),
+        n("Relu", ["c0"], ["r0"], name="relu0"),
+        n("Conv", ["r0", "wg", "bg"], ["g"], pads=[1] * 4, group=4, name="grouped"),
+        n("AveragePool", ["g"], ["a"], kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2],
+          count_include_pad=1, name="avg"),
+        n("Resize", ["a", "", "scales"], ["y"], mode="nearest", name="up"),
+    ]
+    graph = helper.make_graph(
+        nodes, "pools", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                        [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.needs_toolchain
+def test_grouped_conv_average_pool_and_upsampling_run_bit_exact(tmp_path):
+    path = ptq.quantize_onnx(_pool_resize_cnn(), tmp_path / "pools.onnx", count=4)
+    net = qonnx.read_quantized(onnx.load(str(path)))
+    assert [q.op_class for q in net.layers] == ["conv", "gconv", "avg_pool", "resize"]
+    res = hexmodel.run_model(path)
+    assert res["exact"], res
+    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1

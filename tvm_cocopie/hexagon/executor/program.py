@@ -291,6 +291,13 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
         args = [*names, f"tables{idx}"]
     elif lay.op == "slice":
         func, args = int8_compute.slice_func(shapes[0], q.params["offset"], lay.o), names
+    elif lay.op == "upsample":
+        func, args = int8_compute.upsample_func(shapes[0], q.params["factor"]), names
+    elif lay.op == "gconv":
+        func = int8_compute.qgroup_conv2d_func(lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p,
+                                               q.params["groups"], q.rq, q.pad_value)
+        em.inputs[f"w{idx}"], em.inputs[f"b{idx}"] = q.weights, q.bias
+        args = [*names, f"w{idx}", f"b{idx}"]
     elif lay.op == "shuffle":
         func, args = int8_compute.shuffle_func(shapes[0], q.params["groups"]), names
     elif lay.op == "attention":
@@ -306,7 +313,8 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
         em.inputs[f"offset{idx}"] = np.asarray(q.rq.offset, np.int64)
         args = [names[0], f"gain{idx}", f"offset{idx}"]
     em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
-    return Tensor(f"out{idx}", lay.h, lay.w, lay.o, None, 0, (1, lay.h, lay.w, lay.o))
+    oh, ow = lay.out_hw
+    return Tensor(f"out{idx}", oh, ow, lay.o, None, 0, (1, oh, ow, lay.o))
 
 
 def _is_dense(lay: Layer, cur: Tensor) -> bool:
@@ -359,7 +367,8 @@ def compile_network(
         if lay.op in ("add", "mul", "lut"):
             tensors[lay.name] = _elementwise(em, idx, q, variant, [tensors[n] for n in srcs])
             continue
-        if lay.op in ("attention", "softmax", "layernorm", "concat", "slice", "shuffle"):
+        if lay.op in ("attention", "softmax", "layernorm", "concat", "slice", "shuffle",
+                      "upsample", "gconv"):
             tensors[lay.name] = _sequence(em, idx, q, [tensors[n] for n in srcs])
             continue
         if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):

@@ -70,7 +70,8 @@ VIEWS = ("seq", "split", "heads", "headsT", "scores", "grouped", "groupedT")
 QDQ_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "Sub", "Div", "MaxPool",
     "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Gemm", "MatMul", "Clip",
-    "Softmax", "LayerNormalization", "Gather", "Concat", "Split", "ReduceMean", *UNARY,
+    "Softmax", "LayerNormalization", "Gather", "Concat", "Split", "ReduceMean", "AveragePool",
+    "Resize", *UNARY,
 })
 QOPERATOR_OPS = frozenset({
     "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm",
@@ -238,6 +239,8 @@ class _Reader:
             op, hw_weights = "conv", w.transpose(2, 3, 1, 0)
         elif group == c == o and cg == 1:
             op, hw_weights = "dwconv", w[:, 0].transpose(1, 2, 0)
+        elif group > 1 and cg * group == c and o % group == 0:
+            op, hw_weights = "gconv", w.transpose(2, 3, 1, 0)  # HW, C/g, O
         else:
             op, hw_weights = None, None
             problems.append(f"{group} groups of {cg} channels")
@@ -245,8 +248,11 @@ class _Reader:
             raise UnsupportedOperatorError(
                 f"{node.name}: a convolution with {', '.join(problems)}; the Hexagon executor "
                 "runs square dense or depthwise convolutions", {node.op_type: 1})
-        return self._conv_layer(node, op, x, hw_weights, w.reshape(o, -1).sum(1), sw, bias, sb,
-                                sy, zy, kh, strides[0], pads[0])
+        out = self._conv_layer(node, op, x, hw_weights, w.reshape(o, -1).sum(1), sw, bias, sb,
+                               sy, zy, kh, strides[0], pads[0])
+        if op == "gconv":
+            self.layers[-1].params["groups"] = group
+        return out
 
     def _conv_layer(self, node, op, x: QTensor, hw_weights, wsum, sw, bias, sb, sy, zy,
                     k, s, p, kind=""):
@@ -432,6 +438,60 @@ class _Reader:
         oh, ow = lay.out_hw
         return QTensor(lay.name, x.scale, x.zp, (oh, ow, c))
 
+    def avg_pool(self, node, x: QTensor, sy: float, zy: int):
+        """A ``k x k`` average pool as a depthwise conv with constant weights, padded with
+        the zero point (``count_include_pad``, or no padding: every window counts k*k)."""
+        a = _attrs(node)
+        k = list(a.get("kernel_shape", []))
+        pads = list(a.get("pads", [0] * 4))
+        strides = list(a.get("strides", [1, 1]))
+        if (len(set(k)) != 1 or len(set(pads)) != 1 or len(set(strides)) != 1
+                or a.get("ceil_mode", 0) or (pads[0] and not a.get("count_include_pad", 0))):
+            raise UnsupportedOperatorError(
+                f"{node.name}: AveragePool {k}/{pads}/{strides}; the executor averages square "
+                "windows with equal pads counted in the divisor", {"AveragePool": 1})
+        h, w, c = x.shape
+        n = k[0] * k[0]
+        scale, weight = x.scale / (sy * n), 1
+        while scale / weight > MAX_REQUANT_SCALE:
+            weight += 1
+        bias = np.full(c, -x.zp * n * weight, np.int64)
+        lay = Layer(self.name(node, "avgpool"), "dwconv", (x.layer,), h, w, c, c, k[0],
+                    strides[0], pads[0])
+        self.layers.append(QLayer(lay, np.full((k[0], k[0], c), weight, np.int8),
+                                  bias.astype(np.int32), self.requant(scale / weight, zy, node),
+                                  pad_value=x.zp if pads[0] else 0, kind="avg_pool"))
+        oh, ow = lay.out_hw
+        return QTensor(lay.name, sy, zy, (oh, ow, c))
+
+    def resize(self, node, x: QTensor, sy: float, zy: int):
+        """Nearest-neighbour upsampling by a whole factor (``floor`` rounding, asymmetric or
+        half-pixel coordinates land on the same pixels for whole factors)."""
+        a = _attrs(node)
+        ins = list(node.input) + ["", "", ""]
+        scales = self.inits.get(ins[2]) if ins[2] else None
+        sizes = self.inits.get(ins[3]) if ins[3] else None
+        h, w, c = x.shape
+        if scales is not None and scales.size == 4:
+            fy, fx = float(scales[2]), float(scales[3])
+        elif sizes is not None and sizes.size == 4:
+            fy, fx = sizes[2] / h, sizes[3] / w
+        else:
+            fy = fx = 0.0
+        mode = a.get("mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        nearest = a.get("nearest_mode", b"round_prefer_floor")
+        nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
+        if (mode != "nearest" or fy != fx or fy != int(fy) or fy < 1 or x.view is not None
+                or not (_same(x.scale, sy) and x.zp == zy)):
+            raise UnsupportedOperatorError(
+                f"{node.name}: Resize {mode} by {fy}x{fx}; the executor upsamples by whole "
+                "factors, nearest, without requantizing", {"Resize": 1})
+        f = int(fy)
+        lay = Layer(self.name(node, "resize"), "upsample", (x.layer,), h, w, c, c, f)
+        self.layers.append(QLayer(lay, None, None, None, kind="resize", params={"factor": f}))
+        return QTensor(lay.name, sy, zy, (h * f, w * f, c))
+
     def global_pool(self, node, x: QTensor, sy: float, zy: int):
         """``zy + round(sum(x - zx) * sx / (n * sy))`` as a depthwise conv over the map."""
         h, w, c = x.shape
@@ -505,6 +565,10 @@ class _Reader:
             return (self.add if t == "Add" else self.mul)(op_node, a, b, sy, zy)
         if t == "Concat":
             return self.concat(op_node, [self.activation(n, op_node) for n in ins], sy, zy)
+        if t == "AveragePool":
+            return self.avg_pool(op_node, self.activation(ins[0], op_node), sy, zy)
+        if t == "Resize":
+            return self.resize(op_node, self.activation(ins[0], op_node), sy, zy)
         if t == "Split":
             return self.split(op_node, self.activation(ins[0], op_node), out, sy, zy)
         if t == "ReduceMean":

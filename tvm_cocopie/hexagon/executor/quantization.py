@@ -180,6 +180,16 @@ def reference_step(q: QLayer, x, *others):
     other = others[0] if others else None
     if lay.op == "concat":  # each input through its requantization table
         return np.concatenate([t[v] for t, v in zip(q.weights, (x, *others))], axis=-1)
+    if lay.op == "upsample":
+        f = q.params["factor"]
+        return x.repeat(f, axis=1).repeat(f, axis=2)
+    if lay.op == "gconv":
+        g = q.params["groups"]
+        cg, og = lay.c // g, lay.o // g
+        return np.concatenate([
+            reference.qconv2d_nhwc(x[..., i * cg:(i + 1) * cg], q.weights[..., i * og:(i + 1) * og],
+                                   q.bias[i * og:(i + 1) * og], q.rq, lay.s, lay.p, q.pad_value)
+            for i in range(g)], axis=-1)
     if lay.op == "slice":
         return x[..., q.params["offset"]: q.params["offset"] + lay.o]
     if lay.op == "shuffle":

@@ -55,9 +55,11 @@ class Layer:
     @property
     def out_hw(self) -> tuple:
         """``(height, width)`` of the layer's output."""
-        if self.op in ("conv", "dwconv") or (self.op == "pool" and self.k):
+        if self.op in ("conv", "dwconv", "gconv") or (self.op == "pool" and self.k):
             g = self.geometry
             return g.out_h, g.out_w
+        if self.op == "upsample":  # k: the factor
+            return self.h * self.k, self.w * self.k
         if self.op in ("matmul",) or (self.op == "pool" and not self.k):
             return 1, 1
         return self.h, self.w

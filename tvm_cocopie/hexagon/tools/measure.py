@@ -281,6 +281,15 @@ def stock_network(net, timeout=None) -> dict:
             funcs[f"l{i}"] = int8_compute.concat_func([shapes[n] for n in names], lay.o)
             inputs[f"c{i}"] = q.weights
             args = [*srcs, f"c{i}", out]
+        elif lay.op == "upsample":
+            funcs[f"l{i}"] = int8_compute.upsample_func(shapes[names[0]], q.params["factor"])
+            args = [srcs[0], out]
+        elif lay.op == "gconv":
+            funcs[f"l{i}"] = int8_compute.qgroup_conv2d_func(
+                lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.params["groups"], q.rq,
+                q.pad_value)
+            inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
+            args = [srcs[0], f"w{i}", f"b{i}", out]
         elif lay.op == "slice":
             funcs[f"l{i}"] = int8_compute.slice_func(shapes[names[0]], q.params["offset"], lay.o)
             args = [srcs[0], out]

@@ -395,6 +395,40 @@ def concat_func(shapes: list, n_out: int):
     return te.create_prim_func([*xs, tables, y])
 
 
+def upsample_func(shape: tuple, factor: int):
+    """A PrimFunc ``(x, y)``: nearest upsampling of an NHWC uint8 map by ``factor``."""
+    from tvm import te
+
+    x = te.placeholder(shape, "uint8", name="x")
+    n, h, w, c = shape
+    y = te.compute((n, h * factor, w * factor, c),
+                   lambda a, i, j, ch: x[a, i // factor, j // factor, ch], name="y")
+    return te.create_prim_func([x, y])
+
+
+def qgroup_conv2d_func(h, w_, c, o, kernel, stride, pad, groups, rq: Requant, pad_value=0):
+    """A PrimFunc ``(x, w, bias, y)``: a grouped NHWC int8 convolution, weights
+    ``[K, K, C/g, O]`` (output channel ``oc`` reads input group ``oc // (O/g)``)."""
+    from tvm import te
+
+    cg, og = c // groups, o // groups
+    x = te.placeholder((1, h, w_, c), "uint8", name="x")
+    wt = te.placeholder((kernel, kernel, cg, o), "int8", name="w")
+    b = te.placeholder((o,), "int32", name="bias")
+    oh, ow = conv2d_output_size(h, kernel, stride, pad), conv2d_output_size(w_, kernel, stride, pad)
+    padded = _zero_pad_nhwc(x, pad, "gconv", pad_value)
+    ry, rx, rc = (te.reduce_axis((0, kernel), "ry"), te.reduce_axis((0, kernel), "rx"),
+                  te.reduce_axis((0, cg), "rc"))
+    acc = te.compute(
+        (1, oh, ow, o),
+        lambda n, i, j, co: te.sum(
+            padded[n, i * stride + ry, j * stride + rx, (co // og) * cg + rc].astype("int32")
+            * wt[ry, rx, rc, co].astype("int32"), axis=[ry, rx, rc]),
+        name="acc")
+    y = te.compute(acc.shape, lambda *i: rq.te(acc[i] + b[i[3]]), name="y")
+    return te.create_prim_func([x, wt, b, y])
+
+
 def slice_func(shape: tuple, offset: int, n: int):
     """A PrimFunc ``(x, y)``: channels ``offset .. offset + n`` of an NHWC uint8 map."""
     from tvm import te
