@@ -559,7 +559,7 @@ def whole_models(records, names, args, t) -> dict:
     import tempfile
     from pathlib import Path
 
-    from tvm_cocopie import models, ptq
+    from tvm_cocopie import models
     from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.errors import ModelError, UnsupportedOperatorError
     from tvm_cocopie.hexagon.executor.model import run_model
@@ -574,7 +574,8 @@ def whole_models(records, names, args, t) -> dict:
         except ModelError:  # a sequence model (the encoder): its length instead
             proto = models.build(name, seq=args.seq)
             size = None
-        path = ptq.quantize_onnx(proto, work / f"{name}_qdq.onnx")
+        folder = work / name  # run_model quantizes the float model here (model_qdq.onnx)
+        path = folder / "model_qdq.onnx"
         stock_runner = None
         if not args.no_stock:
             def stock_runner(net, timeout=None, _path=path, _size=size):
@@ -589,7 +590,8 @@ def whole_models(records, names, args, t) -> dict:
                     bm.write_json_atomic(cache_path, cache)
                 return cache[key]
         try:
-            row = run_model(path, timeout=t["timeout"], stock_runner=stock_runner)
+            row = run_model(proto, timeout=t["timeout"], stock_runner=stock_runner,
+                            workdir=folder)
         except UnsupportedOperatorError as err:
             rows[name] = {"unsupported": str(err), "ops": sorted(err.ops)}
             log.warning("model %s: %s", name, err)

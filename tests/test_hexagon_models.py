@@ -457,3 +457,24 @@ def test_grouped_conv_average_pool_and_upsampling_run_bit_exact(tmp_path):
     res = hexmodel.run_model(path)
     assert res["exact"], res
     assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+
+
+@pytest.mark.needs_toolchain
+def test_onnx_runtime_defaults_int8_activations_run_in_the_uint8_domain(tmp_path):
+    """quantize_static's defaults (int8 activations, QDQ): read as uint8 + 128, exact."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    src = tmp_path / "f.onnx"
+    onnx.save(_small_cnn(), src)
+    samples = iter(ptq.calibration_inputs(_small_cnn(), 4))
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(samples, None)
+
+    quantize_static(str(src), str(tmp_path / "s8.onnx"), Reader(), quant_format=QuantFormat.QDQ)
+    model = onnx.load(str(tmp_path / "s8.onnx"))
+    zps = [t for t in model.graph.initializer if t.name.endswith("zero_point")]
+    assert any(t.data_type == TensorProto.INT8 for t in zps)
+    res = hexmodel.run_model(tmp_path / "s8.onnx")
+    assert res["exact"] and res["ort_agreement"]["per_layer"]["max_steps"] <= 1
