@@ -271,6 +271,35 @@ def test_hvx_product_lookup_and_dense_kernels_equal_their_computes(variant):
 
 
 @pytest.mark.needs_toolchain
+@pytest.mark.parametrize("kind", ["qk", "pv"])
+def test_hvx_attention_products_equal_their_compute_and_numpy(kind):
+    from tvm_cocopie.emulation.hexagon import run_func
+    from tvm_cocopie.hexagon.executor.program import Tensor
+    from tvm_cocopie.hexagon.kernels.dispatch import hvx_kernel
+    from tvm_cocopie.topi.int8 import hvx as H
+    from tvm_cocopie.topi.int8.compute import Requant
+    from tvm_cocopie.topi.int8.sequence import AttentionProduct
+
+    rng = np.random.default_rng(11)
+    s, d, heads, rows = 12, 32, 2, 32  # 12 valid rows of a 32-row panel
+    a_c, out_c = (heads * s, d) if kind == "pv" else (d, heads * s)
+    a_shape, b_shape, y_shape = (a_c // 4, rows, 4), (d // 4, rows, 4), (out_c // 4, rows, 4)
+    a = rng.integers(0, 256, a_shape).astype(np.uint8)
+    b = rng.integers(0, 256, b_shape).astype(np.uint8)
+    rq = Requant.from_scale(0.0007, 40)
+    func = H.qattention_grid(kind, heads, s, a_shape, b_shape, 131, 250, rq)
+    outs = []
+    for f in (hvx_kernel(func), func):
+        (y,), _ = run_func(f.with_attr("global_symbol", "k"), [a, b, np.zeros(y_shape, np.uint8)])
+        outs.append(y)
+    assert np.array_equal(outs[0], outs[1])
+    nhwc = [Tensor(n, 1, s, c, "vrmpy", s, shp).to_nhwc(v)
+            for n, c, shp, v in (("a", a_c, a_shape, a), ("b", d, b_shape, b))]
+    want = AttentionProduct(kind, heads, 131, 250, rq).numpy(*nhwc)
+    assert np.array_equal(Tensor("y", 1, s, out_c, "vrmpy", s, y_shape).to_nhwc(outs[0]), want)
+
+
+@pytest.mark.needs_toolchain
 def test_hard_swish_and_squeeze_excitation_run_bit_exact(tmp_path):
     path = ptq.quantize_onnx(_se_cnn(), tmp_path / "se.onnx", count=4)
     res = hexmodel.run_model(path)

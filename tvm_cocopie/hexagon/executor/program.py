@@ -278,11 +278,31 @@ def _nhwc(em: _Emit, idx: int, lay: Layer, t: Tensor, k: int) -> str:
     return name
 
 
+def _attention_on_grids(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor | None:
+    """An attention product on 4-column grids with the HVX kernel
+    (:mod:`..kernels.attention`), when the sequence and head sizes fall on whole groups."""
+    lay, op = q.layer, q.rq
+    s = lay.w
+    d = ins[1].c
+    if lay.h != 1 or s % 4 or d % (4 * op.heads) or ins[0].h != 1 or ins[1].h != 1:
+        return None
+    geo = GridGeometry(1, s, 1, 1, 0, s)
+    names = [_on_grid(em, idx, lay, t, "vrmpy", geo, k) for k, t in enumerate(ins)]
+    a_shape, b_shape = geo.out_shape("vrmpy", ins[0].c), geo.out_shape("vrmpy", d)
+    func = int8_hvx.qattention_grid(op.kind, op.heads, s, a_shape, b_shape, op.za, op.zb, op.rq)
+    em.call(f"layer{idx}", func, [*names, f"out{idx}"], (lay.name, "kernel"))
+    return Tensor(f"out{idx}", 1, s, lay.o, "vrmpy", s, geo.out_shape("vrmpy", lay.o))
+
+
 def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
     """An attention product, softmax, layer norm, channel concat / slice / shuffle:
     integer computes on NHWC maps (:mod:`tvm_cocopie.topi.int8.sequence`,
     :mod:`tvm_cocopie.topi.int8.compute`), lowered by TVM (no HVX kernel yet)."""
     lay = q.layer
+    if lay.op == "attention":
+        on_grids = _attention_on_grids(em, idx, q, ins)
+        if on_grids is not None:
+            return on_grids
     names = [_nhwc(em, idx, lay, t, k) for k, t in enumerate(ins)]
     shapes = [(1, t.h, t.w, t.c) for t in ins]
     if lay.op == "concat":

@@ -71,6 +71,12 @@ def hvx_kernel(func):
         shapes = [tuple(int(d) for d in buf.shape) for buf in func.params]
         kernel = add_kernel(shapes[0], shapes[1], AddRequant(*desc["rq"]),
                             desc.get("broadcast", False))
+    elif op == "attention":
+        from .attention import attention_kernel
+
+        shapes = [tuple(int(d) for d in buf.shape) for buf in func.params]
+        kernel = attention_kernel(desc["kind"], desc["heads"], desc["s"], shapes[0], shapes[1],
+                                  *desc["z"], Requant(*desc["rq"]))
     elif op == "dense":
         kernel = dense_kernel(desc["variant"], desc["src"][0], tuple(desc["src"][1]), desc["k"],
                               desc["o"], Requant(*desc["rq"]))

@@ -231,6 +231,41 @@ def qmul_grid(variant: str, shape: tuple, b_shape: tuple, mrq, broadcast: bool =
                     rq=[mrq.za, mrq.zb, mrq.rq.multiplier, mrq.rq.shift, mrq.rq.zero_point])
 
 
+def qattention_grid(kind: str, heads: int, s: int, a_shape: tuple, b_shape: tuple, za: int,
+                    zb: int, rq: Requant):
+    """PrimFunc ``(a, b, y)``: an attention product on 4-column grids of sequences of ``s``
+    valid rows (``qk``: ``Q [s, D]`` by ``K [s, D]`` per head -> ``[s, H*s]``; ``pv``:
+    ``P [s, H*s]`` by ``V [s, D]`` per head -> ``[s, D]``): ``rq(sum (a - za)(b - zb))``;
+    every row of ``a``'s grid is computed (rows past ``s`` are junk, as in the kernel)."""
+    from tvm import te
+
+    d = b_shape[0] * 4
+    dh = d // heads
+    n_red, out_c = (dh, heads * s) if kind == "qk" else (s, d)
+    rows = a_shape[1]
+    a = te.placeholder(a_shape, "uint8", name="a")
+    b = te.placeholder(b_shape, "uint8", name="b")
+    r = te.reduce_axis((0, n_red), "r")
+
+    def acc(g, row, j):
+        c = g * 4 + j
+        if kind == "qk":
+            h, t = c // s, c % s
+            ch = h * dh + r
+            return te.sum((a[ch // 4, row, ch % 4].astype("int32") - za)
+                          * (b[ch // 4, t, ch % 4].astype("int32") - zb), axis=r)
+        h = c // dh
+        ch = h * s + r
+        return te.sum((a[ch // 4, row, ch % 4].astype("int32") - za)
+                      * (b[c // 4, r, c % 4].astype("int32") - zb), axis=r)
+
+    y_shape = (out_c // 4, rows, 4)
+    accum = te.compute(y_shape, acc, name="acc")
+    y = te.compute(y_shape, lambda *i: rq.te(accum[i]), name="y")
+    return describe(te.create_prim_func([a, b, y]), op="attention", kind=kind, heads=heads, s=s,
+                    z=[za, zb], rq=[rq.multiplier, rq.shift, rq.zero_point])
+
+
 def lut_grid(variant: str, shape: tuple):
     """PrimFunc ``(x, table, y)``: a 256-entry lookup ``y = table[x]`` on a grid (an
     activation of any shape quantized in and out: hard-sigmoid, sigmoid, ...); the table
