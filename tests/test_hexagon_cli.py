@@ -21,7 +21,7 @@ def test_unreadable_model_is_a_model_error(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not onnx")
     args = _parser().parse_args(["hexagon", "run", str(bad)])
-    with pytest.raises(ModelError, match="cannot read"):
+    with pytest.raises(ModelError, match="not a valid ONNX file"):
         args.func(args)
 
 

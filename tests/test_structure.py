@@ -30,7 +30,7 @@ FLOORS = {
     "tvm_cocopie.bench.timing": 1,
     "tvm_cocopie.models": 2,
     "tvm_cocopie.pruning": 2,
-    "tvm_cocopie.ptq": 2,
+    "tvm_cocopie.ptq": 3,
     "tvm_cocopie.emulation": 2,
     "tvm_cocopie.metaschedule": 2,
     "tvm_cocopie.latency": 2,

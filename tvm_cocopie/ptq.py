@@ -19,23 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelError
+from .frontend.model import load_model
 from .models import sample_inputs, save
 
 log = logging.getLogger(__name__)
 
 #: Output formats: ONNX Runtime's QuantFormat member names.
 FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
-
-
-def _load(model):
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        return model
-    try:
-        return onnx.load(str(model))
-    except Exception as err:  # onnx raises several types for unreadable files
-        raise ModelError(f"cannot read {model}: {err}") from err
 
 
 def calibration_inputs(model, count: int = 8, seed: int = 0) -> list:
@@ -60,7 +50,7 @@ def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,
 
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {sorted(FORMATS)}")
-    proto = _load(model)
+    proto = load_model(model, check=False)
     samples = list(samples) if samples is not None else calibration_inputs(proto, count, seed)
     if not samples:
         raise ModelError("no calibration samples: pass at least one input dict")

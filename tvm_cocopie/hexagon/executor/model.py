@@ -29,23 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ModelError
+from ...frontend.model import load_model
 from ...ptq import calibration_inputs, image_nhwc, quantize_onnx
 from . import qonnx
 from .qonnx import to_nhwc
 from .run import run_network
 
 log = logging.getLogger(__name__)
-
-
-def _load(model):
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        return model
-    try:
-        return onnx.load(str(model))
-    except Exception as err:  # onnx raises several types for unreadable files
-        raise ModelError(f"cannot read {model}: {err}") from err
 
 
 def _shapes(proto, image_size):
@@ -171,7 +161,7 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
     """``(network, quantized path, input sample, float model or None)`` of ``model``: a
     float model quantized into ``workdir`` (default: a temporary folder), a quantized one
     read as it is. The sample is a deterministic input not used for calibration."""
-    proto = _load(model)
+    proto = load_model(model, check=False)
     shapes = _shapes(proto, image_size)
     from_float = not qonnx.is_quantized(proto)
     float_proto = proto if from_float else None
@@ -181,7 +171,7 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
         samples = [sample_inputs(proto, seed + i, shapes) for i in range(calibration)]
         workdir = Path(workdir or tempfile.mkdtemp(prefix="cocopie_ptq_"))
         path = quantize_onnx(proto, workdir / "model_qdq.onnx", samples, fmt=fmt)
-        proto = _load(path)
+        proto = load_model(path, check=False)
     else:
         path = model if not hasattr(model, "graph") else None
         if path is None:
