@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelError
-from .frontend.model import load_model
 from .models import sample_inputs, save
+from .onnx_file import load_model
 
 log = logging.getLogger(__name__)
 

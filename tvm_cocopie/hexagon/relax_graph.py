@@ -142,7 +142,7 @@ def quantized_module(model, image_size: int | None = None):
     int8 form above, ``main(image)`` taking the input quantized, NHWC uint8 (quantize a
     float image with the returned network's ``quantize_input``). Returns ``(module,
     network)``; ``tvm.compile(module, HEXAGON_V66, relax_pipeline="cocopie")`` builds it."""
-    from ..frontend.model import load_model
+    from ..onnx_file import load_model
     from .executor.qonnx import read_quantized
 
     net = read_quantized(load_model(model, check=False), image_size)

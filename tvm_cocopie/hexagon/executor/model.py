@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ModelError
-from ...frontend.model import load_model
+from ...onnx_file import load_model
 from ...ptq import calibration_inputs, image_nhwc, quantize_onnx
 from . import qonnx
 from .qonnx import to_nhwc
