@@ -154,8 +154,8 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
     first = net.layers[0].layer
     h, w, c = net.input_shape or (first.h, first.w, first.c)
     layers = [Layer("input", "input", (), h, w, c, c)]
-    layers += [Layer(name, "input", (), v.shape[1], v.shape[2], v.shape[3], v.shape[3])
-               for name, v in net.constants.items()]  # constants: sources like the input
+    layers += [Layer(name, "const", (), v.shape[1], v.shape[2], v.shape[3], v.shape[3])
+               for name, v in net.constants.items()]  # constants: sources, layout-free
     prev = "input"
     exact = {}
     for q in net.layers:

@@ -10,7 +10,7 @@ from ...topi.int8.layouts import LAYOUT_OF
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
 from .elementwise import add_kernel, dense_kernel, lut_kernel, mul_kernel
-from .regrid import regrid_copy_kernel
+from .regrid import regrid_copy_kernel, unpack_words_kernel
 from .shift_copy import shift_copy_kernel
 
 
@@ -89,6 +89,9 @@ def hvx_kernel(func):
         _, shape, h, w, c, wq = desc["src"]
         kernel = regrid_copy_kernel(desc["variant"], tuple(shape), h, w, wq, geometry_of(desc), c,
                                     desc.get("pad_value", 0))
+    elif op == "unpack" and desc["src"][0] == "vrmpy" and desc["src"][4] % 4 == 0:
+        _, shape, h, w, c, wq = desc["src"]
+        kernel = unpack_words_kernel(tuple(shape), h, w, wq, c)
     elif op in ("regrid", "maxpool"):
         kernel = vectorize_inner(func)
     else:

@@ -60,6 +60,13 @@ def regrid_copy_kernel(variant: str, src_shape: tuple, h: int, w: int, wq: int,
                 gj0, n_j = _valid(w, gw, b, s, p)
                 if not n_i or not n_j:
                     continue
+                if nhwc and v == 4 and channels % 4 == 0:  # whole 4-byte words
+                    with T.grid(n_i, n_j, channels // 4) as (ii, jj, q):
+                        i, j = (ii + gi0) * s + a - p, (jj + gj0) * s + b - p
+                        dst_row = (ii + gi0) * gw + jj + gj0
+                        T.buffer_store(y, x[0, i, j, ramp(q * 4, 4)],
+                                       [a * s + b, q, dst_row, ramp(0, 4)])
+                    continue
                 if nhwc:
                     with T.grid(n_i, n_j, channels) as (ii, jj, ch):
                         i, j = (ii + gi0) * s + a - p, (jj + gj0) * s + b - p
@@ -75,4 +82,16 @@ def regrid_copy_kernel(variant: str, src_shape: tuple, h: int, w: int, wq: int,
                     else:
                         T.buffer_store(y, x[g, src_row, ramp(0, v)],
                                        [a * s + b, g, dst_row, ramp(0, v)])
+    return out[0]
+
+
+def unpack_words_kernel(src_shape: tuple, h: int, w: int, wq: int, channels: int):
+    """PrimFunc ``(x, y)`` equal to :func:`tvm_cocopie.topi.int8.hvx.unpack` of a 4-column
+    grid ``x`` (``channels`` a multiple of 4): ``y[0, i, j, 4q:4q+4]`` is the word
+    ``x[q, i*wq + j, 0:4]`` (a word copy per pixel and group; the byte gather TVM makes of
+    the compute took ~5 packets per byte)."""
+    params = [("x", src_shape, "uint8"), ("y", (1, h, w, channels), "uint8")]
+    with kernel("unpack_words", params) as ((x, y), out), T.grid(h, w, channels // 4) as (
+            i, j, q):
+        T.buffer_store(y, x[q, i * wq + j, ramp(0, 4)], [0, i, j, ramp(q * 4, 4)])
     return out[0]

@@ -154,7 +154,7 @@ def mobilenetv2_layers(image: int = 224, classes: int = 1000, stages=None) -> li
 
 def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
     """Predicted packets of each execution plan of ``layer``."""
-    if layer.op == "input":
+    if layer.op in ("input", "const"):
         return {"rowmajor": 0.0}
     if layer.op == "conv":
         variants = [v for v in LAYOUT_OF if v != "vmpa" or vmpa_ok]
@@ -165,6 +165,8 @@ def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
     if layer.op == "dwconv":
         return {v: model.dwconv(v, layer.geometry, layer.c) for v in LAYOUT_OF}
     vectors = -(-layer.rows * layer.o // 128)
+    if layer.op == "attention":  # its HVX kernel works on 4-column grids only
+        return {"vrmpy": 40.0 * vectors * max(layer.c // 4, 1)}
     taps = max(layer.k * layer.k, 1) if layer.op == "pool" else 1
     if layer.op == "pool" and not layer.k:
         vectors, taps = -(-layer.h * layer.w * layer.c // 128), 1
@@ -189,6 +191,8 @@ def selection_graph(layers, model=None, vmpa_ok=None) -> Graph:
 
     def tc(u, v, pu, pv):
         lay = by[u.name]
+        if lay.op == "const":  # a constant operand (a bias vector): regridded once, tiny
+            return 0.0
         src = None if pu == "rowmajor" else LAYOUT_OF[pu]
         return model.transform(src, LAYOUT_OF[pv], lay.rows, lay.o)
 

@@ -371,4 +371,5 @@ def unpack(src):
 
     x = te.placeholder(src.shape, "uint8", name="x")
     y = te.compute((1, src.h, src.w, src.c), lambda n, i, j, ch: src.read(x, i, j, ch), name="y")
-    return describe(te.create_prim_func([x, y]), op="unpack")
+    return describe(te.create_prim_func([x, y]), op="unpack",
+                    src=[src.variant, list(src.shape), src.h, src.w, src.c, src.wq])
