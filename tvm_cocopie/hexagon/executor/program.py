@@ -147,6 +147,11 @@ class Program:
     tensors: dict = field(default_factory=dict)
 
 
+#: Packets per byte of a regrid across layouts (a gather; measured under qemu-hexagon: a
+#: 14x14x256 map into a 5x5 depthwise conv's 2-column grid, 878k packets for 83k bytes).
+REGRID_GATHER_PACKETS_PER_BYTE = 10.0
+
+
 def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
     """GCD²'s global selection over the network (cost model, nothing run); ``local``:
     each layer's cheapest plan alone, transforms ignored."""
@@ -166,7 +171,8 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
         )
         exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
         prev = lay.name
-    graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False))
+    graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False),
+                            gather_packets_per_byte=REGRID_GATHER_PACKETS_PER_BYTE)
     sel = local_select(graph) if local else global_select(graph)
     return {k: v for k, v in sel.plan.items() if k != "input" and k not in net.constants}
 

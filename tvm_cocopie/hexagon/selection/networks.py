@@ -174,11 +174,14 @@ def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
     return dict.fromkeys(LAYOUT_OF, cost)
 
 
-def selection_graph(layers, model=None, vmpa_ok=None) -> Graph:
+def selection_graph(layers, model=None, vmpa_ok=None, gather_packets_per_byte=None) -> Graph:
     """The :class:`.search.Graph` of ``layers`` with costs from ``model``.
 
     ``vmpa_ok(layer) -> bool`` says whether ``vmpa`` is exact for the layer's weights
-    (default: never, as for 8-bit per-tensor weights).
+    (default: never, as for 8-bit per-tensor weights). ``gather_packets_per_byte``: price
+    a change of layout between two layers at this many packets per byte of the tensor
+    (the static executor moves tensors across layouts with a gather, not with the
+    repack kernels the cost model is calibrated on).
     """
 
     model = model or CostModel.default()
@@ -193,6 +196,8 @@ def selection_graph(layers, model=None, vmpa_ok=None) -> Graph:
         lay = by[u.name]
         if lay.op == "const":  # a constant operand (a bias vector): regridded once, tiny
             return 0.0
+        if gather_packets_per_byte and pu != "rowmajor" and pu != pv:
+            return gather_packets_per_byte * lay.rows * lay.o
         src = None if pu == "rowmajor" else LAYOUT_OF[pu]
         return model.transform(src, LAYOUT_OF[pv], lay.rows, lay.o)
 
