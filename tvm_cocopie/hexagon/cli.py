@@ -20,6 +20,19 @@ from .executor.model import run_model
 log = logging.getLogger(__name__)
 
 
+def _image_size(text: str):
+    """``N`` or ``HxW`` (argparse type)."""
+    import argparse
+
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--image-size wants N or HxW, got {text!r}") from None
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"--image-size wants N or HxW, got {text!r}")
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
 def add_parser(subparsers):
     """Add ``hexagon`` (with ``run``) to an argparse ``subparsers`` object."""
     hexagon = subparsers.add_parser("hexagon", help="run int8 models on emulated Hexagon HVX")
@@ -27,8 +40,9 @@ def add_parser(subparsers):
     run = sub.add_parser(
         "run", help="run a float, QDQ or QOperator ONNX model whole under qemu-hexagon")
     run.add_argument("model", help="ONNX file (one NCHW image input)")
-    run.add_argument("--image-size", type=int, default=None,
-                     help="square input size, for models whose height and width are symbolic")
+    run.add_argument("--image-size", type=_image_size, default=None, metavar="N|HxW",
+                     help="input size (48x192, or 224 for square), for models whose height "
+                     "and width are symbolic")
     run.add_argument("--calibration", type=int, default=8,
                      help="sample inputs to calibrate a float model on (8)")
     run.add_argument("--seed", type=int, default=0, help="seed of the sample inputs")

@@ -38,8 +38,19 @@ from .run import run_network
 log = logging.getLogger(__name__)
 
 
-def _shapes(proto, image_size):
+def image_hw(image_size) -> tuple | None:
+    """``(h, w)`` of an image size given as one number (square) or a pair."""
     if not image_size:
+        return None
+    if isinstance(image_size, int):
+        return image_size, image_size
+    h, w = image_size
+    return int(h), int(w)
+
+
+def _shapes(proto, image_size):
+    hw = image_hw(image_size)
+    if not hw:
         return None
     inits = {t.name for t in proto.graph.initializer}
     (inp,) = [i for i in proto.graph.input if i.name not in inits][:1] or [None]
@@ -48,10 +59,10 @@ def _shapes(proto, image_size):
     dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     if len(dims) != 4:
         raise ModelError(f"input {inp.name} is not an NCHW image: dims {dims}")
-    if dims[2] and dims[3] and (dims[2], dims[3]) != (image_size, image_size):
+    if dims[2] and dims[3] and (dims[2], dims[3]) != hw:
         raise ModelError(f"input {inp.name} is fixed at {dims[2]}x{dims[3]}; an image size "
                          "applies to models whose height and width are symbolic")
-    return {inp.name: [1, dims[1] or 3, image_size, image_size]}
+    return {inp.name: [1, dims[1] or 3, *hw]}
 
 
 def layer_agreement(quantized_path, net, sample: dict | None = None) -> dict:
@@ -180,7 +191,7 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
             from ...models import save
 
             save(proto, path)
-    net = qonnx.read_quantized(proto, image_size)
+    net = qonnx.read_quantized(proto, image_hw(image_size))
     h, w, c = net.input_shape
     sample = (calibration_inputs(proto, 1, seed + 10_000)[0] if shapes is None else
               {net.input_name: np.random.default_rng(seed + 10_000)

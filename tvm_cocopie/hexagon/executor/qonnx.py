@@ -774,7 +774,9 @@ class _Reader:
         dims = [d.dim_value or None for d in inp.type.tensor_type.shape.dim]
         if len(dims) != 4 or dims[0] not in (1, None):
             raise ModelError(f"input {inp.name} is not a single NCHW image: dims {dims}")
-        c, h, w = dims[1], self.image_size or dims[2], self.image_size or dims[3]
+        size = self.image_size
+        h, w = (size, size) if isinstance(size, int) else (size or (dims[2], dims[3]))
+        c = dims[1]
         if not (c and h and w):
             raise ModelError(f"input {inp.name} has symbolic dims {dims}; pass image_size")
         scale = float(self.scalar(node.input[1], node, "scale"))
@@ -907,7 +909,7 @@ class _Reader:
                         self.embedding, self.input_q.shape)
 
 
-def read_quantized(model, image_size: int | None = None) -> QNetwork:
+def read_quantized(model, image_size: int | tuple | None = None) -> QNetwork:
     """The int8 network of a QDQ or QOperator ONNX model (see the module doc).
 
     The network's ``image`` is ``None``: set it (float NHWC) before running.
