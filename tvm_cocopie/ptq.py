@@ -28,9 +28,10 @@ log = logging.getLogger(__name__)
 FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
 
 
-def calibration_inputs(model, count: int = 8, seed: int = 0) -> list:
-    """``count`` deterministic input dicts for ``model`` (:func:`tvm_cocopie.models.sample_inputs`)."""
-    return [sample_inputs(model, seed=seed + i) for i in range(count)]
+def calibration_inputs(model, count: int = 8, seed: int = 0, shapes=None) -> list:
+    """``count`` deterministic input dicts for ``model`` (:func:`tvm_cocopie.models.sample_inputs`;
+    ``shapes`` for inputs with symbolic dims)."""
+    return [sample_inputs(model, seed + i, shapes) for i in range(count)]
 
 
 def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,

@@ -65,6 +65,29 @@ def _shapes(proto, image_size):
     return {inp.name: [1, dims[1] or 3, *hw]}
 
 
+def _session(model):
+    """An ONNX Runtime CPU session on one thread (a path or serialized bytes)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def _steps(a: np.ndarray, b: np.ndarray, scale: float) -> dict:
+    """``max_steps`` and ``mean_steps`` of ``|a - b|`` in units of ``scale``, and for
+    vectors (a classifier's output) whether the arg-max agrees."""
+    steps = np.abs(a.astype(np.float32) - b.astype(np.float32)) / np.float32(scale)
+    out = {"max_steps": round(float(steps.max()), 3), "mean_steps": round(float(steps.mean()), 4)}
+    return out, steps
+
+
+def _argmax(out: dict, a: np.ndarray, b: np.ndarray) -> dict:
+    if b.ndim == 2:
+        out["argmax_agrees"] = bool(np.array_equal(a.argmax(-1), b.argmax(-1)))
+    return out
+
+
 def layer_agreement(quantized_path, net, sample: dict | None = None) -> dict:
     """Every layer of ``net`` given ONNX Runtime's own integer inputs, against ONNX
     Runtime's integer output of that layer: ``max_steps`` (largest difference), ``differ``
@@ -75,7 +98,6 @@ def layer_agreement(quantized_path, net, sample: dict | None = None) -> dict:
     (15-bit fixed point, ties up) may differ by one step where a value falls within
     ~2**-15 of a half."""
     import onnx
-    import onnxruntime as ort
 
     from .quantization import layer_sources, reference_step
 
@@ -87,10 +109,7 @@ def layer_agreement(quantized_path, net, sample: dict | None = None) -> dict:
         if name not in known:
             proto.graph.output.append(typed.get(name) or onnx.helper.make_tensor_value_info(
                 name, onnx.TensorProto.UINT8, None))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(proto.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    sess = _session(proto.SerializeToString())
     feed = sample or {net.input_name: net.image.transpose(0, 3, 1, 2)}
     outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
     theirs = {layer: to_nhwc(outs[name], *net.tensor_names[layer][1:])
@@ -104,7 +123,7 @@ def layer_agreement(quantized_path, net, sample: dict | None = None) -> dict:
         prev = q.layer.name
         if q.layer.name not in theirs or any(s not in theirs for s in srcs):
             continue
-        ins = [theirs[s].reshape(theirs[s].shape).astype(np.uint8) for s in srcs]
+        ins = [theirs[s].astype(np.uint8) for s in srcs]
         if q.layer.op in ("conv", "dwconv") and ins[0].shape[1:3] != (q.layer.h, q.layer.w):
             ins[0] = ins[0].reshape(1, q.layer.h, q.layer.w, -1)
         ours = reference_step(q, *ins).astype(np.int32)
@@ -128,22 +147,12 @@ def ort_agreement(quantized_path, net, sample: dict, output: np.ndarray) -> dict
     each layer differs by at most a step on a few elements, and such a step grows through
     the layers after it (more in a network of random weights, whose layers amplify).
     """
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(quantized_path), opts, providers=["CPUExecutionProvider"])
-    (theirs,) = sess.run(None, sample)[:1]
+    (theirs,) = _session(str(quantized_path)).run(None, sample)[:1]
     ours = net.dequantize_output(output)  # NHWC
     ours = (ours.transpose(0, 3, 1, 2) if theirs.ndim == 4 else ours).reshape(theirs.shape)
-    steps = np.abs(ours - theirs.astype(np.float32)) / np.float32(net.output_scale)
-    out = {
-        "max_steps": round(float(steps.max()), 3),
-        "mean_steps": round(float(steps.mean()), 4),
-        "within_1": round(float((steps <= 1.0 + 1e-3).mean()), 4),
-    }
-    if theirs.ndim == 2:
-        out["argmax_agrees"] = bool(np.array_equal(ours.argmax(-1), theirs.argmax(-1)))
+    out, steps = _steps(ours, theirs, net.output_scale)
+    out["within_1"] = round(float((steps <= 1.0 + 1e-3).mean()), 4)
+    _argmax(out, ours, theirs)
     out["per_layer"] = layer_agreement(quantized_path, net, sample)
     return out
 
@@ -152,19 +161,9 @@ def quantization_error(float_proto, quantized_path, net, sample: dict) -> dict:
     """ONNX Runtime's quantized model against its float model on ``sample``, in output
     steps: the error quantization itself makes, the yardstick for :func:`ort_agreement`
     (a network of random weights amplifies small differences layer after layer)."""
-    import onnxruntime as ort
-
-    outs = []
-    for m in (float_proto.SerializeToString(), str(quantized_path)):
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        sess = ort.InferenceSession(m, opts, providers=["CPUExecutionProvider"])
-        outs.append(sess.run(None, sample)[0].astype(np.float32))
-    steps = np.abs(outs[0] - outs[1]) / np.float32(net.output_scale)
-    out = {"max_steps": round(float(steps.max()), 3), "mean_steps": round(float(steps.mean()), 4)}
-    if outs[0].ndim == 2:
-        out["argmax_agrees"] = bool(np.array_equal(outs[0].argmax(-1), outs[1].argmax(-1)))
-    return out
+    outs = [_session(m).run(None, sample)[0]
+            for m in (float_proto.SerializeToString(), str(quantized_path))]
+    return _argmax(_steps(outs[0], outs[1], net.output_scale)[0], outs[0], outs[1])
 
 
 def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed: int = 0,
@@ -177,9 +176,7 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
     from_float = not qonnx.is_quantized(proto)
     float_proto = proto if from_float else None
     if from_float:
-        from ...models import sample_inputs
-
-        samples = [sample_inputs(proto, seed + i, shapes) for i in range(calibration)]
+        samples = calibration_inputs(proto, calibration, seed, shapes)
         workdir = Path(workdir or tempfile.mkdtemp(prefix="cocopie_ptq_"))
         path = quantize_onnx(proto, workdir / "model_qdq.onnx", samples, fmt=fmt)
         proto = load_model(path, check=False)
@@ -192,10 +189,7 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
 
             save(proto, path)
     net = qonnx.read_quantized(proto, image_hw(image_size))
-    h, w, c = net.input_shape
-    sample = (calibration_inputs(proto, 1, seed + 10_000)[0] if shapes is None else
-              {net.input_name: np.random.default_rng(seed + 10_000)
-               .standard_normal((1, c, h, w)).astype(np.float32)})
+    sample = calibration_inputs(proto, 1, seed + 10_000, shapes)[0]
     if net.embedding is not None:  # token ids inside the table the model gathers from
         ids = sample[net.input_name]
         rng = np.random.default_rng(seed + 10_000)

@@ -246,31 +246,21 @@ def _elementwise(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Ten
     wq = next((t.wq for t in ins if t.variant == variant and (t.h, t.w) == (a.h, a.w)), a.w)
     geo = GridGeometry(a.h, a.w, 1, 1, 0, wq)
     shape = geo.out_shape(variant, lay.o)
-    if lay.op == "add" and (ins[1].h, ins[1].w) != (a.h, a.w):
-        if (ins[1].h, ins[1].w) != (1, 1):
-            raise CocopieError(f"{lay.name}: an add broadcasting a {ins[1].h}x{ins[1].w} map")
-        ogeo = GridGeometry(1, 1, 1, 1, 0)
-        x = _on_grid(em, idx, lay, a, variant, geo, 0)
-        y = _on_grid(em, idx, lay, ins[1], variant, ogeo, 1)
-        func = int8_hvx.qadd_grid(variant, shape, q.rq, ogeo.out_shape(variant, lay.o), True)
-        args = [x, y]
-    elif lay.op == "lut":
-        args = [_on_grid(em, idx, lay, a, variant, geo, 0)]
+    if lay.op == "lut":
         em.inputs[f"lut{idx}"] = pack_lut(q.weights)
-        func, args = int8_hvx.lut_grid(variant, shape), [*args, f"lut{idx}"]
-    elif lay.op == "mul":
+        func = int8_hvx.lut_grid(variant, shape)
+        args = [_on_grid(em, idx, lay, a, variant, geo, 0), f"lut{idx}"]
+    else:  # add / product: the second operand of the same map, or a broadcast 1x1 map
         other = ins[1]
         small = (other.h, other.w) != (a.h, a.w)
         if small and (other.h, other.w) != (1, 1):
-            raise CocopieError(f"{lay.name}: a product broadcasting a {other.h}x{other.w} map")
-        x = _on_grid(em, idx, lay, a, variant, geo, 0)
+            raise CocopieError(f"{lay.name}: {'an add' if lay.op == 'add' else 'a product'} "
+                               f"broadcasting a {other.h}x{other.w} map")
         ogeo = GridGeometry(1, 1, 1, 1, 0) if small else geo
-        y = _on_grid(em, idx, lay, other, variant, ogeo, 1)
-        b_shape = ogeo.out_shape(variant, lay.o)
-        func, args = int8_hvx.qmul_grid(variant, shape, b_shape, q.rq, small), [x, y]
-    else:
-        args = [_on_grid(em, idx, lay, t, variant, geo, k) for k, t in enumerate(ins)]
-        func = int8_hvx.qadd_grid(variant, shape, q.rq)
+        args = [_on_grid(em, idx, lay, a, variant, geo, 0),
+                _on_grid(em, idx, lay, other, variant, ogeo, 1)]
+        grid = int8_hvx.qadd_grid if lay.op == "add" else int8_hvx.qmul_grid
+        func = grid(variant, shape, ogeo.out_shape(variant, lay.o), q.rq, small)
     em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
     return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
 

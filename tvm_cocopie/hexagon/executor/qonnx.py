@@ -47,7 +47,6 @@ from .quantization import QLayer, QNetwork
 
 log = logging.getLogger(__name__)
 
-#: Operators the reader maps onto the executor's layers, per format.
 #: Unary activations, each a 256-entry table from its input's to its output's quantization
 #: (computed in float32, as ONNX Runtime runs them between DequantizeLinear and QuantizeLinear).
 UNARY = {
@@ -67,6 +66,7 @@ SCALAR_BINARY = {
 }
 #: Views of a sequence map ``[1, 1, S, D]`` (``D = H * dh``) the ONNX tensors take.
 VIEWS = ("seq", "split", "heads", "headsT", "scores", "grouped", "groupedT")
+#: Operators the reader maps onto the executor's layers, per format.
 QDQ_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "Conv", "Add", "Mul", "Sub", "Div", "MaxPool",
     "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Gemm", "MatMul", "Clip",
@@ -96,7 +96,7 @@ class QTensor:
     heads: int = 0
 
 
-def to_nhwc(a: np.ndarray, view: str | None, heads: int = 0) -> np.ndarray:
+def to_nhwc(a: np.ndarray, view: str | None) -> np.ndarray:
     """An ONNX integer tensor of the given view as the NHWC map the executor holds
     (int8 values shifted into the uint8 domain)."""
     a = a.astype(np.int32) + (128 if a.dtype == np.int8 else 0)
@@ -121,6 +121,38 @@ def _attrs(node) -> dict:
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _centred(raw: np.ndarray, zp: int, node) -> np.ndarray:
+    """8-bit weights minus their zero point, which must stay inside int8."""
+    w = raw.astype(np.int64) - zp
+    if w.min() < -128 or w.max() > 127:
+        raise UnsupportedOperatorError(
+            f"{node.name}: weights minus their zero point {zp} leave int8; quantize weights "
+            "as symmetric int8 (weight_type=QInt8)", {node.op_type: 1})
+    return w
+
+
+def _table(x, sy: float, zy: int, funcs=()) -> np.ndarray:
+    """The 256-entry table from ``x``'s quantization to ``(sy, zy)`` through the float
+    functions ``funcs`` (applied in float32, as ONNX Runtime runs them between
+    DequantizeLinear and QuantizeLinear)."""
+    real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
+    for f in funcs:
+        real = np.asarray(f(real), dtype=np.float32)
+    return np.clip(np.rint(real / np.float32(sy)) + zy, 0, 255).astype(np.uint8)
+
+
+def _broadcast_pair(node, a, b, verb: str):
+    """``(a, b)`` of an add/product with the per-channel vector (a 1x1 map) second,
+    shapes checked: equal, or a map by a vector of its channels."""
+    if a.shape[:2] == (1, 1) and b.shape[:2] != (1, 1):
+        a, b = b, a
+    if not (a.shape == b.shape or (b.shape[:2] == (1, 1) and b.shape[2] == a.shape[2])):
+        raise UnsupportedOperatorError(
+            f"{node.name}: {verb} {a.shape} and {b.shape}; the executor takes equal shapes or a "
+            "map and a per-channel vector", {node.op_type: 1})
+    return a, b
 
 
 def _same(a: float, b: float) -> bool:
@@ -180,15 +212,9 @@ class _Reader:
         """An 8-bit weight initializer as int8 values (a uint8 one minus its zero point)."""
         if name not in self.inits:
             raise ModelError(f"{node.name}: weights {name!r} are not an initializer")
-        w = self.inits[name].astype(np.int32)
-        scale = float(self.scalar(scale_name, node, "weight scale"))
         zw = int(self.scalar(zp_name, node, "weight zero point")) if zp_name else 0
-        w = w - zw
-        if w.min() < -128 or w.max() > 127:
-            raise UnsupportedOperatorError(
-                f"{node.name}: weights minus their zero point {zw} leave int8; quantize weights "
-                "as symmetric int8 (weight_type=QInt8)", {node.op_type: 1})
-        return w, scale
+        return (_centred(self.inits[name], zw, node),
+                float(self.scalar(scale_name, node, "weight scale")))
 
     def name(self, node, op: str) -> str:
         base = node.name or f"{op}{len(self.layers)}"
@@ -318,10 +344,7 @@ class _Reader:
             raise UnsupportedOperatorError(
                 f"{node.name}: a Concat that is not along the channels of equal maps",
                 {"Concat": 1})
-        tables = []
-        for x in xs:
-            real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
-            tables.append(np.clip(np.rint(real / np.float32(sy)) + zy, 0, 255).astype(np.uint8))
+        tables = [_table(x, sy, zy) for x in xs]
         c = sum(x.shape[2] for x in xs)
         lay = Layer(self.name(node, "concat"), "concat", tuple(x.layer for x in xs), h, w, c, c)
         self.layers.append(QLayer(lay, np.stack(tables), None, None, kind="concat"))
@@ -378,12 +401,7 @@ class _Reader:
         return QTensor(lay.name, sy, zy, x.shape, x.view, x.heads)
 
     def add(self, node, a: QTensor, b: QTensor, sy: float, zy: int):
-        if a.shape[:2] == (1, 1) and b.shape[:2] != (1, 1):
-            a, b = b, a  # the broadcast operand second
-        if not (a.shape == b.shape or (b.shape[:2] == (1, 1) and b.shape[2] == a.shape[2])):
-            raise UnsupportedOperatorError(
-                f"{node.name}: adds {a.shape} and {b.shape}; the executor adds equal shapes or a "
-                "per-channel vector", {node.op_type: 1})
+        a, b = _broadcast_pair(node, a, b, "adds")
         arq = AddRequant.from_scales(a.scale / sy, b.scale / sy, a.zp, b.zp, zy)
         h, w, c = a.shape
         lay = Layer(self.name(node, "add"), "add", (a.layer, b.layer), h, w, c, c)
@@ -392,12 +410,7 @@ class _Reader:
 
     def mul(self, node, a: QTensor, b: QTensor, sy: float, zy: int):
         """A product of two tensors of one shape, or of a map by a per-channel vector."""
-        if a.shape[:2] == (1, 1) and b.shape[:2] != (1, 1):
-            a, b = b, a  # the broadcast operand second
-        if not (a.shape == b.shape or (b.shape[:2] == (1, 1) and b.shape[2] == a.shape[2])):
-            raise UnsupportedOperatorError(
-                f"{node.name}: multiplies {a.shape} by {b.shape}; the executor multiplies equal "
-                "shapes or a map by a per-channel vector", {node.op_type: 1})
+        a, b = _broadcast_pair(node, a, b, "multiplies")
         self.requant(a.scale * b.scale / sy, zy, node)  # checks the scale
         mrq = MulRequant.from_scales(a.scale, a.zp, b.scale, b.zp, sy, zy)
         h, w, c = a.shape
@@ -409,12 +422,7 @@ class _Reader:
         """A unary function of ``x`` (``funcs`` applied in order, in float32, as ONNX
         Runtime evaluates them between DequantizeLinear and QuantizeLinear) as the table of
         its 256 possible inputs."""
-        funcs = funcs or [lambda v: UNARY[node.op_type](v, _attrs(node))]
-        real = (np.arange(256, dtype=np.float32) - np.float32(x.zp)) * np.float32(x.scale)
-        for f in funcs:
-            real = np.asarray(f(real), dtype=np.float32)
-        y = np.rint(real / np.float32(sy)) + zy
-        table = np.clip(y, 0, 255).astype(np.uint8)
+        table = _table(x, sy, zy, funcs or [lambda v: UNARY[node.op_type](v, _attrs(node))])
         h, w, c = x.shape
         lay = Layer(self.name(node, "lut"), "lut", (x.layer,), h, w, c, c)
         self.layers.append(QLayer(lay, table, None, None,
@@ -450,19 +458,7 @@ class _Reader:
             raise UnsupportedOperatorError(
                 f"{node.name}: AveragePool {k}/{pads}/{strides}; the executor averages square "
                 "windows with equal pads counted in the divisor", {"AveragePool": 1})
-        h, w, c = x.shape
-        n = k[0] * k[0]
-        scale, weight = x.scale / (sy * n), 1
-        while scale / weight > MAX_REQUANT_SCALE:
-            weight += 1
-        bias = np.full(c, -x.zp * n * weight, np.int64)
-        lay = Layer(self.name(node, "avgpool"), "dwconv", (x.layer,), h, w, c, c, k[0],
-                    strides[0], pads[0])
-        self.layers.append(QLayer(lay, np.full((k[0], k[0], c), weight, np.int8),
-                                  bias.astype(np.int32), self.requant(scale / weight, zy, node),
-                                  pad_value=x.zp if pads[0] else 0, kind="avg_pool"))
-        oh, ow = lay.out_hw
-        return QTensor(lay.name, sy, zy, (oh, ow, c))
+        return self._mean_pool(node, x, k[0], strides[0], pads[0], sy, zy, "avg_pool")
 
     def resize(self, node, x: QTensor, sy: float, zy: int):
         """Nearest-neighbour upsampling by a whole factor (``floor`` rounding, asymmetric or
@@ -480,8 +476,6 @@ class _Reader:
             fy = fx = 0.0
         mode = a.get("mode", b"nearest")
         mode = mode.decode() if isinstance(mode, bytes) else mode
-        nearest = a.get("nearest_mode", b"round_prefer_floor")
-        nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
         if (mode != "nearest" or fy != fx or fy != int(fy) or fy < 1 or x.view is not None
                 or not (_same(x.scale, sy) and x.zp == zy)):
             raise UnsupportedOperatorError(
@@ -494,23 +488,32 @@ class _Reader:
 
     def global_pool(self, node, x: QTensor, sy: float, zy: int):
         """``zy + round(sum(x - zx) * sx / (n * sy))`` as a depthwise conv over the map."""
-        h, w, c = x.shape
+        h, w, _ = x.shape
         if (h, w) == (1, 1) and _same(x.scale, sy) and x.zp == zy:
             return x  # the identity
         if h != w:
             raise UnsupportedOperatorError(
                 f"{node.name}: a global pool over a {h}x{w} map; the executor pools square maps",
                 {node.op_type: 1})
-        scale = x.scale / (sy * h * w)
-        weight = 1
-        while scale / weight > MAX_REQUANT_SCALE:  # an integer weight keeps it exact
+        return self._mean_pool(node, x, h, 1, 0, sy, zy, "global_pool")
+
+    def _mean_pool(self, node, x: QTensor, k: int, s: int, p: int, sy: float, zy: int,
+                   kind: str) -> QTensor:
+        """``zy + round(sum(x - zx) * sx / (k*k * sy))`` over ``k x k`` windows: a depthwise
+        conv with constant integer weights (as large as the requantization's range needs,
+        which keeps it exact), padded with the zero point."""
+        h, w, c = x.shape
+        scale, weight = x.scale / (sy * k * k), 1
+        while scale / weight > MAX_REQUANT_SCALE:
             weight += 1
-        hw_weights = np.full((h, w, c), weight, np.int8)
-        bias = np.full(c, -x.zp * h * w * weight, np.int64)
-        lay = Layer(self.name(node, "gap"), "dwconv", (x.layer,), h, w, c, c, h, 1, 0)
-        self.layers.append(QLayer(lay, hw_weights, bias.astype(np.int32),
-                                  self.requant(scale / weight, zy, node), kind="global_pool"))
-        return QTensor(lay.name, sy, zy, (1, 1, c))
+        bias = np.full(c, -x.zp * k * k * weight, np.int64)
+        lay = Layer(self.name(node, "avgpool" if kind == "avg_pool" else "gap"), "dwconv",
+                    (x.layer,), h, w, c, c, k, s, p)
+        self.layers.append(QLayer(lay, np.full((k, k, c), weight, np.int8),
+                                  bias.astype(np.int32), self.requant(scale / weight, zy, node),
+                                  pad_value=x.zp if p else 0, kind=kind))
+        oh, ow = lay.out_hw
+        return QTensor(lay.name, sy, zy, (oh, ow, c))
 
     # ------------------------------------------------------------------ formats
 
@@ -675,12 +678,9 @@ class _Reader:
         initializer (a bias the quantizer left in float)."""
         if name in self.consts:
             raw, scale, zp = self.consts[name]
-            values = raw.astype(np.int64) - zp
-            if raw.dtype in (np.int8, np.uint8) and (values.min() < -128 or values.max() > 127):
-                raise UnsupportedOperatorError(
-                    f"{node.name}: weights minus their zero point {zp} leave int8; quantize "
-                    "weights as symmetric int8 (weight_type=QInt8)", {node.op_type: 1})
-            return values, scale
+            if raw.dtype in (np.int8, np.uint8):
+                return _centred(raw, zp, node), scale
+            return raw.astype(np.int64) - zp, scale
         if name in self.inits and self.inits[name].dtype.kind == "f":
             return self.inits[name].astype(np.float64), None
         raise ModelError(f"{node.name}: {name!r} is computed; the executor needs constant weights")
@@ -833,7 +833,7 @@ class _Reader:
 
     def _name(self, t: QTensor, onnx_name: str) -> None:
         if t.layer != "input" and not t.layer.startswith("const"):
-            self.tensor_names.setdefault(t.layer, (onnx_name, t.view, t.heads))
+            self.tensor_names.setdefault(t.layer, (onnx_name, t.view))
 
     def _chain_step(self, node) -> bool:
         """A unary float function of a dequantized tensor (or of such a chain): kept to

@@ -37,6 +37,12 @@ def _splat(buf, g, v: int):
     return hvx.as_vec(tirx.reinterpret("uint8x128", tirx.Broadcast(word, VBYTES // v)))
 
 
+def _halfwords(vec):
+    """A byte vector zero-extended to halfwords: ``(even bytes, odd bytes)``."""
+    pair = bind(hvx.vzb(vec))
+    return hvx.lo(pair), hvx.hi(pair)
+
+
 def mul_kernel(shape: tuple, b_shape: tuple, mrq, broadcast: bool):
     """PrimFunc ``(a, b, y)`` equal to :func:`tvm_cocopie.topi.int8.hvx.qmul_grid`."""
     groups, rows, v = shape
@@ -46,9 +52,8 @@ def mul_kernel(shape: tuple, b_shape: tuple, mrq, broadcast: bool):
     zb = tirx.Broadcast(tirx.const(mrq.zb, "int16"), 64)
 
     def halves(vec, z):
-        pair = bind(hvx.vzb(vec))
         z = hvx.as_vec(tirx.reinterpret("uint8x128", z))
-        return hvx.vsubh(hvx.lo(pair), z), hvx.vsubh(hvx.hi(pair), z)
+        return (hvx.vsubh(h, z) for h in _halfwords(vec))
 
     with kernel("qmul_hvx", params) as ((a, b, y), out), T.serial(groups) as g:
         if broadcast:
@@ -80,10 +85,7 @@ def add_kernel(shape: tuple, b_shape: tuple, arq, broadcast: bool):
     mb = hvx.as_vec(tirx.reinterpret("uint8x128", tirx.Broadcast(tirx.const(arq.mb, "int16"), 64)))
     offset = tirx.Broadcast(tirx.const(arq.offset, "int32"), 32)
 
-    def halves(vec):
-        pair = bind(hvx.vzb(vec))
-        return hvx.lo(pair), hvx.hi(pair)
-
+    halves = _halfwords
     with kernel("qadd_hvx", params) as ((a, b, y), out), T.serial(groups) as g:
         if broadcast:
             b_even, b_odd = (bind(h) for h in halves(_splat(b, g, v)))

@@ -199,15 +199,14 @@ def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
     )
 
 
-def qadd_grid(variant: str, shape: tuple, arq, b_shape: tuple | None = None,
-              broadcast: bool = False):
+def qadd_grid(variant: str, shape: tuple, b_shape: tuple, arq, broadcast: bool = False):
     """PrimFunc ``(a, b, y)``: :class:`~.compute.AddRequant` of two output grids of
     one ``shape`` ``(G, rows, v)`` in ``variant``'s layout (a residual add); with
     ``broadcast``, ``b`` is a 1x1 map's grid (a bias vector) added to every row."""
     from tvm import te
 
     a = te.placeholder(shape, "uint8", name="a")
-    b = te.placeholder(b_shape or shape, "uint8", name="b")
+    b = te.placeholder(b_shape, "uint8", name="b")
     y = te.compute(shape, lambda g, r, j: arq.te(a[g, r, j], b[g, 0, j] if broadcast
                                                  else b[g, r, j]), name="y")
     return describe(
