@@ -371,23 +371,28 @@ def _read_cache(path) -> dict:
     return json.loads(Path(path).read_text()) if Path(path).exists() else {}
 
 
-def _ms_search(records, cache_path, shape, trials, t) -> dict:
-    """MetaSchedule one layer (or take it from the per-layer cache, written atomically)."""
+def _store(cache_path, key, rec) -> None:
+    """Add ``rec`` under ``key`` to the JSON cache file, written atomically (resumable)."""
     import os
 
     from tvm_cocopie.bench import timing as bm
+
+    cache = _read_cache(cache_path)
+    cache[key] = rec
+    os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+    bm.write_json_atomic(cache_path, cache)
+
+
+def _ms_search(records, cache_path, shape, trials, t) -> dict:
+    """MetaSchedule one layer (or take it from the per-layer cache, written atomically)."""
     from tvm_cocopie.hexagon.tools import measure
 
     key = f"{list(shape)}|trials={trials}|seed=0"
-    cache = _read_cache(cache_path)
-    rec = cache.get(key)
+    rec = _read_cache(cache_path).get(key)
     if rec is None:
         rec = measure.tvm_vrmpy_ms_conv(*shape, trials, **t)
         if rec["exact"]:
-            cache = _read_cache(cache_path)
-            cache[key] = rec
-            os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
-            bm.write_json_atomic(cache_path, cache)
+            _store(cache_path, key, rec)
     else:
         rec = {**rec, "from_cache": True}
     log.info(
@@ -555,7 +560,6 @@ def whole_models(records, names, args, t) -> dict:
     int8 network (cached per quantized model in ``--model-cache``: resumable), numpy
     (bit for bit) and ONNX Runtime on the same QDQ file. A model the executor cannot run
     is recorded with the operators it lacks."""
-    import os
     import tempfile
     from pathlib import Path
 
@@ -580,15 +584,12 @@ def whole_models(records, names, args, t) -> dict:
         if not args.no_stock:
             def stock_runner(net, timeout=None, _path=path, _size=size):
                 key = _stock_key(_path, _size)
-                cache = _read_cache(cache_path)
-                if key not in cache:
+                rec = _read_cache(cache_path).get(key)
+                if rec is None:
                     rec = measure.stock_network(net, timeout=timeout)
                     rec.pop("packets_by_layer")
-                    cache = _read_cache(cache_path)
-                    cache[key] = rec
-                    os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
-                    bm.write_json_atomic(cache_path, cache)
-                return cache[key]
+                    _store(cache_path, key, rec)
+                return rec
         try:
             row = run_model(proto, timeout=t["timeout"], stock_runner=stock_runner,
                             workdir=folder)

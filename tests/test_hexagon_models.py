@@ -18,15 +18,21 @@ from tvm_cocopie.hexagon.executor import qonnx, reference_forward
 from tvm_cocopie.topi.int8.compute import AddRequant
 
 
-def _small_cnn(size: int = 16, seed: int = 0) -> onnx.ModelProto:
-    """conv+relu, max pool, conv (linear) + residual add + relu, depthwise/2, global
-    average pool over 4x4, flatten, Gemm: every layer class of a classifier."""
+def _initializers(seed: int):
+    """``init(name, shape, scale=0.3)``: deterministic N(0, scale) float initializers."""
     rng = np.random.default_rng(seed)
 
     def init(name, shape, scale=0.3):
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
                                        name)
 
+    return init
+
+
+def _small_cnn(size: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """conv+relu, max pool, conv (linear) + residual add + relu, depthwise/2, global
+    average pool over 4x4, flatten, Gemm: every layer class of a classifier."""
+    init = _initializers(seed)
     inits = [init("w1", (16, 3, 3, 3)), init("b1", (16,), 0.1), init("w2", (16, 16, 3, 3), 0.1),
              init("b2", (16,), 0.1), init("w3", (16, 1, 3, 3)), init("b3", (16,), 0.1),
              init("fc", (10, 16)), init("fcb", (10,), 0.1)]
@@ -57,12 +63,7 @@ def _se_cnn(size: int = 16, seed: int = 1) -> onnx.ModelProto:
     """MobileNetV3's ingredients: conv + hard-swish, depthwise, squeeze-excitation
     (global pool, 1x1 convs, ReLU, hard-sigmoid, per-channel product), hard-swish again,
     global pool, classifier."""
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale=0.3):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
+    init = _initializers(seed)
     inits = [init("w1", (16, 3, 3, 3)), init("b1", (16,), 0.1), init("wd", (16, 1, 3, 3)),
              init("bd", (16,), 0.1), init("s1", (8, 16, 1, 1)), init("sb1", (8,), 0.1),
              init("s2", (16, 8, 1, 1)), init("sb2", (16,), 0.1), init("fc", (10, 16)),
@@ -401,12 +402,7 @@ def test_encoder_runs_whole_bit_exact_against_numpy_and_stock_tvm(tiny_encoder):
 def _shuffle_cnn(size: int = 12, seed: int = 2) -> onnx.ModelProto:
     """ShuffleNetV2's unit: conv, channel split, a branch (1x1, depthwise, 1x1), concat,
     channel shuffle (Reshape / Transpose / Reshape), ReduceMean pooling, classifier."""
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale=0.3):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
+    init = _initializers(seed)
     def ints(name, values):
         return numpy_helper.from_array(np.asarray(values, np.int64), name)
 
@@ -452,12 +448,7 @@ def test_channel_split_concat_and_shuffle_run_bit_exact(tmp_path):
 
 def _pool_resize_cnn(size: int = 8, seed: int = 4) -> onnx.ModelProto:
     """Grouped conv, local average pool (count_include_pad), nearest 2x upsampling."""
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale=0.3):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
+    init = _initializers(seed)
     n = helper.make_node
     inits = [init("w0", (16, 3, 3, 3)), init("wg", (16, 4, 3, 3)), init("bg", (16,), 0.1),
              numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
