@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := qemu-user-static clang-14 lld-14 gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+APT_PACKAGES := qemu-user-static clang-14 lld-14 llvm-14 gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 export CI
 
 .PHONY: demo test venv apt bench lint clean

@@ -38,7 +38,7 @@ from ..errors import CompilationError, ToolchainError, last_line
 from ..paths import cache_dir
 from ..target import HEXAGON_V66
 from . import harness
-from .packets import PacketCounter
+from .packets import PacketCounter, TraceRecorder
 from .program import ffi_include, input_bytes, normalize_module, program_spec, read_outputs
 from .toolchain import run_tool, toolchain
 
@@ -87,6 +87,7 @@ class RunResult:
     packets_outside_calls: int = 0
     stderr: str = ""
     seconds: float = 0.0
+    trace: TraceRecorder | None = None  # with ``trace=True``: the packets that ran
 
     def packets_by_func(self) -> dict:
         """Per-call packet counts summed by kernel name."""
@@ -112,21 +113,27 @@ class HexagonProgram:
         """Path of the linked program."""
         return self.directory / "program.elf"
 
-    def run(self, inputs: dict, *, count_packets: bool = False, timeout: float | None = None):
-        """Run with ``inputs`` (buffer name -> array); returns a :class:`RunResult`."""
-        return _execute(self, inputs, count_packets, timeout or DEFAULT_TIMEOUT)
+    def run(self, inputs: dict, *, count_packets: bool = False, trace: bool = False,
+            timeout: float | None = None):
+        """Run with ``inputs`` (buffer name -> array); returns a :class:`RunResult`.
+
+        ``trace`` also records each call's executed packets with their instruction
+        text (``-d in_asm,exec``; implies ``count_packets``), for the cycle model of
+        :mod:`tvm_cocopie.hexagon.vliw`."""
+        return _execute(self, inputs, count_packets or trace, trace, timeout or DEFAULT_TIMEOUT)
 
 
 # ----------------------------------------------------------------------------- build
 
 
-def build_key(mod, target, c_source: str, tc) -> str:
+def build_key(mod, target, c_source: str, tc, asm_pass=None) -> str:
     """The cache key of a build: everything that changes the program (runner version, TVM,
-    target, kernels, harness source, compiler flags and tools), hashed."""
+    target, kernels, harness source, compiler flags and tools, the assembly pass), hashed."""
     import tvm
 
     h = hashlib.sha256()
     for part in (
+        asm_pass.key if asm_pass is not None else "",
         f"runner{RUNNER_VERSION}",
         tvm.__version__,
         json.dumps(target.export(), sort_keys=True, default=str),
@@ -171,14 +178,40 @@ def parse_map(text: str, obj_name: str = _KERNEL_OBJECT):
     return sorted(ranges), symbols
 
 
-def _compile_object(mod, target, path: Path) -> None:
+def _compile_object(mod, target, path: Path, asm_pass=None, tc=None) -> None:
     import tvm
 
     try:
         lib = tvm.compile(mod, target=target)
     except Exception as err:  # TVM raises its own FFI error types
         raise CompilationError(f"TVM could not build the Hexagon kernels: {last_line(err)}") from err
-    lib.mod.write_to_file(str(path))
+    if asm_pass is None:
+        lib.mod.write_to_file(str(path))
+        return
+    asm = path.with_suffix(".llvm.s")
+    lib.mod.write_to_file(str(asm))
+    text = asm_pass(asm.read_text(), path.parent)
+    path.with_suffix(".s").write_text(text)
+    assemble(text, path, tc or toolchain())
+
+
+#: ``llvm-mc`` flags for V66 with 128-byte HVX (the ``-mcpu``/``-mhvx`` of :data:`CLANG_FLAGS`).
+MC_FLAGS = ("-arch=hexagon", "-mcpu=hexagonv66", "-mattr=+hvxv66,+hvx-length128b",
+            "-filetype=obj")
+
+
+def assemble(text: str, out: Path, tc=None) -> None:
+    """Assemble Hexagon assembly ``text`` into the object ``out`` with Debian's
+    ``llvm-mc``. TVM's LLVM is newer and writes ``.attribute`` lines LLVM 14 does not
+    know (build attributes only); they are dropped."""
+    tc = tc or toolchain()
+    if not tc.mc:
+        raise ToolchainError("llvm-mc is not installed; run `make apt` (Debian package llvm-14)")
+    src = out.with_suffix(".mc.s")
+    src.write_text("".join(line for line in text.splitlines(keepends=True)
+                           if not line.lstrip().startswith(".attribute")))
+    run_tool([tc.mc, *MC_FLAGS, str(src.name), "-o", str(out.name)],
+             "llvm-mc (assembling the re-packed kernels)", out.parent)
 
 
 def build(
@@ -190,6 +223,7 @@ def build(
     workspace_bytes: int = 64 << 20,
     cache_dir: str | os.PathLike | None = None,
     offsets: dict | None = None,
+    asm_pass=None,
 ) -> HexagonProgram:
     """Compile ``funcs`` for Hexagon V66 and link them with a harness making ``calls``.
 
@@ -198,13 +232,16 @@ def build(
     runs as one program. ``inputs`` name the buffers read from the input file, in order;
     ``outputs`` the buffers returned. Other buffers start zeroed unless ``offsets``
     (buffer name -> arena offset, a static memory plan) lets them share memory.
+    ``asm_pass`` (a callable ``(assembly text, work dir) -> assembly text`` with a
+    ``key`` string) rewrites the kernels' assembly before ``llvm-mc`` assembles it,
+    e.g. :class:`tvm_cocopie.hexagon.vliw.repack.Repack`.
     """
     tc = toolchain()
     target = hexagon_target()
     mod = normalize_module(funcs)
     spec = program_spec(mod, calls, inputs, outputs, workspace_bytes, offsets)
     c_source = harness.generate(spec)
-    key = build_key(mod, target, c_source, tc)
+    key = build_key(mod, target, c_source, tc, asm_pass)
     root = Path(cache_dir) if cache_dir else cache_root()
     final = root / key
     meta_path = final / "meta.json"
@@ -216,7 +253,7 @@ def build(
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
-        meta = _link_program(mod, target, c_source, tc, work)
+        meta = _link_program(mod, target, c_source, tc, work, asm_pass)
         meta["key"] = key
         (work / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
@@ -231,11 +268,11 @@ def build(
     return HexagonProgram(final, spec, ranges, meta["mark_addr"], False, meta)
 
 
-def _link_program(mod, target, c_source: str, tc, work: Path) -> dict:
+def _link_program(mod, target, c_source: str, tc, work: Path, asm_pass=None) -> dict:
     """Compile the kernels and the harness in ``work`` and link ``program.elf``; the
     build's metadata (kernel code ranges, the marker's address, timings)."""
     started = time.perf_counter()
-    _compile_object(mod, target, work / _KERNEL_OBJECT)
+    _compile_object(mod, target, work / _KERNEL_OBJECT, asm_pass, tc)
     tvm_seconds = time.perf_counter() - started
     (work / "harness.c").write_text(c_source)
     run_tool([tc.clang, *CLANG_FLAGS, "-I", ffi_include(), "-c", "harness.c", "-o", "harness.o"],
@@ -258,12 +295,13 @@ def _link_program(mod, target, c_source: str, tc, work: Path) -> dict:
 # ------------------------------------------------------------------------------- run
 
 
-def _qemu_command(program: HexagonProgram, fifo: Path | None) -> list:
+def _qemu_command(program: HexagonProgram, fifo: Path | None, trace: bool = False) -> list:
     cmd = [toolchain().qemu]
     if fifo is not None:
         spans = [f"0x{lo:x}..0x{hi - 1:x}" for lo, hi in program.kernel_ranges]
         ranges = ",".join([*spans, f"0x{program.mark_addr:x}+0x1"])
-        cmd += ["-singlestep", "-d", "exec,nochain", "-dfilter", ranges, "-D", str(fifo)]
+        what = "in_asm,exec,nochain" if trace else "exec,nochain"
+        cmd += ["-singlestep", "-d", what, "-dfilter", ranges, "-D", str(fifo)]
     return cmd + [str(program.elf)]
 
 
@@ -299,7 +337,8 @@ def _stream_log(proc, fifo: Path, counter: PacketCounter, deadline: float) -> No
         os.close(fd)
 
 
-def _execute(program: HexagonProgram, inputs: dict, count_packets: bool, timeout: float):
+def _execute(program: HexagonProgram, inputs: dict, count_packets: bool, trace: bool,
+             timeout: float):
     payload = input_bytes(program.spec, inputs)
     with tempfile.TemporaryDirectory(prefix="cocopie-hexagon-") as tmp:
         tmp = Path(tmp)
@@ -308,11 +347,12 @@ def _execute(program: HexagonProgram, inputs: dict, count_packets: bool, timeout
         if count_packets:
             fifo = tmp / "exec.log"
             os.mkfifo(fifo)
-        counter = PacketCounter(program.mark_addr, len(program.spec.calls))
+        recorder = TraceRecorder if trace else PacketCounter
+        counter = recorder(program.mark_addr, len(program.spec.calls))
         started = time.monotonic()
         deadline = started + timeout
         with open(tmp / "stdout", "wb") as out, open(tmp / "stderr", "wb") as err:
-            proc = subprocess.Popen(_qemu_command(program, fifo), cwd=tmp, stdout=out, stderr=err)
+            proc = subprocess.Popen(_qemu_command(program, fifo, trace), cwd=tmp, stdout=out, stderr=err)
             try:
                 if fifo is not None:
                     _stream_log(proc, fifo, counter, deadline)
@@ -346,6 +386,7 @@ def _execute(program: HexagonProgram, inputs: dict, count_packets: bool, timeout
     if count_packets:
         result.packets = counter.finish()
         result.packets_outside_calls = counter.before_first_mark + counter.after_last_mark
+        result.trace = counter if trace else None
         if counter.marks_seen != len(program.spec.calls) + 1:
             raise ToolchainError(
                 f"the packet log saw {counter.marks_seen} call markers, expected "
@@ -372,6 +413,8 @@ def run(
     workspace_bytes: int = 64 << 20,
     cache_dir=None,
     offsets: dict | None = None,
+    trace: bool = False,
+    asm_pass=None,
 ) -> RunResult:
     """Build (or fetch from the cache) and run once; see :func:`build` for the arguments."""
     program = build(
@@ -382,8 +425,9 @@ def run(
         workspace_bytes=workspace_bytes,
         cache_dir=cache_dir,
         offsets=offsets,
+        asm_pass=asm_pass,
     )
-    return program.run(inputs, count_packets=count_packets, timeout=timeout)
+    return program.run(inputs, count_packets=count_packets, trace=trace, timeout=timeout)
 
 
 def run_func(func, args, outputs=(-1,), *, count_packets: bool = False, timeout=None):
@@ -406,3 +450,37 @@ def run_func(func, args, outputs=(-1,), *, count_packets: bool = False, timeout=
         timeout=timeout,
     )
     return [res.outputs[names[i]] for i in out_idx], res
+
+
+#: Address-0 marker of :func:`run_assembly` programs: ``call cocopie_mark`` delimits a call.
+ASM_MARK = "cocopie_mark"
+
+
+def run_assembly(text: str, calls: int = 1, *, timeout: float = 120.0) -> TraceRecorder:
+    """Assemble, link and run a freestanding Hexagon program, traced.
+
+    ``text`` defines ``_start`` (and ends with the exit system call) and calls
+    ``cocopie_mark`` (defined here) before its first measured region and after each:
+    the returned :class:`~.packets.TraceRecorder` holds per region the packets that
+    ran and their disassembly. For microbenchmarks of the cycle model.
+    """
+    tc = toolchain()
+    source = text + f"\n\t.p2align 4\n{ASM_MARK}:\n\t{{ jumpr r31 }}\n"
+    with tempfile.TemporaryDirectory(prefix="cocopie-asm-") as tmp:
+        work = Path(tmp)
+        assemble(source, work / "prog.o", tc)
+        run_tool([tc.lld, "-e", "_start", "-static", "-Map", "prog.map", "prog.o", "-o", "prog.elf"],
+                 "ld.lld-14 (linking the assembly program)", work)
+        symbols = parse_map((work / "prog.map").read_text(), "prog.o")[1]
+        recorder = TraceRecorder(symbols[ASM_MARK], calls)
+        proc = subprocess.run(
+            [tc.qemu, "-singlestep", "-d", "in_asm,exec,nochain", "-D", "trace.log", "prog.elf"],
+            cwd=work, capture_output=True, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise ToolchainError(f"the assembly program failed (exit {proc.returncode}): "
+                                 f"{proc.stderr.decode(errors='replace')[-2000:]}")
+        recorder.feed((work / "trace.log").read_bytes())
+        recorder.finish()
+    if recorder.marks_seen != calls + 1:
+        raise ToolchainError(f"the program passed {recorder.marks_seen} marks, expected {calls + 1}")
+    return recorder

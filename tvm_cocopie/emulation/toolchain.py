@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from ..errors import ToolchainError
 
 #: Debian packages that provide the tools below (``make apt`` installs them).
-DEBIAN_PACKAGES = ("qemu-user-static", "clang-14", "lld-14")
+DEBIAN_PACKAGES = ("qemu-user-static", "clang-14", "lld-14", "llvm-14")
 
 #: tool role -> (candidate executable names, Debian package)
 _TOOLS = {
     "qemu": (("qemu-hexagon-static", "qemu-hexagon"), "qemu-user-static"),
     "clang": (("clang-14",), "clang-14"),
     "lld": (("ld.lld-14",), "lld-14"),
+    "mc": (("llvm-mc-14", "llvm-mc"), "llvm-14"),
 }
 
 #: Environment variable that overrides a tool's path, e.g. ``COCOPIE_HEXAGON_QEMU``.
@@ -34,11 +35,13 @@ _ENV_PREFIX = "COCOPIE_HEXAGON_"
 
 @dataclass(frozen=True)
 class Toolchain:
-    """Absolute paths of the emulator, the C compiler and the linker."""
+    """Absolute paths of the emulator, the C compiler, the linker and the assembler
+    (``llvm-mc``, for kernels whose assembly is re-packed, :mod:`tvm_cocopie.hexagon.vliw`)."""
 
     qemu: str
     clang: str
     lld: str
+    mc: str = ""
 
 
 def _find(role: str) -> str | None:
@@ -59,7 +62,7 @@ def missing_tools() -> list[str]:
 
 
 def available() -> bool:
-    """True when the emulator, compiler and linker are all installed."""
+    """True when the emulator, compiler, linker and assembler are all installed."""
     return not missing_tools()
 
 

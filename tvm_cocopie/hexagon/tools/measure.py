@@ -41,12 +41,34 @@ def matmul_data_bytes(variant: str, m: int, k: int, n: int) -> int:
     return layout.nbytes(m, k) + kp * np_ + layout.nbytes(m, n)
 
 
-def _run(funcs, calls, inputs, outputs, timeout):
-    return runner.run(funcs, calls, inputs, outputs, count_packets=True, timeout=timeout)
+def _run(funcs, calls, inputs, outputs, timeout, asm_pass=None, cycles=False):
+    return runner.run(funcs, calls, inputs, outputs, count_packets=True, timeout=timeout,
+                      asm_pass=asm_pass, trace=bool(cycles))
 
 
-def gcd2_matmul(variant: str, m: int, k: int, n: int, seed: int = 0, timeout=None) -> dict:
-    """Packets of the GCD² matmul kernel in ``variant`` (inputs already in its layout)."""
+def _cycles(res, cycles) -> dict:
+    """The first call's estimated cycles and stalls (a traced run), else nothing.
+
+    ``cycles`` is True (the default model) or ``{suffix: CycleModel}``: keys
+    ``cycles<suffix>`` and ``stalls<suffix>`` per model."""
+    if res.trace is None:
+        return {}
+    from ..vliw.cycles import CycleModel, trace_estimates
+
+    models = cycles if isinstance(cycles, dict) else {"": CycleModel()}
+    out = {}
+    for suffix, model in models.items():
+        est = trace_estimates(res, model)[0]
+        out[f"cycles{suffix}"] = est.cycles
+        out[f"stalls{suffix}"] = est.stalls
+    return out
+
+
+def gcd2_matmul(variant: str, m: int, k: int, n: int, seed: int = 0, timeout=None,
+                asm_pass=None, cycles=False) -> dict:
+    """Packets of the GCD² matmul kernel in ``variant`` (inputs already in its layout);
+    ``asm_pass`` re-packs its assembly (:mod:`..vliw.repack`), ``cycles`` adds the
+    cycle model's estimate (:mod:`..vliw.cycles`) of the traced run."""
     x, w, b = _data((m, k), (k, n), n, seed)
     rq = _requant(k)
     layout = layouts.LAYOUT_OF[variant]
@@ -60,6 +82,8 @@ def gcd2_matmul(variant: str, m: int, k: int, n: int, seed: int = 0, timeout=Non
         },
         ["y"],
         timeout,
+        asm_pass,
+        cycles,
     )
     y = layout.unpack(res.outputs["y"], m, n)
     return {
@@ -69,6 +93,7 @@ def gcd2_matmul(variant: str, m: int, k: int, n: int, seed: int = 0, timeout=Non
         "packets": res.packets[0],
         "exact": bool(np.array_equal(y, reference.qmatmul(x, w, b, rq))),
         "data_bytes": matmul_data_bytes(variant, m, k, n),
+        **_cycles(res, cycles),
     }
 
 
@@ -93,8 +118,10 @@ def stock_matmul(m: int, k: int, n: int, seed: int = 0, timeout=None) -> dict:
     }
 
 
-def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, timeout=None):
-    """Packets of a GCD² (depthwise) convolution kernel in ``variant``'s layout."""
+def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, timeout=None,
+              asm_pass=None, cycles=False):
+    """Packets of a GCD² (depthwise) convolution kernel in ``variant``'s layout;
+    ``asm_pass``, ``cycles`` as for :func:`gcd2_matmul`."""
     geo = conv2d.GridGeometry(h, w_, kernel, stride, pad)
     wshape = (kernel, kernel, c) if dw else (kernel, kernel, c, o)
     x, w, b = _data((1, h, w_, c), wshape, c if dw else o, seed, wmax=127 if dw else 64)
@@ -117,6 +144,8 @@ def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, 
         },
         ["y"],
         timeout,
+        asm_pass,
+        cycles,
     )
     y = conv2d.unpack_output(res.outputs["y"], geo, c if dw else o)
     return {
@@ -128,6 +157,7 @@ def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, 
         "shape": [h, w_, c, o, kernel, stride, pad],
         "packets": res.packets[0],
         "exact": bool(np.array_equal(y, ref)),
+        **_cycles(res, cycles),
     }
 
 
