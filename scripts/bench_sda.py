@@ -139,10 +139,17 @@ def measure_kernel(spec, mode: str, timeout: float) -> dict:
 
 
 def _cache_key(spec, mode: str) -> str:
+    """Kernel, packing, and the code both come from (kernels, computes, the pass)."""
+    from pathlib import Path
+
+    import tvm_cocopie
     from tvm_cocopie.hexagon.vliw.repack import Repack
 
-    raw = json.dumps([list(map(str, spec)), mode, Repack(mode).key])
-    return hashlib.sha256(raw.encode()).hexdigest()[:20]
+    root = Path(tvm_cocopie.__file__).parent
+    h = hashlib.sha256(json.dumps([list(map(str, spec)), mode, Repack(mode).key]).encode())
+    for path in sorted([*root.glob("hexagon/kernels/*.py"), *root.glob("topi/int8/*.py")]):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:20]
 
 
 def _default_cache() -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...topi.int8.compute import Requant
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, round_up
-from .gemm import EMITTERS, Operands
+from .gemm import EMITTERS, Operands, PackingHint
 from .tirgen import T, kernel, ramp
 from .transforms import pack_weights
 
@@ -73,14 +73,19 @@ def conv2d(
     out_channels: int,
     rq: Requant,
     col_block: int | None = None,
+    hint: PackingHint | None = None,
 ):
     """The kernel ``(x, w, bias, y)`` of an NHWC int8 convolution in ``variant``'s layout.
 
     ``x``: :func:`pack_input`; ``w``: :func:`pack_conv_weights`; ``bias``:
     :func:`.transforms.pad_bias`; ``y``: the output grid, see :func:`unpack_output`.
+    Without ``col_block`` the ``vrmpy`` loop nest is tiled and unrolled by
+    :func:`.gemm.unroll_hint` (or ``hint``, ``vrmpy`` only).
     """
     if variant not in EMITTERS:
         raise ValueError(f"unknown HVX conv variant {variant!r}; use one of {list(EMITTERS)}")
+    if hint is not None and variant != "vrmpy":
+        raise ValueError(f"a PackingHint tiles the vrmpy loop nest only, not {variant!r}")
     layout = LAYOUT_OF[variant]
     x_shape = geo.in_shape(variant, channels)
     y_shape = geo.out_shape(variant, out_channels)
@@ -111,5 +116,8 @@ def conv2d(
             bias=lambda col: bias[col],
             store=lambda p, og, vec: T.buffer_store(y, vec, [og, p * rows, ramp(0, 128)]),
         )
-        EMITTERS[variant](ops, rq, col_block)
+        if hint is None:
+            EMITTERS[variant](ops, rq, col_block)
+        else:
+            EMITTERS[variant](ops, rq, col_block, hint)
     return out[0]

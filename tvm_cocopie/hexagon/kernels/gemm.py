@@ -16,6 +16,7 @@ groups), then the block is requantized and stored:
   bits (exact); ``vaddhw`` adds two input columns into 32-bit accumulators.
 """
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,22 +89,147 @@ class _Reduction:
         return False
 
 
-def emit_vrmpy(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
-    """Emit the ``vrmpy`` loop nest (4-column layout) of ``ops``, requantized by ``rq``;
-    ``col_block`` output column groups per block."""
-    nb = col_block or block_size(ops.out_groups, 2)
+@dataclass(frozen=True)
+class PackingHint:
+    """How :func:`emit_vrmpy` tiles and unrolls its loop nest (see :func:`unroll_hint`).
+
+    A block is ``row_block`` row blocks x ``col_block`` output column groups: ``4 *
+    row_block * col_block`` accumulator vectors, so every input vector feeds ``4 *
+    col_block`` ``vrmpy`` and every weight word ``row_block``. ``unroll`` input column
+    groups are unrolled in Python per reduction-loop iteration. ``taps`` orders a
+    convolution's taps: ``"loop"`` tap loops outside the group loop, ``"unroll"`` every
+    tap unrolled (compile-time row shifts), ``"dx"`` the last tap axis unrolled *inside*
+    the group loop, so the ``kw`` overlapping windows of one row are loaded once (LLVM
+    merges the unaligned loads: 2-3 ``vmem`` + ``kw`` ``valign`` instead of ``2 kw`` +
+    ``kw``). ``shape`` is the class the hint was chosen for.
+    """
+
+    col_block: int
+    row_block: int = 1
+    unroll: int = 1
+    taps: str = "loop"
+    shape: str = ""
+
+
+#: Bytes of weights one unrolled reduction-loop iteration may span: ``memd(Rs+#s11:3)``
+#: reaches +-8 KiB around a base register. Wider bodies need a base register per
+#: stretch and spill (1x1 7x7x128->512: 0.64 of peak at 8 groups, 0.33 at 16).
+WEIGHT_SPAN = 16384
+
+
+def unroll_hint(rows: int, reduction_groups: int, out_groups: int, taps: tuple = ()) -> PackingHint:
+    """Register tile and unroll of a ``vrmpy`` loop nest of ``rows`` row blocks (32 output
+    rows each), ``reduction_groups`` input column groups per tap, ``out_groups`` output
+    column groups (4 columns each) and ``taps`` (a convolution's ``(kh, kw)``).
+
+    The tile is 16 accumulator vectors when the rows allow it (plus 2-6 vectors of input
+    windows: room in the 32 registers), else 8:
+
+    - *fat* (one row block, all output rows in one vector): 1 x 4 groups -- nothing to
+      pair over rows, so widen the column block; 4 groups unrolled (taps ``"dx"``).
+    - *near-square* / *skinny* (two or more row blocks): 2 x 2 groups -- each weight word
+      (one ``memd`` half) feeds two ``vrmpy``, each input window eight. A convolution
+      unrolls its last tap axis inside the group loop (``"dx"``, up to 16 groups), or
+      all taps when there is one group (``c <= 4``, the 7x7 stem). A 1x1 unrolls up to 32
+      groups, bounded by :data:`WEIGHT_SPAN`.
+    - *odd* 1x1 (3 to 15 row blocks, an odd number): 1 x 2 groups, no unroll: the
+      left-over row block runs a second, badly packed nest, which costs more than the
+      pairing saves (LLVM unrolls and pipelines the 1 x 2 loop well by itself).
+
+    The ratio of rows to columns alone did not predict the winner: among 1x1 layers of 7
+    row blocks, pairing rows gained on 64 output groups x 16 reduction groups (0.662 ->
+    0.696) but lost on 16 x 16, 16 x 64, 32 x 64 (1-2 %) and 128 x 32 (5 %), hence the odd
+    rule. Measured on ResNet-50's first 8 unique convolutions (qemu-hexagon packets, peak
+    256 MACs per packet), old schedule (1 x 2, tap loops outside, no unroll) -> this hint,
+    spatial scale 1/4: 7x7s2 3->64 0.487 -> 0.577, 1x1 64->64 0.650 (odd: same), 3x3
+    64->64 0.646 -> 0.800, 1x1 64->256 0.662 (odd), 1x1 256->64 0.805 (odd), 1x1 256->128
+    0.808 (odd), 3x3s2 128->128 0.617 -> 0.701, 1x1 128->512 0.577 -> 0.642 (2 row
+    blocks); all eight 0.628 -> 0.702. Scale 1/2: 0.683 -> 0.749, 1/8: 0.459 -> 0.518, no
+    layer slower; ``vrmpy`` matmuls 64-256 gain 11-18 %. Grid columns, row padding to 32
+    and the requantization's ``vmpye`` (a packet each) cap the eight at 0.765 (1/4).
+    """
+    ntaps = 1
+    for t in taps:
+        ntaps *= t
+    if rows == 1:
+        nb, u = block_size(out_groups, 4), block_size(reduction_groups, 4)
+        return PackingHint(nb, 1, u, "dx" if ntaps > 1 else "loop", "fat")
+    shape = "skinny" if rows > 2 * out_groups else "near-square"
+    nb = block_size(out_groups, 2)
+    if ntaps > 1:
+        if reduction_groups == 1:
+            return PackingHint(nb, 2, 1, "unroll", shape)
+        return PackingHint(nb, 2, block_size(reduction_groups, 16), "dx", shape)
+    if rows % 2 and rows < 16:
+        return PackingHint(nb, 1, 1, "loop", "odd")
+    span = max(1, WEIGHT_SPAN // (16 * out_groups))
+    return PackingHint(nb, 2, block_size(reduction_groups, min(32, span)), "loop", shape)
+
+
+def emit_vrmpy(
+    ops: Operands,
+    rq: Requant,
+    col_block: int | None = None,
+    hint: PackingHint | None = None,
+) -> None:
+    """Emit the ``vrmpy`` loop nest (4-column layout) of ``ops``, requantized by ``rq``.
+
+    ``col_block`` output column groups per block (one row block, loops as written);
+    without it, ``hint`` or :func:`unroll_hint` of the shape picks the block and unroll.
+    """
+    if hint is None:
+        if col_block:
+            hint = PackingHint(col_block)
+        else:
+            hint = unroll_hint(ops.row_blocks, ops.in_groups, ops.out_groups, ops.taps)
+    nb = hint.col_block
+    rb = min(hint.row_block, ops.row_blocks)
     cols = 4 * nb  # output columns per block, one accumulator vector each
-    acc = [vec_buffer(f"acc{j}") for j in range(cols)]
-    with _loops(ops, nb) as (p, blk):
+    acc = [[vec_buffer(f"acc{r}_{j}") for j in range(cols)] for r in range(rb)]
+
+    def step(ps, blk, g, tap):
+        vs = [bind(hvx.as_vec(ops.x(p, g, tap))) for p in ps]
         for j in range(cols):
-            vstore(acc[j], T.Broadcast(ops.bias(blk * cols + j), 32))
-        with _Reduction(ops) as tap, T.serial(ops.in_groups) as g:
-            v = bind(hvx.as_vec(ops.x(p, g, tap)))
-            for j in range(cols):
-                vstore(acc[j], hvx.vrmpybus_acc(vload(acc[j]), v, ops.w(tap, g, blk * cols + j)))
-        for b in range(nb):
-            # columns 4b + t of the block, 32 rows each: byte 4r + t of the output
-            ops.store(p, blk * nb + b, requant4(rq, [vload(acc[4 * b + t]) for t in range(4)]))
+            wj = ops.w(tap, g, blk * cols + j)
+            for r, v in enumerate(vs):
+                a = acc[r][j]
+                vstore(a, hvx.vrmpybus_acc(vload(a), v, wj))
+
+    def nest(first, count, rows):
+        """Blocks of ``rows`` row blocks over row blocks ``first .. first + count``."""
+        u = block_size(ops.in_groups, hint.unroll)
+        with T.grid(count // rows, ops.out_groups // nb) as (pp, blk):
+            ps = [first + pp * rows + r for r in range(rows)]
+            for r in range(rows):
+                for j in range(cols):
+                    vstore(acc[r][j], T.Broadcast(ops.bias(blk * cols + j), 32))
+            groups = ops.in_groups // u
+            mode = hint.taps if ops.taps else "loop"
+            if mode == "unroll":
+                for tap in itertools.product(*(range(t) for t in ops.taps)):
+                    with T.serial(groups) as g2:
+                        for q in range(u):
+                            step(ps, blk, g2 * u + q, tap)
+            elif mode == "dx":
+                with T.grid(*ops.taps[:-1], groups) as outer:
+                    *taps0, g2 = outer
+                    for q in range(u):
+                        for dx in range(ops.taps[-1]):
+                            step(ps, blk, g2 * u + q, (*taps0, dx))
+            else:
+                with _Reduction(ops) as tap, T.serial(groups) as g2:
+                    for q in range(u):
+                        step(ps, blk, g2 * u + q, tap)
+            for r, p in enumerate(ps):
+                for b in range(nb):
+                    # columns 4b + t of the block, 32 rows each: byte 4r + t of the output
+                    vecs = [vload(acc[r][4 * b + t]) for t in range(4)]
+                    ops.store(p, blk * nb + b, requant4(rq, vecs))
+
+    main = ops.row_blocks - ops.row_blocks % rb
+    nest(0, main, rb)
+    if main < ops.row_blocks:  # the left-over row blocks, one at a time
+        nest(main, ops.row_blocks - main, 1)
 
 
 def emit_vmpa(ops: Operands, rq: Requant, col_block: int | None = None) -> None:

@@ -95,17 +95,27 @@ def _set_cur(text: str, on: bool) -> str:
     return _CUR.sub(lambda m: m.group(1) + (".cur" if on else "") + m.group(3), text, count=1)
 
 
-def fix_cur(packets) -> list:
-    """Rewrite vector loads to ``.cur`` when a packet-mate reads their result, and back
-    to plain loads when none does (packets as lists of instruction texts)."""
+_NEW = re.compile(r"=\s*([rv]\d+)(\.new)?\s*$")
+
+
+def _set_new(text: str, on: bool) -> str:
+    return _NEW.sub(lambda m: "= " + m.group(1) + (".new" if on else ""), text, count=1)
+
+
+def fix_forms(packets) -> list:
+    """Rewrite each packet's vector loads to ``.cur`` when a later packet-mate (in
+    program order: the order of the texts) reads their result, and stores to
+    new-value stores when an earlier one produces their data; both back to plain forms
+    otherwise (packets as lists of instruction texts)."""
     out = []
     for texts, end in packets:
-        parsed = [isa.parse(t) for t in texts]
+        parsed = isa.with_forms([isa.parse(t) for t in texts])
         fixed = []
-        for k, (t, ins) in enumerate(zip(texts, parsed)):
+        for t, ins in zip(texts, parsed):
             if ins.kind == "vload":
-                read = any(ins.defs & o.uses for j, o in enumerate(parsed) if j != k)
-                t = _set_cur(t, read)
+                t = _set_cur(t, ins.cur)
+            elif ins.kind in ("store", "vstore") and "data" in ins.flags:
+                t = _set_new(t, bool(ins.flags.get("new_store")))
             fixed.append(t)
         out.append((fixed, end))
     return out

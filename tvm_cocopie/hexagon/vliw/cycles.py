@@ -9,7 +9,8 @@ an in-order, one-packet-per-cycle pipeline:
 - packet ``k`` issues at ``t_k = max(t_{k-1} + 1, max over its operands of ready(r))``
   where ``ready(r) = t_producer + LATENCY[producer class]`` (:data:`.isa.LATENCY`);
 - a ``.cur`` load read by another instruction of its own packet adds
-  :data:`.isa.CUR_STALL`;
+  :data:`.isa.CUR_STALL`, a new-value store :data:`.isa.NEW_STALL` (it reads its
+  data from its own packet, not the register file);
 - estimated cycles = packets + stalls (``t_last + 1``).
 
 Instructions of one packet read their operands before any of them writes (Hexagon
@@ -47,13 +48,17 @@ def _compile(packet: isa.Packet, latency: dict, cur_stall: int):
     extra = 0
     cur_defs = set()
     for ins in packet.instrs:
-        uses |= ins.uses
+        if ins.flags.get("new_store"):  # the data comes from this packet's producer
+            uses |= ins.uses - ins.flags["data"]
+            extra = max(extra, isa.NEW_STALL)
+        else:
+            uses |= ins.uses
         lat = latency[ins.latency_class]
         defs.extend((d, lat) for d in ins.defs if d != "pc")
         if ins.cur:
             cur_defs |= ins.defs
     if cur_defs and any(ins.uses & cur_defs for ins in packet.instrs if not ins.cur):
-        extra = cur_stall
+        extra = max(extra, cur_stall)
     return tuple(uses), tuple(defs), extra
 
 

@@ -33,13 +33,16 @@ Sources:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: Packets between a producer and a consumer that reads without stalling, by
 #: producer latency class (see the module doc for where each comes from).
 LATENCY = {"alu": 1, "alu2": 2, "load": 2, "hvx": 2, "vload": 2, "none": 1}
 #: Extra cycles when a ``.cur`` load and its consumer share a packet (Fig. 4.4 (a)).
 CUR_STALL = 1
+#: Extra cycles when a new-value store (``= v0.new``) shares a packet with its
+#: producer (Fig. 4.4 (b): "a similar situation ... between Assign and Store").
+NEW_STALL = 1
 
 #: HVX execution units (LLVM's ``CVI_*`` resources).
 UNITS = ("mpy0", "mpy1", "shift", "xlane", "ld", "st")
@@ -55,6 +58,8 @@ _HVX_MPY = (
     "vmpyio", "vmpyieo", "vdsad", "vrsad", "vmpahb", "vmpauhb", "vmps",
     "vsplat", "vinsert",  # not multiplies, but slots 2-3 on a multiply unit (SLOT23,VX)
 )
+#: Single-vector results that still take both multiply units.
+_HVX_MPY_DOUBLE = ("vmpye",)
 _HVX_SHIFT = ("vasr", "vasl", "vlsr", "vnormamt", "vcl0", "vpopcount", "vrotr", "vasrinto")
 _HVX_PERMUTE = (
     "valign", "vlalign", "vror", "vshuff", "vshuffe", "vshuffo", "vshuffoe", "vdeal",
@@ -77,7 +82,7 @@ _OPAQUE = (
 )
 
 
-def _regs(text: str):
+def registers(text: str):
     """``[(register, suffix)]`` in ``text``; pairs expand to both halves."""
     out = []
     for m in _REG.finditer(text):
@@ -192,25 +197,25 @@ def _parse(text: str) -> Instr:
     first = re.match(r"([a-z_0-9:]+)", t_body)
     word = first.group(1) if first else ""
     if word in _OPAQUE or any(t_body.startswith(o) for o in ("trap", "dealloc")):
-        regs = {r for r, _ in _regs(t_body)}
+        regs = {r for r, _ in registers(t_body)}
         return Instr(raw, frozenset(regs | {"r29", "r30", "r31"}), frozenset(regs | set(pred_uses)),
                      kind="opaque", slots=(0, 1, 2, 3), predicated=predicated, new=new)
     if word.startswith(("jump", "call")):
-        regs = {r for r, _ in _regs(t_body)}
+        regs = {r for r, _ in registers(t_body)}
         slots = (2, 3)
         return Instr(raw, frozenset({"pc"}), frozenset(regs | set(pred_uses)), kind="branch",
                      slots=slots, predicated=predicated, new=new)
     if word in ("loop0", "loop1", "p3=sp1loop0", "sp1loop0", "sp2loop0", "sp3loop0"):
         n = word[-1]
-        regs = {r for r, _ in _regs(t_body)}
+        regs = {r for r, _ in registers(t_body)}
         return Instr(raw, frozenset({f"lc{n}", f"sa{n}"}), frozenset(regs), kind="loop", slots=(3,))
     parts = _split_assign(t_body)
     if parts is None:  # an instruction we do not know how to read: keep it in place
-        regs = {r for r, _ in _regs(t_body)}
+        regs = {r for r, _ in registers(t_body)}
         return Instr(raw, frozenset(regs), frozenset(regs | set(pred_uses)), kind="opaque")
     lhs, op, rhs = parts
-    lhs_regs = _regs(lhs)
-    rhs_regs = _regs(rhs)
+    lhs_regs = registers(lhs)
+    rhs_regs = registers(rhs)
     uses = {r for r, _ in rhs_regs} | set(pred_uses)
     new = new or any(".new" in s for _, s in rhs_regs)
     defs: set = set()
@@ -234,17 +239,25 @@ def _parse(text: str) -> Instr:
     ins = Instr(raw, frozenset(defs), frozenset(uses), predicated=predicated, new=new,
                 cur=cur, tmp=tmp)
     if store:
-        if "vmem" in lhs:
-            ins.kind, ins.slots, ins.units = "vstore", (0,), (("st",),)
+        ins.flags["data"] = frozenset(r for r, _ in rhs_regs)
+        # QEMU prints a new-value operand as the producer's position, ``O3.new``
+        if any(".new" in sfx for _, sfx in rhs_regs) or re.search(r"\bo\d+\.new", rhs):
+            ins.flags["new_store"] = True
+            ins.new = False  # a new-value store is re-formed by the packer (asmfile.fix_forms)
+        if "vmem" in lhs:  # SLOT0,STORE,VA: a vector store also takes an HVX unit
+            ins.kind, ins.slots = "vstore", (0,)
+            ins.units = (("st",), ("mpy0", "mpy1", "shift", "xlane"))
         else:
             ins.kind, ins.slots = "store", (0, 1)
         return ins
     if re.match(r"\s*(vmem|vmemu)\s*\(", rhs):
+        # a vector load also occupies an HVX unit (LLVM's SLOT01,LOAD,VA itineraries;
+        # llvm-mc rejects a load beside four busy units)
         ins.kind, ins.slots = "vload", (0, 1)
-        ins.units = (("ld",),)
+        ins.units = (("ld",), ("mpy0", "mpy1", "shift", "xlane"))
         if rhs.lstrip().startswith("vmemu"):
             ins.slots = (0,)
-            ins.units = (("ld",), ("xlane",))
+            ins.units = (("ld",), ("xlane",), ("mpy0", "mpy1", "shift", "xlane"))
             ins.flags["noslot1"] = True
         if cur:
             ins.units = ins.units + (("mpy0", "mpy1", "shift", "xlane"),)
@@ -254,10 +267,12 @@ def _parse(text: str) -> Instr:
         return ins
     if vector:
         ins.kind = "hvx"
-        if mnem in _HVX_MPY:
-            cls = "VX_DV" if pair_def else "VX"
-        elif mnem in _HVX_SHIFT:
+        if mnem in _HVX_SHIFT:  # also accumulating (vasrw_acc): one shift unit
             cls = "VP_VS" if pair_def else "VS"
+        elif mnem in _HVX_MPY or op == "+=" or mnem in _HVX_MPY_DOUBLE:
+            # accumulating forms (vaddhw_acc, vasrw_acc ...) run on the multiply units,
+            # and vmpye on both: llvm-mc rejects packets that oversubscribe them
+            cls = "VX_DV" if pair_def or mnem in _HVX_MPY_DOUBLE else "VX"
         elif mnem in _HVX_PERMUTE:
             cls = "VP_VS" if pair_def else "VP"
         else:
@@ -334,9 +349,38 @@ def fits(instrs) -> bool:
         return False
     if sum(i.kind == "vload" for i in instrs) > 1 or sum(i.kind == "vstore" for i in instrs) > 1:
         return False
+    stores = [i for i in instrs if i.kind in ("store", "vstore")]
+    produced = set().union(*(i.defs for i in instrs))
+    if len(stores) > 1 and any(i.flags.get("data", frozenset()) & produced for i in stores):
+        return False  # a new-value store must be the packet's only store
     slots = [i.slots for i in instrs]
     if any(i.flags.get("noslot1") for i in instrs):
         slots = [tuple(s for s in alts if s != 1) for alts in slots]
     units = [alts for i in instrs for alts in i.units]
+    for i in instrs:  # a load read inside its packet becomes .cur: one more ALU unit
+        if i.kind == "vload" and not i.cur and any(i.defs & o.uses for o in instrs if o is not i):
+            units.append(("mpy0", "mpy1", "shift", "xlane"))
     order = sorted(slots, key=len)
     return _match(order) and _match(sorted(units, key=len))
+
+
+def with_forms(instrs) -> list:
+    """The instructions of one packet, in program order, as they will be written: a
+    vector load read by a later packet-mate is ``.cur``, a store of a value an
+    earlier packet-mate produces a new-value store (the text form is
+    :func:`.asmfile.fix_forms`'s). Reads by earlier packet-mates of what a later one
+    writes see the old value, as in any packet."""
+    out = []
+    for k, ins in enumerate(instrs):
+        if ins.kind == "vload":
+            cur = any(ins.defs & o.uses for o in instrs[k + 1:])
+            if cur != ins.cur:
+                ins = replace(ins, cur=cur, flags=dict(ins.flags))
+        elif ins.kind in ("store", "vstore") and "data" in ins.flags:
+            new = any(ins.flags["data"] & o.defs for o in instrs[:k])
+            if new != bool(ins.flags.get("new_store")):
+                flags = dict(ins.flags)
+                flags["new_store"] = new
+                ins = replace(ins, flags=flags)
+        out.append(ins)
+    return out

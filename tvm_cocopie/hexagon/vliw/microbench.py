@@ -2,7 +2,7 @@
 
 Each benchmark is a hand-written hardware loop (``loop0``) whose body is built to
 exercise one rule of :mod:`.cycles`: a dependent chain, independent streams, a
-load and its use, a ``.cur`` load and its in-packet consumer, an HVX multiply and its
+load and its use, a ``.cur`` load and its in-packet consumer, a new-value store, an HVX multiply and its
 consumer, an accumulator chain, a full packet. The expected count is written down
 by hand from the rule (``per_iteration`` cycles, less ``first`` stall cycles the
 first iteration does not pay because its producers are outside the measured
@@ -71,6 +71,9 @@ BENCHES = (
     MicroBench("vload_use", (("v0 = vmem(r2 + #0)",), ("v3.w = vadd(v0.w, v0.w)",),
                              ("v2.cur = vmem(r2 + #0)", "v4.w = vadd(v2.w, v2.w)")), 5,
                about="vector load then use (one stall); .cur load used in its packet (one cycle)"),
+    MicroBench("new_value_store", (("v3.w = vadd(v1.w, v1.w)", "vmem(r2 + #0) = v3.new"),
+                                   ("v4.w = vsub(v1.w, v5.w)", "vmem(r2 + #1) = v4.new")), 4,
+               about="a store of a value produced in its own packet (.new): one cycle each"),
     MicroBench("mpy_consumer", (("v0.w = vrmpy(v1.ub, r1.b)",), ("v2.w = vadd(v0.w, v0.w)",),
                                 ("v3.w = vrmpy(v1.ub, r1.b)",), ("r5 = add(r5, #1)",),
                                 ("v4.w = vadd(v3.w, v3.w)",)), 6,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...emulation.hexagon import assemble
 from ...errors import ToolchainError
-from . import asmfile, isa, sda
+from . import asmfile, isa, liveness, rename, sda
 from .cycles import CycleModel
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,18 @@ class Repack:
 
     ``mode``: ``"sda"``, ``"soft_to_hard"``, ``"soft_to_none"`` or ``"llvm"``;
     ``keep_llvm``: keep LLVM's packing of a block when the model finds it faster;
-    ``q``: the weights of the stall term of the score tried (the same for every mode)."""
+    ``q``: the weights of the stall term of the score tried (the same for every mode);
+    ``rename``: also try each block with its short-lived values renamed into registers
+    dead throughout it (:mod:`.rename`, :mod:`.liveness`); ``refine``: cost
+    evaluations of :func:`.sda.refine` local search per block and start (0: none)."""
 
     mode: str = "sda"
     weights: tuple = WEIGHTS
     penalties: tuple = PENALTIES
     q: tuple = STALL_WEIGHTS
     keep_llvm: bool = True
+    rename: bool = True
+    refine: int = 3000
     reports: list = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self):
@@ -76,7 +81,7 @@ class Repack:
     def key(self) -> str:
         """What changes the output, for build caches: the options and this package's code."""
         return (f"repack{VERSION}:{_code_hash()}:{self.mode}:{self.weights}:{self.penalties}:"
-                f"{self.q}:{self.keep_llvm}")
+                f"{self.q}:{self.keep_llvm}:{self.rename}:{self.refine}")
 
     def __call__(self, text: str, workdir=None) -> str:
         items = asmfile.parse(text)
@@ -84,8 +89,11 @@ class Repack:
         self.reports = []
         chosen = {}
         if self.mode != "llvm":
+            nodes = liveness.analyze(items) if self.rename else {}
             for block in blocks:
-                packets, report = self.repack_block(block)
+                node = nodes.get(block.index)
+                free = liveness.free_registers(node) if node is not None else frozenset()
+                packets, report = self.repack_block(block, free)
                 self.reports.append(report)
                 if packets is not None:
                     chosen[block.index] = packets
@@ -98,6 +106,8 @@ class Repack:
                 return out
             except ToolchainError as err:
                 bad = _blocks_at(str(err), spans) & set(chosen)
+                if not bad:  # no line to blame (llvm-mc crashed): try the blocks one by one
+                    bad = {k for k in chosen if not self._assembles(items, k, chosen[k], workdir)}
                 if not bad:
                     raise
                 for index in bad:
@@ -109,8 +119,18 @@ class Repack:
                 out, spans = asmfile.emit(items, lambda b: chosen.get(b.index, b.packets))
         raise ToolchainError("llvm-mc kept rejecting the re-packed assembly")
 
-    def repack_block(self, block: asmfile.Block):
-        """``(new packets or None, BlockReport)`` for one block."""
+    @staticmethod
+    def _assembles(items, index, packets, workdir) -> bool:
+        text, _ = asmfile.emit(items, lambda b: packets if b.index == index else b.packets)
+        try:
+            assemble(text, Path(workdir) / "repack_one.o")
+            return True
+        except ToolchainError:
+            return False
+
+    def repack_block(self, block: asmfile.Block, free=frozenset()):
+        """``(new packets or None, BlockReport)`` for one block; ``free``: registers
+        dead throughout it that renaming may use."""
         model = CycleModel()
         parsed = [isa.parse(t) for t in block.instructions]
         loop = bool(block.packets and block.packets[-1][1])
@@ -127,26 +147,29 @@ class Repack:
             report.choice = f"skipped: {why}"
             return None, report
         order = linearize(block.packets)
+        sizes = [sum(isa.parse(t).kind != "nop" for t in texts) for texts, _ in block.packets]
         if order is None:
             report.choice = "skipped: a packet whose reads and writes cannot be ordered"
             return None, report
-        body = [i for _, i in order]
-        texts = [t for t, _ in order]
         end = block.packets[-1][1]
+        original, k = [], 0
+        for size in sizes:
+            original.append(list(range(k, k + size)))
+            k += size
+        together = frozenset((a, b) for g in original for a in g for b in g)
+        if not sda.verify([i for _, i in order], original, together):
+            # the sequential order must mean what LLVM's packets mean: checked, not trusted
+            report.choice = "skipped: linear order does not reproduce the packets"
+            return None, report
+        variants = [(order, 0)]
+        if free:
+            renamed = rename.rename(order, free)
+            if renamed[1] and sda.same_meaning([i for _, i in order],
+                                               [i for _, i in renamed[0]], free):
+                variants.append(renamed)
         best = None
-        grid = [(w, p, q) for w in self.weights
-                for p in (self.penalties if self.mode == "sda" else (0.0,)) for q in self.q]
-        carried = sda.loop_carried(body) if loop else None
-        for w, p, q in grid:
-            try:
-                groups = sda.pack(body, self.mode, w=w, p=p, q=q, carried=carried)
-            except RuntimeError:  # a circle of in-packet dependences: leave the block
-                continue
-            packets = asmfile.fix_cur([([texts[k] for k in g], "") for g in groups])
-            packets[-1] = (packets[-1][0], end)
-            c = cost([isa.parse_packet(t, e) for t, e in packets])
-            if best is None or c < best[0]:
-                best = (c, packets, f"w={w},p={p},q={q}")
+        for order, n_renamed in variants:
+            best = self._search(order, loop, end, best, n_renamed, original, together)
         if best is None:
             report.choice = "skipped: no packing found"
             return None, report
@@ -156,18 +179,71 @@ class Repack:
         report.packets, report.cycles, report.choice = len(packets), c, label
         return packets, report
 
+    def _search(self, order, loop, end, best, n_renamed, original, together):
+        """The best of ``best`` and the packings of ``order``: Alg. 1 over the (w, p, q)
+        grid, then :func:`.sda.refine` from the best of those and from LLVM's own
+        packing (``original``, index groups of ``order``)."""
+        body = [i for _, i in order]
+        texts = [t for t, _ in order]
+        model = CycleModel()
+
+        def cost(groups):
+            packets = [isa.Packet(isa.with_forms([body[k] for k in sorted(g)])) for g in groups]
+            return model.steady_state(packets) if loop else float(model.run(packets).cycles)
+
+        def emit(groups):  # texts in program order inside each packet: fix_forms reads it
+            packets = asmfile.fix_forms([([texts[k] for k in sorted(g)], "") for g in groups])
+            packets[-1] = (packets[-1][0], end)
+            return packets
+
+        found = []
+        grid = [(w, p, q) for w in self.weights
+                for p in (self.penalties if self.mode == "sda" else (0.0,)) for q in self.q]
+        carried = sda.loop_carried(body) if loop else None
+        for w, p, q in grid:
+            try:
+                groups = sda.pack(body, self.mode, w=w, p=p, q=q, carried=carried)
+            except RuntimeError:  # a circle of in-packet dependences: leave the block
+                continue
+            found.append((cost(groups), groups, f"w={w},p={p},q={q}"))
+        try:
+            groups = sda.list_schedule(body, self.mode, carried)
+            found.append((cost(groups), groups, "list"))
+        except RuntimeError:
+            pass
+        starts = sorted(found, key=lambda f: f[0])[:2]
+        if self.refine:
+            starts.append((cost(original), original, "llvm"))
+        for c, groups, label in list(starts):
+            if self.refine:
+                groups, c = sda.refine(body, groups, cost, self.mode, self.refine)
+                label += "+refine"
+            found.append((c, groups, label))
+        for c, groups, label in found:
+            if (best is None or c < best[0]) and sda.verify(body, groups, together):
+                best = (c, emit(groups), f"{label},renamed={n_renamed}")
+        return best
+
     def summary(self) -> dict:
         """Blocks seen, re-packed, kept, skipped and reverted; model cycles of the loops."""
         r = self.reports
         return {
             "blocks": len(r),
             "repacked": sum(x.choice.startswith("w=") for x in r),
+            "renamed": sum("renamed=0" not in x.choice for x in r if x.choice.startswith("w=")),
             "kept_llvm": sum(x.choice == "llvm" for x in r),
             "skipped": sum(x.choice.startswith("skipped") for x in r),
             "reverted": sum(x.choice == "reverted" for x in r),
             "loop_cycles_llvm": round(sum(x.llvm_cycles for x in r if x.loop), 1),
             "loop_cycles": round(sum(x.cycles for x in r if x.loop), 1),
         }
+
+
+def _old_reads(ins) -> frozenset:
+    """What ``ins`` reads from before its packet (a new-value store's data is not)."""
+    if ins.flags.get("new_store"):
+        return ins.uses - ins.flags.get("data", frozenset())
+    return ins.uses
 
 
 @functools.cache
@@ -184,16 +260,13 @@ def linearize(packets):
 
     Inside a packet every instruction reads the values from before the packet, so a
     reader goes before the writer of what it reads, except that the readers of a
-    ``.cur`` load see the loaded value and go after it. A packet where that order has
-    a circle (a swap), or with both a load and a store (their order inside the packet
-    is not ours to choose), gives None."""
+    ``.cur`` load see the loaded value and go after it, a load goes before a store of
+    its packet, and a branch goes last. A packet where that order has a circle (a
+    swap) gives None."""
     out = []
     for texts, _ in packets:
         items = [(t, isa.parse(t)) for t in texts]
         items = [(t, i) for t, i in items if i.kind != "nop"]
-        kinds = {i.kind for _, i in items}
-        if kinds & {"load", "vload"} and kinds & {"store", "vstore"}:
-            return None
         n = len(items)
         before = {k: set() for k in range(n)}  # k must come after every index in before[k]
         for a in range(n):
@@ -203,8 +276,18 @@ def linearize(packets):
                 ia, ib = items[a][1], items[b][1]
                 if ia.cur and ia.defs & ib.uses:
                     before[b].add(a)  # reads the .cur value: after the load
-                elif ia.uses & ib.defs and not ib.cur:
+                elif ib.flags.get("new_store") and ia.defs & ib.flags["data"]:
+                    before[b].add(a)  # a new-value store: after its producer
+                elif _old_reads(ia) & ib.defs and not ib.cur:
                     before[b].add(a)  # a reads the old value: before the writer b
+        for b in range(n):  # a branch ends the block: everything else goes before it
+            if items[b][1].kind == "branch":
+                before[b] |= set(range(n)) - {b}
+        for a in range(n):  # LLVM packs a load with a store only when they cannot alias;
+            for b in range(n):  # the load first, unless a register says otherwise
+                if items[a][1].kind in ("load", "vload") and items[b][1].writes_memory \
+                        and b not in before[a] and a != b:
+                    before[b].add(a)
         done: list = []
         while len(done) < n:
             ready = [k for k in range(n) if k not in done and before[k] <= set(done)]
@@ -218,7 +301,9 @@ def linearize(packets):
 def _unfit(parsed, block) -> str:
     if len(parsed) < 2:
         return "single instruction"
-    for k, ins in enumerate(parsed):
+    if any(";" in t for t in block.instructions):
+        return "compound instruction line"
+    for ins in parsed:
         if ins.kind == "opaque":
             return f"unread instruction {ins.text!r}"
         if ins.new:

@@ -8,8 +8,9 @@ The instruction dependence graph (IDG) of a block has two kinds of edges
   between a store and another access, and the instructions before a branch;
 - **soft**: the two may share a packet, correctly, at a cost or none -- an HVX
   vector load and its HVX consumer (the load becomes ``.cur``, one cycle more, Fig.
-  4.4 (a)), and an anti (WAR) dependence (a Hexagon packet reads every operand before
-  it writes; no cost).
+  4.4 (a)), a producer and the store of its result (a new-value store, one cycle
+  more, Fig. 4.4 (b)), and an anti (WAR) dependence (a Hexagon packet reads every
+  operand before it writes; no cost).
 
 Packing runs bottom-up (Alg. 1): seed a packet with the last unpacked instruction
 of the critical path (the free instruction deepest from the block's entry), then
@@ -62,8 +63,14 @@ def build_idg(instrs) -> list:
             if raw:
                 soft = a.kind == "vload" and not a.tmp and b.kind == "hvx" \
                     and all(r.startswith("v") for r in raw) and not waw
+                data = b.flags.get("data", frozenset())
+                new_store = (b.kind in ("store", "vstore") and raw <= data and len(data) == 1
+                             and a.kind in ("alu", "alu2", "load", "hvx", "vload") and not waw
+                             and not a.predicated)
                 if soft:
                     edges.append(Edge(i, j, False, 0, isa.CUR_STALL))
+                elif new_store:  # may share the packet as a new-value store
+                    edges.append(Edge(i, j, False, 0, isa.NEW_STALL))
                 else:
                     edges.append(Edge(i, j, True, isa.LATENCY[a.latency_class], 0))
                 continue
@@ -75,8 +82,12 @@ def build_idg(instrs) -> list:
                 continue
             if war:
                 # a load sharing a packet with an earlier reader would have to stay
-                # plain, while a later reader in the packet may need it .cur: keep apart
-                edges.append(Edge(i, j, b.kind == "vload", 1 if b.kind == "vload" else 0, 0))
+                # plain, while a later reader in the packet may need it .cur, and a
+                # store of the old value beside the writer would read it as .new:
+                # keep those apart
+                apart = b.kind == "vload" or (a.kind in ("store", "vstore")
+                                              and war & a.flags.get("data", frozenset()))
+                edges.append(Edge(i, j, bool(apart), 1 if apart else 0, 0))
         if j in branch_at:
             for i in range(j):
                 if not any(e.src == i and e.dst == j for e in edges):
@@ -104,6 +115,14 @@ def loop_carried(instrs) -> dict:
     return out
 
 
+def _edges_for(instrs, mode: str) -> list:
+    edges = build_idg(instrs)
+    if mode == "soft_to_hard":
+        edges = [Edge(e.src, e.dst, True, max(e.latency, 1), 0)
+                 if not e.hard and not e.order else e for e in edges]
+    return edges
+
+
 def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | None = 1.0,
          carried: dict | None = None) -> list:
     """Pack ``instrs`` (:class:`.isa.Instr`, program order) into packets (lists of
@@ -117,10 +136,7 @@ def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | N
     if mode not in MODES:
         raise ValueError(f"unknown SDA mode {mode!r}; use one of {MODES}")
     n = len(instrs)
-    edges = build_idg(instrs)
-    if mode == "soft_to_hard":
-        edges = [Edge(e.src, e.dst, True, max(e.latency, 1), 0)
-                 if not e.hard and not e.order else e for e in edges]
+    edges = _edges_for(instrs, mode)
     soft_weight = 0.0 if mode == "soft_to_none" else p
     succ = [[] for _ in range(n)]
     pred = [[] for _ in range(n)]
@@ -170,7 +186,9 @@ def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | N
         frees = [i for i in remaining if free(i, current)]
         if not frees:  # cannot happen on a DAG; keep program order as a safe fallback
             raise RuntimeError("SDA found no free instruction; the IDG has a cycle")
-        seed = max(frees, key=lambda i: (depth[i], npred[i], i))
+        # the end of the critical path, among the instructions that would not stall
+        # their consumers here if there are any
+        seed = max(frees, key=lambda i: (stall(i, slot) <= 0, depth[i], npred[i], i))
         current.append(seed)
         placed[seed] = slot
         while len(current) < 4:
@@ -199,3 +217,200 @@ def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | N
             remaining.discard(k)
         packets_rev.append(sorted(current))
     return packets_rev[::-1]
+
+
+def refine(instrs, groups, cost, mode: str = "sda", budget: int = 3000) -> tuple:
+    """Local search after packing: move single instructions to other packets (within
+    their dependences, where the packet has room) while ``cost(groups)`` -- the cycle
+    model's estimate -- drops; a packet left empty disappears. ``groups`` are lists of
+    indices in time order (from :func:`pack` or the original packing); returns
+    ``(groups, cost)``. Stops after ``budget`` cost evaluations (a count, not a time:
+    the result does not depend on the machine)."""
+    edges = _edges_for(instrs, mode)
+    n = len(instrs)
+    succ = [[] for _ in range(n)]
+    pred = [[] for _ in range(n)]
+    for e in edges:
+        succ[e.src].append(e)
+        pred[e.dst].append(e)
+    groups = [list(g) for g in groups if g]
+    best = cost(groups)
+    evals = [0]
+
+    def spent() -> bool:
+        return evals[0] >= budget
+
+    def positions():
+        return {i: t for t, g in enumerate(groups) for i in g}
+
+    improved = True
+    while improved and not spent():
+        improved = False
+        where = positions()
+        for i in range(n):
+            if spent():
+                break
+            src = where[i]
+            lo = max([where[e.src] + (1 if e.hard else 0) for e in pred[i]], default=0)
+            hi = min([where[e.dst] - (1 if e.hard else 0) for e in succ[i]],
+                     default=len(groups) - 1)
+            for t in range(lo, hi + 1):
+                if t == src or not isa.fits([instrs[k] for k in groups[t]] + [instrs[i]]):
+                    continue
+                trial = [list(g) for g in groups]
+                trial[src].remove(i)
+                trial[t].append(i)
+                trial = [g for g in trial if g]
+                c = cost(trial)
+                evals[0] += 1
+                if c < best:
+                    groups, best, improved = trial, c, True
+                    where = positions()
+                    break
+    return groups, best
+
+
+def _linear_reads(instrs):
+    """For a block in sequential order: per instruction ``{register: index of the
+    instruction whose value it reads}`` (-1: from before the block), and the last
+    definition of every register."""
+    state: dict = {}
+    reads = []
+    for j, ins in enumerate(instrs):
+        reads.append({r: state.get(r, -1) for r in ins.uses})
+        for d in ins.defs:
+            state[d] = j
+    return reads, state
+
+
+def verify(instrs, groups, together=frozenset()) -> bool:
+    """Whether packing ``instrs`` (program order) as ``groups`` keeps its meaning: every
+    operand reads the same definition as in program order (a packet reads the values
+    from before it, except through ``.cur`` and new-value stores), the block leaves the
+    same last definitions, no packet writes a register twice, a branch stays in the last
+    packet, and memory accesses keep
+    their order (a load may share a packet with a later store, not the reverse, unless
+    the pair is in ``together``: LLVM packed it so, which it does only for accesses
+    that cannot alias).
+
+    An independent check of :func:`pack`, :func:`refine` and the edges they trust."""
+    want, final = _linear_reads(instrs)
+    where = {}
+    for t, g in enumerate(groups):
+        for j in g:
+            where[j] = t
+    if sorted(where) != list(range(len(instrs))):
+        return False
+    if any(ins.kind == "branch" and where[j] != len(groups) - 1 for j, ins in enumerate(instrs)):
+        return False  # a branch must stay in the block's last packet
+    state: dict = {}
+    for g in groups:
+        members = sorted(g)
+        formed = dict(zip(members, isa.with_forms([instrs[j] for j in members])))
+        written = set()
+        for j in members:
+            ins = formed[j]
+            for r in ins.uses:
+                got = state.get(r, -1)
+                for k in members:
+                    if k < j and r in instrs[k].defs and (
+                            (formed[k].kind == "vload" and formed[k].cur)
+                            or (ins.flags.get("new_store") and r in ins.flags.get("data", ()))):
+                        got = k
+                if got != want[j][r]:
+                    return False
+        for j in members:
+            if instrs[j].defs & written:
+                return False
+            written |= instrs[j].defs
+        for j in members:
+            for d in instrs[j].defs:
+                state[d] = j
+    if state != final:
+        return False
+    memory = [j for j, ins in enumerate(instrs) if ins.is_memory]
+    for a in memory:
+        for b in memory:
+            if a < b and (instrs[a].writes_memory or instrs[b].writes_memory):
+                if where[a] > where[b]:
+                    return False
+                if where[a] == where[b] and instrs[a].writes_memory and (a, b) not in together:
+                    return False
+    return True
+
+
+def same_meaning(original, renamed, free) -> bool:
+    """Whether ``renamed`` (the same instructions, some registers renamed into ``free``
+    ones) reads, instruction by instruction, values from the same instructions as
+    ``original``, and leaves the same last definitions of every register not in
+    ``free``."""
+    a_reads, a_final = _linear_reads(original)
+    b_reads, b_final = _linear_reads(renamed)
+    for ra, rb in zip(a_reads, b_reads):
+        if sorted(ra.values()) != sorted(rb.values()):
+            return False
+    keep = {r: j for r, j in a_final.items() if r not in free}
+    return all(b_final.get(r) == j for r, j in keep.items()) and not any(
+        r in b_final and b_final[r] != a_final.get(r) and r not in free for r in b_final)
+
+
+def list_schedule(instrs, mode: str = "sda", carried: dict | None = None) -> list:
+    """A top-down, cycle-by-cycle list schedule over the same IDG (a second start for
+    :func:`refine`): at each cycle the packet takes, by priority, the instructions whose
+    hard predecessors' results are ready by then and whose soft predecessors are
+    already placed (in this packet or before), while :func:`.isa.fits` allows. The
+    priority is an instruction's height -- the longest latency-weighted path from it
+    to the end of the block, plus, in a loop body, the latency of a value the next
+    iteration reads. A cycle where nothing is ready leaves no packet (the pipeline
+    stalls instead). ``mode`` applies as in :func:`pack`."""
+    carried = carried or {}
+    edges = _edges_for(instrs, mode)
+    n = len(instrs)
+    succ = [[] for _ in range(n)]
+    pred = [[] for _ in range(n)]
+    for e in edges:
+        succ[e.src].append(e)
+        pred[e.dst].append(e)
+    height = [0] * n
+    for i in range(n - 1, -1, -1):
+        h = carried.get(i, 0)
+        for e in succ[i]:
+            h = max(h, height[e.dst] + (e.latency if e.hard else 0))
+        height[i] = h
+    placed_at: dict = {}
+    groups = []
+    cycle = 0
+    while len(placed_at) < n:
+        current: list = []
+        progress = True
+        while progress and len(current) < 4:
+            progress = False
+            ready = []
+            for i in range(n):
+                if i in placed_at:
+                    continue
+                ok = True
+                for e in pred[i]:
+                    at = placed_at.get(e.src)
+                    if at is None:
+                        ok = False
+                        break
+                    if e.hard and at + max(e.latency, 1) > cycle:
+                        ok = False
+                        break
+                if ok:
+                    ready.append(i)
+            ready.sort(key=lambda i: (-height[i], -len(succ[i]), i))
+            chosen = [instrs[k] for k in current]
+            for i in ready:
+                if isa.fits(chosen + [instrs[i]]):
+                    current.append(i)
+                    placed_at[i] = cycle
+                    progress = True
+                    break
+        if current:
+            groups.append(sorted(current))
+        cycle += 1
+        if cycle > 8 * n + 16:  # cannot happen on a DAG with room in every packet
+            raise RuntimeError("list scheduling made no progress")
+    return groups
