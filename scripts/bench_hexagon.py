@@ -35,7 +35,7 @@ records ``{op, impl, shape, packets, exact, ...}``; summary keys ``table_4_2``,
 ``thesis_table_4_2``, ``speedup_vs_stock`` (per operator), ``geomean_speedup_vs_stock``,
 ``packet_ratio_vs_tvm`` (goal >= 3.4, seed 004 §4.5.2), ``packet_ratio_vs_tvm_vrmpy``
 (goal >= 1.5, against the better of hand schedule and MetaSchedule; per layer
-``tvm_vrmpy_hand_packets``, ``tvm_vrmpy_ms_packets``, ``ms_trials``, ``ms_search_s``), ``peak_fraction``, ``global_over_local``, ``network``, ``all_exact``.
+``tvm_vrmpy_hand_packets``, ``tvm_vrmpy_ms_packets``, ``ms_trials``, ``ms_search_s``), ``peak_fraction``, ``global_over_local``, ``selection_by_cycles`` (the same selections priced in estimated cycles), ``network``, ``all_exact``. With ``--packing sda`` the ResNet-50 convs are re-packed and ``peak_fraction_per_cycle`` added.
 
     python scripts/bench_hexagon.py --quick --json bench_hexagon.json
 """
@@ -115,6 +115,10 @@ def parse_args(argv=None):
     p.add_argument("--resnet-scale", type=int, help="divide ResNet-50 spatial sizes (4; quick 8)")
     p.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 conv part")
     p.add_argument("--resnet-only", action="store_true", help="only the ResNet-50 conv part")
+    p.add_argument("--packing", choices=("llvm", "sda", "soft_to_hard", "soft_to_none"),
+                   help="re-pack our ResNet-50 conv kernels' packets (hexagon.vliw.repack) and "
+                   "also report estimated cycles (hexagon.vliw.cycles) and the peak fraction "
+                   "per cycle")
     p.add_argument(
         "--ms-trials", type=int, help="MetaSchedule trials per ResNet-50 layer (16; quick 4)"
     )
@@ -256,6 +260,7 @@ def main(argv=None) -> int:
         else None,
         **resnet,
         "global_over_local": selection_summary,
+        "selection_by_cycles": {} if args.resnet_only or only else _selection_by_cycles(),
         "network": network,
         **models,
         "all_exact": all(r["exact"] for r in records),
@@ -291,7 +296,12 @@ def resnet_convs(records, args, t) -> dict:
         costs = {v: model.conv(v, geo, c, o) for v in ("vmpy", "vrmpy")}
         chosen = min(costs, key=costs.get)
         shape = (hs, ws, c, o, k, s, p)
-        ours = _measure(records, measure.gcd2_conv, chosen, *shape, **t)
+        packing = {}
+        if args.packing:
+            from tvm_cocopie.hexagon.vliw.repack import Repack
+
+            packing = {"asm_pass": Repack(args.packing), "cycles": True}
+        ours = _measure(records, measure.gcd2_conv, chosen, *shape, **t, **packing)
         vr = _measure(records, measure.tvm_vrmpy_conv, *shape, **t)
         ms_rec = None
         if index in ms_layers:
@@ -317,6 +327,7 @@ def resnet_convs(records, args, t) -> dict:
                 "stock_packets": stock["packets"] if stock else None,
                 "macs": macs,
                 "macs_per_packet": round(macs / ours["packets"], 1),
+                "cycles": ours.get("cycles"),
             }
         )
     total = sum(r["packets"] for r in layers)
@@ -345,8 +356,13 @@ def resnet_convs(records, args, t) -> dict:
         "macs_per_packet": round(macs / total, 1),
         "hvx_peak_macs_per_packet": HVX_PEAK_MACS_PER_PACKET,
         "peak_fraction": round(macs / total / HVX_PEAK_MACS_PER_PACKET, 3),
+        "packing": args.packing or "llvm (TVM's object, not re-assembled)",
         "goals": {"packet_ratio_vs_tvm": 3.4, "packet_ratio_vs_tvm_vrmpy": 1.5},
     }
+    if args.packing:
+        cycles = sum(r["cycles"] for r in layers)
+        out["cycles_total"] = cycles
+        out["peak_fraction_per_cycle"] = round(macs / cycles / HVX_PEAK_MACS_PER_PACKET, 3)
     with_stock = [r for r in layers if r["stock_packets"]]
     if with_stock:
         out["packet_ratio_vs_tvm"] = round(
@@ -407,6 +423,14 @@ def _ms_search(records, cache_path, shape, trials, t) -> dict:
     )
     records.append(rec)
     return rec
+
+
+def _selection_by_cycles() -> dict:
+    """Global/local selection priced in estimated cycles instead of packets (issue 19 item 4):
+    plans that change, and ``global_over_local`` under both cost models."""
+    from tvm_cocopie.hexagon.selection import compare
+
+    return compare.cycles_vs_packets_selection()
 
 
 def global_vs_local() -> dict:

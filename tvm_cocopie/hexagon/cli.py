@@ -51,6 +51,9 @@ def add_parser(subparsers):
     run.add_argument("--stock", action="store_true",
                      help="also run stock TVM's lowering of the same int8 model (slow)")
     run.add_argument("--no-ort", action="store_true", help="skip the ONNX Runtime comparison")
+    run.add_argument("--packing", choices=("llvm", "sda", "soft_to_hard", "soft_to_none"),
+                     help="re-pack the kernels' VLIW packets as the build's last step (SDA, "
+                     "seed 004 §4.5) and report the cycle model's estimate")
     run.add_argument("--timeout", type=float, default=1800.0, help="emulator seconds")
     run.add_argument("--json", metavar="PATH", help="write the result here")
     run.set_defaults(func=cmd_run)
@@ -68,13 +71,17 @@ def cmd_run(args) -> int:
         from .tools.measure import stock_network as stock
     result = run_model(args.model, image_size=args.image_size, calibration=args.calibration,
                        seed=args.seed, timeout=args.timeout, compare_ort=not args.no_ort,
-                       stock_runner=stock, workdir=args.save_quantized)
+                       stock_runner=stock, workdir=args.save_quantized,
+                       packing=args.packing)
     result["model"] = str(args.model)
     by_class = ", ".join(f"{k} {v}" for k, v in sorted(result["packets_by_class"].items(),
                                                        key=lambda kv: -kv[1]))
     print(f"{result['layers']} layers {result['layers_by_class']}"
           f"{' (quantized from float)' if result['quantized_from_float'] else ''}; "
           f"{result['total_packets']} packets: {by_class}")
+    if result.get("total_cycles") is not None:
+        print(f"{result['packing']} packing: {result['total_cycles']} estimated cycles "
+              f"(packets + stalls, hexagon.vliw.cycles)")
     print(f"bit-exact vs numpy: {result['exact']}")
     if "ort_agreement" in result:
         print(f"ONNX Runtime on the quantized file: {json.dumps(result['ort_agreement'])}")

@@ -200,16 +200,26 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
 
 def run_model(model, *, image_size: int | None = None, calibration: int = 8, seed: int = 0,
               timeout: float | None = None, compare_ort: bool = True, stock_runner=None,
-              workdir=None, fmt: str = "qdq") -> dict:
+              workdir=None, fmt: str = "qdq", packing: str | None = None) -> dict:
     """Run ``model`` whole under ``qemu-hexagon`` (see the module doc); a JSON-ready dict:
     ``exact`` (bit for bit against numpy), packets total / per operator class / per
     role, the plan, memory, ONNX Runtime agreement, and stock TVM's packets if
-    ``stock_runner`` (``net -> {"packets", "exact"}``) is given."""
+    ``stock_runner`` (``net -> {"packets", "exact"}``) is given.
+
+    ``packing`` (``"llvm"``, ``"sda"``, ``"soft_to_hard"``, ``"soft_to_none"``) re-packs
+    the kernels' assembly as the last step of the build
+    (:class:`tvm_cocopie.hexagon.vliw.repack.Repack`) and adds ``total_cycles``, the
+    cycle model's estimate of the run."""
     net, path, sample, float_proto = prepare(model, image_size=image_size,
                                              calibration=calibration, seed=seed,
                                              workdir=workdir, fmt=fmt)
     from_float = float_proto is not None
-    res = run_network(net, timeout=timeout)
+    asm_pass = None
+    if packing is not None:
+        from ..vliw.repack import Repack
+
+        asm_pass = Repack(packing)
+    res = run_network(net, timeout=timeout, asm_pass=asm_pass, cycles=packing is not None)
     lay0 = net.layers[0].layer
     out = {
         "quantized_from_float": from_float,
@@ -227,6 +237,9 @@ def run_model(model, *, image_size: int | None = None, calibration: int = 8, see
         "arena_bytes": res.arena_bytes,
         "separate_buffer_bytes": res.naive_bytes,
     }
+    if packing is not None:
+        out["packing"] = packing
+        out["total_cycles"] = res.total_cycles
     if compare_ort:
         out["ort_agreement"] = ort_agreement(path, net, sample, res.output)
         if float_proto is not None:

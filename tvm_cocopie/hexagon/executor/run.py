@@ -28,6 +28,13 @@ class NetworkResult:
     naive_bytes: int
     #: layer name -> what it is in the model (:attr:`.quantization.QLayer.op_class`)
     classes: dict = field(default_factory=dict)
+    #: estimated cycles per call (:mod:`..vliw.cycles`) when run with ``cycles=True``
+    cycles: list | None = None
+
+    @property
+    def total_cycles(self) -> int | None:
+        """Estimated cycles of the whole program (packets + stalls), if traced."""
+        return None if self.cycles is None else int(sum(self.cycles))
 
     @property
     def total_packets(self) -> int:
@@ -52,8 +59,13 @@ class NetworkResult:
         return out
 
 
-def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=None):
-    """Compile, run once under the emulator counting packets, compare with numpy."""
+def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=None,
+                asm_pass=None, cycles: bool = False):
+    """Compile, run once under the emulator counting packets, compare with numpy.
+
+    ``asm_pass`` re-packs the kernels' assembly (e.g.
+    :class:`tvm_cocopie.hexagon.vliw.repack.Repack`, SDA); ``cycles`` also records the
+    executed packets and estimates cycles per call (:mod:`..vliw.cycles`)."""
 
     prog = compile_network(net, plan, model)
     res = run(
@@ -64,6 +76,8 @@ def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=
         count_packets=True,
         timeout=timeout,
         offsets=prog.memory.offsets,
+        asm_pass=asm_pass,
+        trace=cycles,
     )
     ref = reference_forward(net)
     out = res.outputs[prog.output]
@@ -78,6 +92,10 @@ def run_network(net: QNetwork, plan: dict | None = None, *, model=None, timeout=
         prog.memory.naive_bytes,
         {q.layer.name: q.op_class for q in net.layers},
     )
+    if cycles:
+        from ..vliw.cycles import trace_estimates
+
+        result.cycles = [e.cycles for e in trace_estimates(res)]
     log.info(
         "network: %d packets (%s), arena %d bytes (separate buffers: %d), exact=%s",
         result.total_packets,

@@ -1,4 +1,4 @@
-"""A packet cost model per kernel variant and layout transform (seed 004, §4.4.1).
+"""A packet (or cycle) cost model per kernel variant and layout transform (seed 004, §4.4.1).
 
 GCD²'s global selection needs ``Cost(ep_i(O))`` for every execution plan and
 ``TC(ep_j, ep_i)`` for every layout transform "based on the number of instructions
@@ -20,6 +20,11 @@ squares on emulator packet counts of a few shapes (:func:`..tools.calibrate.cali
 ``python -m tvm_cocopie.hexagon.tools.calibrate``) and stored as data in
 :mod:`.coefficients`. ``tests/test_hexagon_costmodel.py`` checks predictions on
 held-out shapes against fresh measurements within :data:`STATED_ERROR`.
+
+A second set, ``CostModel.default("cycles")``, is fitted the same way on the same shapes'
+*estimated cycles* (packets plus pipeline stalls, :mod:`..vliw.cycles` replaying the
+emulator's executed-packet trace; ``python -m tvm_cocopie.hexagon.tools.calibrate
+--measure cycles``). The packet model stays the default.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 from ...errors import CocopieError
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, Layout, round_up
 from ..kernels.gemm import block_size
-from .coefficients import COEFFICIENTS
+from .coefficients import COEFFICIENTS, CYCLE_COEFFICIENTS
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,9 @@ STATED_ERROR = {
     "to_rowmajor": 0.5,
     "from_rowmajor": 0.5,
 }
+
+#: What a model predicts, and the coefficients shipped for it.
+MEASURES = {"packets": COEFFICIENTS, "cycles": CYCLE_COEFFICIENTS}
 
 FEATURES = {
     "matmul": ("const", "mul", "iter", "out", "loops"),
@@ -157,16 +165,25 @@ def transform_work(src: Layout | None, dst: Layout | None, m: int, k: int) -> Wo
 
 
 class CostModel:
-    """Linear packet predictor: ``packets = coef . counts`` per ``(family, variant)``."""
+    """Linear predictor: ``packets = coef . counts`` per ``(family, variant)`` (or estimated
+    cycles, when ``measure`` is ``"cycles"``; every method's "packets" then means cycles)."""
 
-    def __init__(self, coefficients: dict):
+    def __init__(self, coefficients: dict, measure: str = "packets"):
         self.coefficients = {k: list(v) for k, v in coefficients.items()}
+        self.measure = measure
 
     @classmethod
-    def default(cls) -> CostModel:
-        """The model fitted on emulator packets, shipped in :mod:`.coefficients`."""
+    def default(cls, measure: str = "packets") -> CostModel:
+        """The model fitted on emulator packets (``measure="packets"``) or on estimated
+        cycles (``"cycles"``), shipped in :mod:`.coefficients`."""
+        if measure not in MEASURES:
+            raise CocopieError(f"no cost model of {measure!r}; one of {sorted(MEASURES)}")
+        return cls(MEASURES[measure], measure)
 
-        return cls(COEFFICIENTS)
+    @classmethod
+    def cycles(cls) -> CostModel:
+        """``default("cycles")``: the model fitted on estimated cycles."""
+        return cls.default("cycles")
 
     def key(self, work: Work) -> str:
         """``family/variant``: which coefficients price ``work``."""
@@ -177,9 +194,11 @@ class CostModel:
         has no coefficients for it."""
         coef = self.coefficients.get(self.key(work))
         if coef is None:
+            flag = "" if self.measure == "packets" else f" --measure {self.measure}"
             raise CocopieError(
-                f"the Hexagon cost model has no coefficients for {self.key(work)}; "
-                "recalibrate with `python -m tvm_cocopie.hexagon.tools.calibrate`"
+                f"the Hexagon {self.measure} cost model has no coefficients for "
+                f"{self.key(work)}; recalibrate with "
+                f"`python -m tvm_cocopie.hexagon.tools.calibrate{flag}`"
             )
         return float(sum(c * v for c, v in zip(coef, work.vector())))
 
@@ -205,8 +224,9 @@ class CostModel:
         return self.predict(transform_work(src, dst, m, k))
 
     @classmethod
-    def fit(cls, samples) -> CostModel:
-        """Fit from ``[(Work, measured packets)]`` by non-negative least squares.
+    def fit(cls, samples, measure: str = "packets") -> CostModel:
+        """Fit from ``[(Work, measured packets)]`` (or cycles, per ``measure``) by
+        non-negative least squares.
 
         Rows are weighted by ``1 / packets`` so the fit minimizes relative error.
         """
@@ -223,7 +243,7 @@ class CostModel:
             scale = 1.0 / b
             coef, _ = nnls(a * scale[:, None], b * scale)
             coefficients[f"{family}/{variant}"] = [round(float(c), 4) for c in coef]
-        return cls(coefficients)
+        return cls(coefficients, measure)
 
 
 # ------------------------------------------------------------------- calibration

@@ -3,7 +3,9 @@
 Run by hand: ``python -m tvm_cocopie.hexagon.tools.calibrate [--refit]`` measures the
 calibration shapes under qemu-hexagon, fits :class:`~..selection.costmodel.CostModel`
 and rewrites :mod:`..selection.coefficients`; :func:`held_out_error` checks it on
-shapes it was not fitted on.
+shapes it was not fitted on. With ``--measure cycles`` the same shapes are run traced
+and the model is fitted on estimated cycles (:mod:`..vliw.cycles`) instead: stored as
+``CYCLE_COEFFICIENTS`` / ``CYCLE_SAMPLES`` next to the packet model, which is kept.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 
 from ...errors import CocopieError
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
-from ..selection.coefficients import SAMPLES
+from ..selection.coefficients import COEFFICIENTS, CYCLE_COEFFICIENTS, CYCLE_SAMPLES, SAMPLES
 from ..selection.costmodel import (
     CostModel,
     Work,
@@ -21,7 +23,7 @@ from ..selection.costmodel import (
     matmul_work,
     transform_work,
 )
-from . import measure
+from . import measure as kernel_runs
 
 log = logging.getLogger(__name__)
 
@@ -65,37 +67,49 @@ HELD_OUT = [
 ]
 
 
-def held_out_error(family, variant, shape, timeout=None) -> tuple:
-    """``(predicted, measured, relative error, family)`` of one held-out job."""
+#: What can be measured and fitted: packets, or estimated cycles of a traced run.
+MEASURES = ("packets", "cycles")
+
+
+def held_out_error(family, variant, shape, timeout=None, measure="packets") -> tuple:
+    """``(predicted, measured, relative error, family)`` of one held-out job, for the
+    packet model or (``measure="cycles"``) the cycle model."""
     by_cols = {lay.cols: lay for lay in LAYOUT_OF.values()}
     if family == "transform":
         variant = tuple(None if c is None else by_cols[c] for c in variant)
-    work, packets = measure_work(family, variant, shape, timeout)
-    predicted = CostModel.default().predict(work)
-    return predicted, packets, abs(predicted - packets) / packets, work.family
+    work, measured = measure_work(family, variant, shape, timeout, measure)
+    predicted = CostModel.default(measure).predict(work)
+    return predicted, measured, abs(predicted - measured) / measured, work.family
 
 
-def measure_work(family: str, variant: str, shape, timeout=None):
-    """Run one kernel under the emulator: ``(Work, packets)``; raises on a wrong result."""
+def measure_work(family: str, variant: str, shape, timeout=None, measure="packets"):
+    """Run one kernel under the emulator: ``(Work, packets)`` (or estimated cycles with
+    ``measure="cycles"``); raises on a wrong result."""
+    work, rec = measure_record(family, variant, shape, timeout, cycles=measure == "cycles")
+    return work, rec[measure]
 
+
+def measure_record(family: str, variant: str, shape, timeout=None, cycles=False):
+    """Run one kernel under the emulator: ``(Work, record of :mod:`.measure`)``, with
+    ``cycles`` and ``stalls`` when ``cycles``; raises on a wrong result."""
+    if family not in ("matmul", "conv", "dwconv", "transform"):
+        raise CocopieError(f"no calibration family {family!r}")
     if family == "matmul":
-        rec = measure.gcd2_matmul(variant, *shape, timeout=timeout)
-        work = matmul_work(variant, *shape)
+        rec = kernel_runs.gcd2_matmul(variant, *shape, timeout=timeout, cycles=cycles)
     elif family == "conv":
         h, w, c, o, k, s, p = shape
-        rec = measure.gcd2_conv(variant, h, w, c, o, k, s, p, timeout=timeout)
-        work = conv_work(variant, GridGeometry(h, w, k, s, p), c, o)
+        rec = kernel_runs.gcd2_conv(variant, h, w, c, o, k, s, p, timeout=timeout,
+                                    cycles=cycles)
     elif family == "dwconv":
         h, w, c, k, s, p = shape
-        rec = measure.gcd2_conv(variant, h, w, c, c, k, s, p, dw=True, timeout=timeout)
-        work = dwconv_work(variant, GridGeometry(h, w, k, s, p), c)
+        rec = kernel_runs.gcd2_conv(variant, h, w, c, c, k, s, p, dw=True, timeout=timeout,
+                                    cycles=cycles)
     else:
         src, dst = variant
-        rec = measure.layout_transform(src, dst, *shape, timeout=timeout)
-        work = transform_work(src, dst, *shape)
+        rec = kernel_runs.layout_transform(src, dst, *shape, timeout=timeout, cycles=cycles)
     if not rec["exact"]:
         raise CocopieError(f"{family} {variant} {shape}: the kernel's result is wrong")
-    return work, rec["packets"]
+    return _work_of(family, _variant_key(variant), shape), rec
 
 
 def transform_pairs():
@@ -116,14 +130,26 @@ def jobs(shapes: dict):
     return out
 
 
-def calibrate(shapes: dict | None = None, timeout=None):
-    """Measure the calibration shapes and fit: ``(CostModel, samples)``."""
+def calibrate(shapes: dict | None = None, timeout=None, measure="packets"):
+    """Measure the calibration shapes and fit: ``(CostModel, samples)``.
+
+    Samples are ``(family, variant, shape, packets)``; with ``measure="cycles"``
+    ``(family, variant, shape, cycles, packets)`` of one traced run each, the model
+    fitted on the cycles."""
+    if measure not in MEASURES:
+        raise CocopieError(f"cannot calibrate on {measure!r}; one of {MEASURES}")
     samples = []
     for family, variant, shape in jobs(shapes or CALIBRATION_SHAPES):
-        work, packets = measure_work(family, variant, shape, timeout)
-        log.info("%s %s %s: %d packets", family, work.variant, shape, packets)
-        samples.append((family, _variant_key(variant), shape, packets))
-    return fit_samples(samples), samples
+        work, rec = measure_record(family, variant, shape, timeout, cycles=measure == "cycles")
+        key = (family, _variant_key(variant), tuple(shape))
+        if measure == "cycles":
+            log.info("%s %s %s: %d cycles (%d packets)", family, work.variant, shape,
+                     rec["cycles"], rec["packets"])
+            samples.append((*key, rec["cycles"], rec["packets"]))
+        else:
+            log.info("%s %s %s: %d packets", family, work.variant, shape, rec["packets"])
+            samples.append((*key, rec["packets"]))
+    return fit_samples(samples, measure), samples
 
 
 def _variant_key(variant):
@@ -146,17 +172,26 @@ def _work_of(family, variant, shape) -> Work:
     return transform_work(src, dst, *shape)
 
 
-def fit_samples(samples) -> CostModel:
-    """Fit from stored ``(family, variant, shape, packets)`` samples (no emulator)."""
-    return CostModel.fit([(_work_of(f, v, tuple(s)), p) for f, v, s, p in samples])
+def fit_samples(samples, measure="packets") -> CostModel:
+    """Fit from stored ``(family, variant, shape, value, ...)`` samples (no emulator): the
+    fourth item is what is fitted (packets in ``SAMPLES``, cycles in ``CYCLE_SAMPLES``)."""
+    return CostModel.fit(
+        [(_work_of(f, v, tuple(s)), value) for f, v, s, value, *_ in samples], measure
+    )
 
 
-def write_calibration(model: CostModel, samples, path) -> None:
-    """Write the fitted coefficients as the Python data module :mod:`..selection.coefficients`."""
+def write_calibration(model: CostModel, samples, path, cycle_model=None,
+                      cycle_samples=None) -> None:
+    """Write the fitted coefficients as the Python data module :mod:`..selection.coefficients`;
+    the cycle model and its samples are kept as stored unless given."""
+    if cycle_model is None:
+        cycle_model, cycle_samples = CostModel(CYCLE_COEFFICIENTS, "cycles"), CYCLE_SAMPLES
     lines = [
-        '"""Coefficients of :mod:`..selection.costmodel`, fitted on qemu-hexagon packet counts.',
+        '"""Coefficients of :mod:`.costmodel`, fitted on qemu-hexagon packet counts',
+        "(``COEFFICIENTS``) and on estimated cycles of the same shapes (``CYCLE_COEFFICIENTS``).",
         "",
-        "Generated by ``python -m tvm_cocopie.hexagon.tools.calibrate``; do not edit by hand.",
+        "Generated by ``python -m tvm_cocopie.hexagon.tools.calibrate [--measure cycles]``;",
+        "do not edit by hand.",
         '"""',
         "",
         "# fmt: off",
@@ -170,8 +205,24 @@ def write_calibration(model: CostModel, samples, path) -> None:
         "#: (family, variant, shape, measured packets) used in the fit",
         "SAMPLES = [",
     ]
-    for family, variant, shape, packets in samples:
-        lines.append(f"    ({family!r}, {variant!r}, {tuple(shape)!r}, {packets}),")
+    for family, variant, shape, *values in samples:
+        lines.append(f"    ({family!r}, {variant!r}, {tuple(shape)!r}, {values[0]}),")
+    lines += [
+        "]",
+        "",
+        "#: estimated cycles (packets + stalls, :mod:`..vliw.cycles`) of the same shapes",
+        "CYCLE_COEFFICIENTS = {",
+    ]
+    for key, coef in sorted(cycle_model.coefficients.items()):
+        lines.append(f"    {key!r}: {coef!r},")
+    lines += [
+        "}",
+        "",
+        "#: (family, variant, shape, estimated cycles, packets of the same traced run)",
+        "CYCLE_SAMPLES = [",
+    ]
+    for family, variant, shape, cycles, packets in cycle_samples:
+        lines.append(f"    ({family!r}, {variant!r}, {tuple(shape)!r}, {cycles}, {packets}),")
     lines += ["]", "# fmt: on", ""]
     with open(path, "w") as fh:
         fh.write("\n".join(lines))
@@ -183,18 +234,25 @@ def main(argv=None) -> None:  # pragma: no cover - calibration is run by hand
     import argparse
     import pathlib
 
-    ap = argparse.ArgumentParser(description="calibrate the Hexagon packet cost model")
+    ap = argparse.ArgumentParser(description="calibrate the Hexagon packet (or cycle) cost model")
     ap.add_argument("--refit", action="store_true", help="refit the stored samples only")
+    ap.add_argument("--measure", choices=MEASURES, default="packets",
+                    help="fit on packets (default) or on estimated cycles of traced runs; "
+                         "the other model is kept as stored")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    stored = {"packets": SAMPLES, "cycles": CYCLE_SAMPLES}[args.measure]
     if args.refit:
-        samples = list(SAMPLES)
-        model = fit_samples(samples)
+        samples = list(stored)
+        model = fit_samples(samples, args.measure)
     else:
-        model, samples = calibrate()
+        model, samples = calibrate(measure=args.measure)
     path = pathlib.Path(__file__).parent.parent / "selection" / "coefficients.py"
-    write_calibration(model, samples, path)
-    worst = max(abs(model.predict(_work_of(f, v, s)) - p) / p for f, v, s, p in samples)
+    if args.measure == "cycles":
+        write_calibration(CostModel(COEFFICIENTS), SAMPLES, path, model, samples)
+    else:
+        write_calibration(model, samples, path)
+    worst = max(abs(model.predict(_work_of(f, v, s)) - p) / p for f, v, s, p, *_ in samples)
     log.info("wrote %s; worst relative error on the fit set %.1f%%", path, 100 * worst)
 
 

@@ -187,8 +187,10 @@ def stock_conv(h, w_, c, o, kernel, stride, pad, dw=False, seed=0, timeout=None)
     }
 
 
-def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None) -> dict:
-    """Packets of converting an ``m x k`` uint8 matrix between layouts on the device."""
+def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None,
+                     cycles=False) -> dict:
+    """Packets of converting an ``m x k`` uint8 matrix between layouts on the device;
+    ``cycles`` as for :func:`gcd2_matmul`."""
     x = np.random.default_rng(seed).integers(0, 256, (m, k)).astype("uint8")
 
     def packed(layout):
@@ -200,6 +202,7 @@ def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None) -> d
         {"x": packed(src)},
         ["y"],
         timeout,
+        cycles=cycles,
     )
     return {
         "op": "layout_transform",
@@ -207,6 +210,7 @@ def layout_transform(src, dst, m: int, k: int, seed: int = 0, timeout=None) -> d
         "shape": [m, k],
         "packets": res.packets[0],
         "exact": bool(np.array_equal(res.outputs["y"], packed(dst))),
+        **_cycles(res, cycles),
     }
 
 

@@ -19,6 +19,7 @@ from . import isa
 
 _LTMP = re.compile(r"^\.Ltmp\d+:\s*$")
 _LABEL = re.compile(r"^[\w.$]+:\s*(//.*)?$")
+_FUNCTION = re.compile(r"^\.type\s+([\w.$]+),\s*@function")
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Block:
     packets: list  # [(texts, endloop)]
     labels: list = field(default_factory=list)  # .Ltmp labels hoisted to the start
     index: int = 0
+    function: str = ""  # the symbol of the function the block is in
 
     @property
     def instructions(self) -> list:
@@ -46,6 +48,7 @@ def parse(text: str) -> list:
     lines = text.splitlines()
     i = 0
     n_blocks = 0
+    function = ""
 
     def close():
         nonlocal block, pending_labels
@@ -67,7 +70,7 @@ def parse(text: str) -> list:
                 i += 1
             end = lines[i].strip()[1:].strip() if i < len(lines) else ""
             if block is None:
-                block = Block([], index=n_blocks)
+                block = Block([], index=n_blocks, function=function)
                 n_blocks += 1
             block.labels.extend(pending_labels)
             pending_labels = []
@@ -82,6 +85,9 @@ def parse(text: str) -> list:
             i += 1
             continue
         close()
+        m = _FUNCTION.match(s)
+        if m:
+            function = m.group(1)
         items.append(line)
         i += 1
     close()

@@ -62,7 +62,9 @@ class Repack:
     ``q``: the weights of the stall term of the score tried (the same for every mode);
     ``rename``: also try each block with its short-lived values renamed into registers
     dead throughout it (:mod:`.rename`, :mod:`.liveness`); ``refine``: cost
-    evaluations of :func:`.sda.refine` local search per block and start (0: none)."""
+    evaluations of :func:`.sda.refine` local search per block and start (0: none);
+    ``functions``: re-pack only the kernels whose symbol contains one of these names
+    (empty: all) -- SDA switched per kernel."""
 
     mode: str = "sda"
     weights: tuple = WEIGHTS
@@ -71,6 +73,7 @@ class Repack:
     keep_llvm: bool = True
     rename: bool = True
     refine: int = 3000
+    functions: tuple = ()
     reports: list = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self):
@@ -81,7 +84,7 @@ class Repack:
     def key(self) -> str:
         """What changes the output, for build caches: the options and this package's code."""
         return (f"repack{VERSION}:{_code_hash()}:{self.mode}:{self.weights}:{self.penalties}:"
-                f"{self.q}:{self.keep_llvm}:{self.rename}:{self.refine}")
+                f"{self.q}:{self.keep_llvm}:{self.rename}:{self.refine}:{self.functions}")
 
     def __call__(self, text: str, workdir=None) -> str:
         items = asmfile.parse(text)
@@ -91,6 +94,8 @@ class Repack:
         if self.mode != "llvm":
             nodes = liveness.analyze(items) if self.rename else {}
             for block in blocks:
+                if self.functions and not any(f in block.function for f in self.functions):
+                    continue
                 node = nodes.get(block.index)
                 free = liveness.free_registers(node) if node is not None else frozenset()
                 packets, report = self.repack_block(block, free)
