@@ -83,18 +83,6 @@ FULL_CONVS = [
 ]
 
 
-#: The first 8 unique convolutions of ResNet-50 v1.5 (H, W, C, O, kernel, stride, pad).
-RESNET50_CONVS = [
-    (224, 224, 3, 64, 7, 2, 3),
-    (56, 56, 64, 64, 1, 1, 0),
-    (56, 56, 64, 64, 3, 1, 1),
-    (56, 56, 64, 256, 1, 1, 0),
-    (56, 56, 256, 64, 1, 1, 0),
-    (56, 56, 256, 128, 1, 1, 0),
-    (56, 56, 128, 128, 3, 2, 1),
-    (28, 28, 128, 512, 1, 1, 0),
-]
-
 #: Peak int8 MACs per VLIW packet of one HVX context: two vector multiply resources
 #: per packet (Hexagon V66 HVX Programmer's Reference Manual, 80-N2040-44, resource
 #: model: slots 2 and 3 each hold one HVX multiply), each ``vrmpy`` 32 x 4 = 128 MACs.
@@ -278,6 +266,7 @@ def resnet_convs(records, args, t) -> dict:
     """ResNet-50's first 8 unique convs: GCD² vs stock TVM vs TVM's vrmpy intrinsic."""
     from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.hexagon.selection import costmodel
+    from tvm_cocopie.hexagon.selection.networks import RESNET50_FIRST_CONVS as RESNET50_CONVS
     from tvm_cocopie.hexagon.tools import measure
     from tvm_cocopie.topi.int8.layouts import GridGeometry
 

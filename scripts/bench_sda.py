@@ -42,18 +42,8 @@ log = logging.getLogger("bench_sda")
 
 MODES = ("llvm", "soft_to_hard", "soft_to_none", "sda")
 
-#: ResNet-50's first 8 unique convolutions (H, W, C, O, kernel, stride, pad), as in
-#: bench_hexagon.py, and MobileNetV2's expand / depthwise / project convolutions.
-RESNET50_CONVS = [
-    (224, 224, 3, 64, 7, 2, 3),
-    (56, 56, 64, 64, 1, 1, 0),
-    (56, 56, 64, 64, 3, 1, 1),
-    (56, 56, 64, 256, 1, 1, 0),
-    (56, 56, 256, 64, 1, 1, 0),
-    (56, 56, 256, 128, 1, 1, 0),
-    (56, 56, 128, 128, 3, 2, 1),
-    (28, 28, 128, 512, 1, 1, 0),
-]
+#: MobileNetV2's expand / depthwise / project convolutions (ResNet-50's first 8 unique
+#: convolutions come from tvm_cocopie.hexagon.selection.networks.RESNET50_FIRST_CONVS).
 MOBILENETV2_CONVS = [
     ("expand", (56, 56, 24, 144, 1, 1, 0), False),
     ("depthwise", (56, 56, 144, 144, 3, 1, 1), True),
@@ -80,6 +70,7 @@ def parse_args(argv=None):
 def kernels(quick: bool, scale: int) -> list:
     """``[(name, op, variant, shape, depthwise)]`` of the kernels to measure."""
     from tvm_cocopie.hexagon.selection import costmodel
+    from tvm_cocopie.hexagon.selection.networks import RESNET50_FIRST_CONVS as RESNET50_CONVS
     from tvm_cocopie.topi.int8.layouts import GridGeometry
 
     model = costmodel.CostModel.default()

@@ -103,6 +103,20 @@ class NetBuilder:
         return next(lay for lay in self.layers if lay.name == name)
 
 
+#: The first 8 unique convolutions of ResNet-50 v1.5 (H, W, C, O, kernel, stride, pad):
+#: GCD²'s kernel table (seed 004, Table 4.3), measured by bench_hexagon and bench_sda.
+RESNET50_FIRST_CONVS = (
+    (224, 224, 3, 64, 7, 2, 3),
+    (56, 56, 64, 64, 1, 1, 0),
+    (56, 56, 64, 64, 3, 1, 1),
+    (56, 56, 64, 256, 1, 1, 0),
+    (56, 56, 256, 64, 1, 1, 0),
+    (56, 56, 256, 128, 1, 1, 0),
+    (56, 56, 128, 128, 3, 2, 1),
+    (28, 28, 128, 512, 1, 1, 0),
+)
+
+
 def resnet50_layers(image: int = 224, blocks=(3, 4, 6, 3), classes: int = 1000) -> list:
     """ResNet-50 v1.5 (stride in the 3x3) as layers; batch norm folded into the convs."""
     net = NetBuilder(image, image, 3)

@@ -168,13 +168,32 @@ class Instr:
 
 
 def parse(text: str) -> Instr:
-    """Parse one instruction's text (LLVM or QEMU spelling) into an :class:`Instr`."""
+    """Parse one instruction's text (LLVM or QEMU spelling) into an :class:`Instr`.
+
+    ``"p0 = cmp.eq(r9,#0); if (!p0.new) jump:t .L"`` -- a compare and the jump that
+    reads its predicate as ``.new`` in the same packet, as LLVM prints compounds and as
+    the packer keeps them -- is one branch that reads what the compare reads."""
+    if ";" in text:
+        return _compound(text)
     ins = _parse(text)
     if "##" in ins.text:  # a constant extender takes a word of the packet
         ins.flags["words"] = 2
     if re.search(r"\(\s*pc\s*,", ins.text.lower()):  # add(pc, ...) issues in slot 3 only
         ins.slots = (3,)
     return ins
+
+
+def _compound(text: str) -> Instr:
+    parts = [t.strip() for t in text.split(";") if t.strip()]
+    if len(parts) == 2:
+        cmp, jump = parse(parts[0]), parse(parts[1])
+        if (jump.kind == "branch" and cmp.kind in ("alu", "alu2") and len(cmp.defs) == 1
+                and next(iter(cmp.defs)).startswith("p")
+                and f"{next(iter(cmp.defs))}.new" in jump.text.lower()):
+            return Instr(text.strip(), cmp.defs | {"pc"}, cmp.uses | (jump.uses - cmp.defs),
+                         kind="branch", slots=(2, 3), flags={"words": 2})
+    regs = {r for r, _ in registers(text.lower())}
+    return Instr(text.strip(), frozenset(regs), frozenset(regs), kind="opaque")
 
 
 def _parse(text: str) -> Instr:

@@ -1,19 +1,30 @@
 """The assembly pass: re-pack LLVM's Hexagon packets with SDA, check, reassemble.
 
 :class:`Repack` is the ``asm_pass`` of :func:`tvm_cocopie.emulation.hexagon.build`:
-it reads the kernels' assembly (:mod:`.asmfile`), re-packs every basic block it can
-read whole with :func:`.sda.pack`, trying the weights ``w`` and penalties ``p`` on a
-small grid (the thesis sets them "empirically", §4.5) and keeping per block the
-packing the cycle model (:mod:`.cycles`) estimates fastest -- a loop body by its
-steady-state cycles per iteration, any other block by its cycles from a cold start.
-LLVM's own packing is one of the candidates, so no block gets slower by the model's
-estimate. ``llvm-mc`` then checks every packet (slots, resources, register rules);
-a block it rejects goes back to LLVM's packing.
+it reads the kernels' assembly (:mod:`.asmfile`), and for every basic block it can
+read whole:
 
-Blocks left alone: those with instructions we do not read (calls, frames, traps,
-cache operations), new-value (``.new``) or ``.tmp`` operands, or a branch anywhere but
-the last packet. Mode ``"llvm"`` re-packs nothing: the same text through the same
-assembler, the baseline every comparison uses.
+1. puts the block's instructions in a sequential order that means what LLVM's
+   packets mean (:func:`linearize`; checked with :func:`.sda.verify` against LLVM's
+   packets, not trusted);
+2. optionally renames short-lived values into registers dead throughout the block
+   (:mod:`.rename`, :mod:`.liveness`; checked with :func:`.sda.same_meaning`);
+3. packs it with Alg. 1 (:func:`.sda.pack`) over a small grid of ``w``, ``p`` and the
+   stall weight ``q`` (the thesis sets them "empirically", §4.5) -- for SDA the grid
+   of ``p`` includes its two extremes, ``p = 0`` (soft to none) and ``p = inf`` (soft
+   to hard) -- and with a latency-aware list schedule (:func:`.sda.list_schedule`);
+4. improves the two best packings and LLVM's own by local search
+   (:func:`.sda.refine`);
+5. keeps the packing the cycle model (:mod:`.cycles`) estimates fastest -- a loop
+   body by its steady-state cycles per iteration, any other block from a cold start
+   -- among those :func:`.sda.verify` accepts; LLVM's packing stays unless beaten.
+
+``llvm-mc`` then checks every packet (slots, resources, register rules); a block it
+rejects goes back to LLVM's packing. Blocks left alone: those with instructions we do
+not read (calls, frames, traps, cache operations), ``.new`` predicates or compound
+compare-jumps, ``.tmp`` loads, or a branch anywhere but the last packet. Mode
+``"llvm"`` re-packs nothing: the same text through the same assembler, the baseline
+every comparison uses.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +47,10 @@ log = logging.getLogger(__name__)
 VERSION = 1
 MODES = ("llvm", *sda.MODES)
 #: The (w, p) grid tried per block.
-WEIGHTS = (0.2, 0.5, 0.8)
+WEIGHTS = (0.2, 0.8)
 PENALTIES = (0.5, 2.0)
 #: Weights of the stall term tried (``None``: no instruction may stall its consumers).
-STALL_WEIGHTS = (0.5, 2.0, None)
+STALL_WEIGHTS = (2.0, None)
 
 
 @dataclass
@@ -105,7 +117,7 @@ class Repack:
         out, spans = asmfile.emit(items, lambda b: chosen.get(b.index, b.packets))
         if workdir is None or not chosen:
             return out
-        for _ in range(8):  # llvm-mc is the judge of every packet
+        while True:  # llvm-mc is the judge of every packet; each round drops >= 1 block
             try:
                 assemble(out, Path(workdir) / "repack_check.o")
                 return out
@@ -122,7 +134,6 @@ class Repack:
                         if r.index == index:
                             r.choice, r.packets, r.cycles = "reverted", r.llvm_packets, r.llvm_cycles
                 out, spans = asmfile.emit(items, lambda b: chosen.get(b.index, b.packets))
-        raise ToolchainError("llvm-mc kept rejecting the re-packed assembly")
 
     @staticmethod
     def _assembles(items, index, packets, workdir) -> bool:
@@ -137,7 +148,8 @@ class Repack:
         """``(new packets or None, BlockReport)`` for one block; ``free``: registers
         dead throughout it that renaming may use."""
         model = CycleModel()
-        parsed = [isa.parse(t) for t in block.instructions]
+        packets_in = fuse_compare_jumps(block.packets)
+        parsed = [isa.parse(t) for texts, _ in packets_in for t in texts]
         loop = bool(block.packets and block.packets[-1][1])
         original = block.parsed()
 
@@ -147,12 +159,12 @@ class Repack:
         base = cost(original)
         report = BlockReport(block.index, len(parsed), loop, len(original), base,
                              len(original), base, "llvm")
-        why = _unfit(parsed, block)
+        why = _unfit(parsed, packets_in)
         if why:
             report.choice = f"skipped: {why}"
             return None, report
-        order = linearize(block.packets)
-        sizes = [sum(isa.parse(t).kind != "nop" for t in texts) for texts, _ in block.packets]
+        order = linearize(packets_in)
+        sizes = [sum(isa.parse(t).kind != "nop" for t in texts) for texts, _ in packets_in]
         if order is None:
             report.choice = "skipped: a packet whose reads and writes cannot be ordered"
             return None, report
@@ -202,29 +214,37 @@ class Repack:
             return packets
 
         found = []
-        grid = [(w, p, q) for w in self.weights
-                for p in (self.penalties if self.mode == "sda" else (0.0,)) for q in self.q]
         carried = sda.loop_carried(body) if loop else None
-        for w, p, q in grid:
+        # SDA prices soft dependences (p); its grid also holds the two extremes, p = 0
+        # (soft to none) and p = infinity (soft to hard), so the model picks among them
+        if self.mode == "sda":
+            variants = [("sda", p) for p in self.penalties]
+            variants += [("soft_to_none", 0.0), ("soft_to_hard", math.inf)]
+        else:
+            variants = [(self.mode, 0.0)]
+        for sub, p in variants:
+            for w in self.weights:
+                for q in self.q:
+                    try:
+                        groups = sda.pack(body, sub, w=w, p=0.0 if math.isinf(p) else p,
+                                          q=q, carried=carried)
+                    except RuntimeError:  # a circle of in-packet dependences
+                        continue
+                    found.append((cost(groups), groups, f"w={w},p={p},q={q}", sub))
             try:
-                groups = sda.pack(body, self.mode, w=w, p=p, q=q, carried=carried)
-            except RuntimeError:  # a circle of in-packet dependences: leave the block
-                continue
-            found.append((cost(groups), groups, f"w={w},p={p},q={q}"))
-        try:
-            groups = sda.list_schedule(body, self.mode, carried)
-            found.append((cost(groups), groups, "list"))
-        except RuntimeError:
-            pass
+                groups = sda.list_schedule(body, sub, carried)
+                found.append((cost(groups), groups, f"list,p={p}", sub))
+            except RuntimeError:
+                pass
         starts = sorted(found, key=lambda f: f[0])[:2]
         if self.refine:
-            starts.append((cost(original), original, "llvm"))
-        for c, groups, label in list(starts):
+            starts.append((cost(original), original, "llvm", self.mode))
+        for c, groups, label, sub in list(starts):
             if self.refine:
-                groups, c = sda.refine(body, groups, cost, self.mode, self.refine)
+                groups, c = sda.refine(body, groups, cost, sub, self.refine)
                 label += "+refine"
-            found.append((c, groups, label))
-        for c, groups, label in found:
+            found.append((c, groups, label, sub))
+        for c, groups, label, _ in found:
             if (best is None or c < best[0]) and sda.verify(body, groups, together):
                 best = (c, emit(groups), f"{label},renamed={n_renamed}")
         return best
@@ -265,9 +285,10 @@ def linearize(packets):
 
     Inside a packet every instruction reads the values from before the packet, so a
     reader goes before the writer of what it reads, except that the readers of a
-    ``.cur`` load see the loaded value and go after it, a load goes before a store of
-    its packet, and a branch goes last. A packet where that order has a circle (a
-    swap) gives None."""
+    ``.cur`` load see the loaded value and go after it, and a branch goes last. A load
+    and a store of one packet keep no order: LLVM packs them together only when they
+    cannot alias (and :func:`.sda.verify` lets such a pair share a packet again). A
+    packet where that order has a circle (a swap) gives None."""
     out = []
     for texts, _ in packets:
         items = [(t, isa.parse(t)) for t in texts]
@@ -288,11 +309,6 @@ def linearize(packets):
         for b in range(n):  # a branch ends the block: everything else goes before it
             if items[b][1].kind == "branch":
                 before[b] |= set(range(n)) - {b}
-        for a in range(n):  # LLVM packs a load with a store only when they cannot alias;
-            for b in range(n):  # the load first, unless a register says otherwise
-                if items[a][1].kind in ("load", "vload") and items[b][1].writes_memory \
-                        and b not in before[a] and a != b:
-                    before[b].add(a)
         done: list = []
         while len(done) < n:
             ready = [k for k in range(n) if k not in done and before[k] <= set(done)]
@@ -303,11 +319,28 @@ def linearize(packets):
     return out
 
 
-def _unfit(parsed, block) -> str:
+def fuse_compare_jumps(packets) -> list:
+    """Packets with each ``pX = cmp...`` and the ``if (pX.new) jump`` of its packet
+    joined into one text (one branch for the packer: the two must share a packet)."""
+    out = []
+    for texts, end in packets:
+        texts = list(texts)
+        for t in list(texts):
+            m = re.match(r"\s*if\s*\(\s*!?(p[0-3])\.new\s*\)\s*jump", t)
+            if not m:
+                continue
+            producers = [c for c in texts if c is not t and ";" not in c
+                         and re.match(rf"\s*{m.group(1)}\s*=\s*", c)]
+            if len(producers) == 1:
+                texts.remove(producers[0])
+                texts[texts.index(t)] = f"{producers[0]}; {t}"
+        out.append((texts, end))
+    return out
+
+
+def _unfit(parsed, packets) -> str:
     if len(parsed) < 2:
         return "single instruction"
-    if any(";" in t for t in block.instructions):
-        return "compound instruction line"
     for ins in parsed:
         if ins.kind == "opaque":
             return f"unread instruction {ins.text!r}"
@@ -315,7 +348,7 @@ def _unfit(parsed, block) -> str:
             return "new-value operand"
         if ins.tmp:
             return ".tmp load"
-    last = set(block.packets[-1][0])
+    last = set(packets[-1][0])
     if any(i.kind == "branch" and i.text not in last for i in parsed):
         return "branch before the last packet"
     return ""

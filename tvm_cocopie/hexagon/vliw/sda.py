@@ -115,6 +115,16 @@ def loop_carried(instrs) -> dict:
     return out
 
 
+def _adjacency(edges, n: int) -> tuple:
+    """``(successor edges, predecessor edges)`` per instruction."""
+    succ = [[] for _ in range(n)]
+    pred = [[] for _ in range(n)]
+    for e in edges:
+        succ[e.src].append(e)
+        pred[e.dst].append(e)
+    return succ, pred
+
+
 def _edges_for(instrs, mode: str) -> list:
     edges = build_idg(instrs)
     if mode == "soft_to_hard":
@@ -136,13 +146,8 @@ def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | N
     if mode not in MODES:
         raise ValueError(f"unknown SDA mode {mode!r}; use one of {MODES}")
     n = len(instrs)
-    edges = _edges_for(instrs, mode)
     soft_weight = 0.0 if mode == "soft_to_none" else p
-    succ = [[] for _ in range(n)]
-    pred = [[] for _ in range(n)]
-    for e in edges:
-        succ[e.src].append(e)
-        pred[e.dst].append(e)
+    succ, pred = _adjacency(_edges_for(instrs, mode), n)
     lat = [isa.LATENCY[ins.latency_class] for ins in instrs]
     # depth from the entry (longest path, hard edges weighted by latency)
     depth = [0] * n
@@ -226,13 +231,8 @@ def refine(instrs, groups, cost, mode: str = "sda", budget: int = 3000) -> tuple
     indices in time order (from :func:`pack` or the original packing); returns
     ``(groups, cost)``. Stops after ``budget`` cost evaluations (a count, not a time:
     the result does not depend on the machine)."""
-    edges = _edges_for(instrs, mode)
     n = len(instrs)
-    succ = [[] for _ in range(n)]
-    pred = [[] for _ in range(n)]
-    for e in edges:
-        succ[e.src].append(e)
-        pred[e.dst].append(e)
+    succ, pred = _adjacency(_edges_for(instrs, mode), n)
     groups = [list(g) for g in groups if g]
     best = cost(groups)
     evals = [0]
@@ -364,13 +364,8 @@ def list_schedule(instrs, mode: str = "sda", carried: dict | None = None) -> lis
     iteration reads. A cycle where nothing is ready leaves no packet (the pipeline
     stalls instead). ``mode`` applies as in :func:`pack`."""
     carried = carried or {}
-    edges = _edges_for(instrs, mode)
     n = len(instrs)
-    succ = [[] for _ in range(n)]
-    pred = [[] for _ in range(n)]
-    for e in edges:
-        succ[e.src].append(e)
-        pred[e.dst].append(e)
+    succ, pred = _adjacency(_edges_for(instrs, mode), n)
     height = [0] * n
     for i in range(n - 1, -1, -1):
         h = carried.get(i, 0)
