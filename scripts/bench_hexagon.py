@@ -417,9 +417,9 @@ def _ms_search(records, cache_path, shape, trials, t) -> dict:
 def _selection_by_cycles() -> dict:
     """Global/local selection priced in estimated cycles instead of packets (issue 19 item 4):
     plans that change, and ``global_over_local`` under both cost models."""
-    from tvm_cocopie.hexagon.selection import compare
+    from tvm_cocopie.hexagon.tools import cycle_selection
 
-    return compare.cycles_vs_packets_selection()
+    return cycle_selection.cycles_vs_packets_selection()
 
 
 def global_vs_local() -> dict:

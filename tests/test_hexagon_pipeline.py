@@ -96,6 +96,21 @@ def test_compiled_kernels_run_bit_exact_with_the_executors_packets(net, schedule
     assert list(res.packets) == list(ours.packets)
 
 
+@pytest.mark.needs_toolchain
+def test_pipeline_kernels_run_bit_exact_with_sda_on_one_kernel(net, scheduled):
+    """SDA as the last step of the build, switched on for one kernel (issue 19)."""
+    from tvm_cocopie.hexagon.vliw.repack import Repack
+
+    funcs, calls, inputs, output, aliases = relax_graph.program_of(scheduled)
+    inputs = {"image": net.image_q, **inputs}
+    memory = executor.plan_memory(funcs, calls, inputs, output, aliases)
+    sda = Repack("sda", functions=("layer0",))
+    res = runner.run(funcs, calls, inputs, [output], count_packets=True, offsets=memory.offsets,
+                     asm_pass=sda)
+    assert np.array_equal(res.outputs[output], executor.reference_forward(net))
+    assert sda.reports and all("layer0" in r.function for r in sda.reports)
+
+
 def test_hvx_layout_computes_match_numpy_on_the_host(net):
     """The TE computes the graph pass emits (before the Hexagon rule replaces them) are
     themselves right: the rewritten module built for the host equals the int8 reference."""

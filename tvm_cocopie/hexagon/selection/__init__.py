@@ -5,8 +5,8 @@
 - :mod:`.search`: local choice, exhaustive search, Eq. 4.2's chain DP, an exact
   frontier DP on DAGs, and partitioning at desirable edges;
 - :mod:`.networks`: layer graphs (ResNet-50, MobileNetV2) priced by the cost model;
-- :mod:`.compare`: selection by estimated cycles (``CostModel.cycles()``) against
-  selection by packets (:func:`.compare.cycles_vs_packets_selection`).
+- selection by estimated cycles (``CostModel.cycles()``) against selection by packets:
+  :func:`tvm_cocopie.hexagon.tools.cycle_selection.cycles_vs_packets_selection`.
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ STALL_WEIGHTS = (2.0, None)
 
 @dataclass
 class BlockReport:
+    """What the pass did with one block (and the model's cycles before and after)."""
+
     index: int
     instructions: int
     loop: bool
@@ -63,6 +65,7 @@ class BlockReport:
     packets: int
     cycles: float
     choice: str  # "llvm", "w=..,p=..", "skipped: why", "reverted"
+    function: str = ""
 
 
 @dataclass
@@ -158,7 +161,7 @@ class Repack:
 
         base = cost(original)
         report = BlockReport(block.index, len(parsed), loop, len(original), base,
-                             len(original), base, "llvm")
+                             len(original), base, "llvm", block.function)
         why = _unfit(parsed, packets_in)
         if why:
             report.choice = f"skipped: {why}"

@@ -1,14 +1,14 @@
 """Selection by estimated cycles against selection by packets (seed 004, §4.4).
 
 GCD² prices plans "based on the number of instructions (cycles)". The shipped cost
-model predicts emulator packets; :meth:`.costmodel.CostModel.cycles` predicts estimated
+model predicts emulator packets; :meth:`..selection.costmodel.CostModel.cycles` predicts estimated
 cycles (packets plus pipeline stalls, :mod:`..vliw.cycles`) of the same calibration
 shapes. :func:`cycles_vs_packets_selection` runs local and global selection on the
 ResNet-50 and MobileNetV2 layer graphs under both models and reports whether the
 choices change and what each choice costs in predicted cycles.
 
 Adds and pools keep their estimated per-vector packet cost
-(:data:`.networks.ELEMENTWISE_PACKETS_PER_VECTOR`) under both models: the same for every
+(:data:`..selection.networks.ELEMENTWISE_PACKETS_PER_VECTOR`) under both models: the same for every
 plan, it shifts totals, never a choice.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .costmodel import CostModel
-from .networks import mobilenetv2_layers, resnet50_layers, selection_graph
-from .search import DEFAULT_CAP, global_select, local_select
+from ..selection.costmodel import CostModel
+from ..selection.networks import mobilenetv2_layers, resnet50_layers, selection_graph
+from ..selection.search import DEFAULT_CAP, global_select, local_select
 
 
 def _networks() -> dict:
@@ -29,8 +29,8 @@ def same_run_packet_model() -> CostModel:
     """A packet model fitted on the packets of the cycle calibration's own traced runs
     (``CYCLE_SAMPLES``): it separates what stalls change from what the kernels' packets
     changed since the shipped packet model was calibrated."""
-    from ..tools.calibrate import fit_samples
-    from .coefficients import CYCLE_SAMPLES
+    from ..selection.coefficients import CYCLE_SAMPLES
+    from .calibrate import fit_samples
 
     return fit_samples([(f, v, s, p) for f, v, s, _, p in CYCLE_SAMPLES])
 
