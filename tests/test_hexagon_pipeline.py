@@ -97,7 +97,7 @@ def test_compiled_kernels_run_bit_exact_with_the_executors_packets(net, schedule
 
 
 @pytest.mark.needs_toolchain
-def test_pipeline_kernels_run_bit_exact_with_sda_on_one_kernel(net, scheduled):
+def test_pipeline_kernels_run_bit_exact_with_sda_on_one_kernel(net, scheduled, tmp_path):
     """SDA as the last step of the build, switched on for one kernel (issue 19)."""
     from tvm_cocopie.hexagon.vliw.repack import Repack
 
@@ -106,7 +106,7 @@ def test_pipeline_kernels_run_bit_exact_with_sda_on_one_kernel(net, scheduled):
     memory = executor.plan_memory(funcs, calls, inputs, output, aliases)
     sda = Repack("sda", functions=("layer0",))
     res = runner.run(funcs, calls, inputs, [output], count_packets=True, offsets=memory.offsets,
-                     asm_pass=sda)
+                     asm_pass=sda, cache_dir=tmp_path)  # a fresh build: the pass runs
     assert np.array_equal(res.outputs[output], executor.reference_forward(net))
     assert sda.reports and all("layer0" in r.function for r in sda.reports)
 
