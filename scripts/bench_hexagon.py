@@ -41,7 +41,6 @@ records ``{op, impl, shape, packets, exact, ...}``; summary keys ``table_4_2``,
 """
 
 import argparse
-import json
 import logging
 import sys
 
@@ -370,34 +369,17 @@ def _default_ms_cache():
     return cache_root().parent / "bench_hexagon_ms.json"
 
 
-def _read_cache(path) -> dict:
-    from pathlib import Path
-
-    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
-
-
-def _store(cache_path, key, rec) -> None:
-    """Add ``rec`` under ``key`` to the JSON cache file, written atomically (resumable)."""
-    import os
-
-    from tvm_cocopie.bench import timing as bm
-
-    cache = _read_cache(cache_path)
-    cache[key] = rec
-    os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
-    bm.write_json_atomic(cache_path, cache)
-
-
 def _ms_search(records, cache_path, shape, trials, t) -> dict:
     """MetaSchedule one layer (or take it from the per-layer cache, written atomically)."""
+    from tvm_cocopie.bench import timing as bm
     from tvm_cocopie.hexagon.tools import measure
 
     key = f"{list(shape)}|trials={trials}|seed=0"
-    rec = _read_cache(cache_path).get(key)
+    rec = bm.read_result_cache(cache_path).get(key)
     if rec is None:
         rec = measure.tvm_vrmpy_ms_conv(*shape, trials, **t)
         if rec["exact"]:
-            _store(cache_path, key, rec)
+            bm.store_result(cache_path, key, rec)
     else:
         rec = {**rec, "from_cache": True}
     log.info(
@@ -597,11 +579,11 @@ def whole_models(records, names, args, t) -> dict:
         if not args.no_stock:
             def stock_runner(net, timeout=None, _path=path, _size=size):
                 key = _stock_key(_path, _size)
-                rec = _read_cache(cache_path).get(key)
+                rec = bm.read_result_cache(cache_path).get(key)
                 if rec is None:
                     rec = measure.stock_network(net, timeout=timeout)
                     rec.pop("packets_by_layer")
-                    _store(cache_path, key, rec)
+                    bm.store_result(cache_path, key, rec)
                 return rec
         try:
             row = run_model(proto, timeout=t["timeout"], stock_runner=stock_runner,

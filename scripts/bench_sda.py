@@ -34,7 +34,6 @@ import argparse
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
 
@@ -149,22 +148,6 @@ def _default_cache() -> str:
     return str(cache_dir("bench") / "sda_kernels.json")
 
 
-def _read_cache(path) -> dict:
-    if path and os.path.exists(path):
-        with open(path) as fh:
-            return json.load(fh)
-    return {}
-
-
-def _store(path, key, rec) -> None:
-    from tvm_cocopie.bench import timing as bm
-
-    cache = _read_cache(path)
-    cache[key] = rec
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    bm.write_json_atomic(path, cache)
-
-
 def summarize(records, micro) -> dict:
     from tvm_cocopie.bench import timing as bm
 
@@ -219,7 +202,7 @@ def main(argv=None) -> int:
     micro = microbench.run()
     specs = kernels(args.quick, scale)
     records = []
-    done = _read_cache(cache)
+    done = bm.read_result_cache(cache)
     jobs = [(s, m) for s in specs for m in modes]
     for spec, mode in tqdm(jobs, desc="kernels x packings", disable=not sys.stderr.isatty()):
         key = _cache_key(spec, mode)
@@ -227,7 +210,7 @@ def main(argv=None) -> int:
         if rec is None:
             rec = measure_kernel(spec, mode, args.timeout)
             if cache:
-                _store(cache, key, rec)
+                bm.store_result(cache, key, rec)
         records.append(rec)
     summary = summarize(records, micro)
     summary["spatial_scale"] = f"1/{scale}"

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CocopieError
-from ..paths import write_json_atomic  # noqa: F401 - re-exported: the bench scripts write through it
+from ..paths import write_json_atomic  # also the bench scripts' writer
 
 
 def machine_info(threads: int | None = None) -> dict:
@@ -325,6 +325,23 @@ def previous_records(path, settings: dict) -> list:
             f"--resume: {path} was taken at other settings ({why}); rerun with the same "
             "options, or without --resume (or with another --json path) to start over")
     return [r for r in previous.get("records", []) if "skipped" not in r]
+
+
+def read_result_cache(path) -> dict:
+    """A benchmark's per-item result cache (``key -> record``; empty when there is none)."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def store_result(path, key: str, record) -> None:
+    """Add ``record`` under ``key`` to the result cache at ``path``, written atomically, so
+    an interrupted benchmark resumes where it stopped."""
+    cache = read_result_cache(path)
+    cache[key] = record
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_json_atomic(path, cache)
 
 
 def previous_part(path, key: str) -> list:

@@ -334,13 +334,6 @@ class Packet:
     instrs: list
     endloop: str = ""  # "", ":endloop0", ":endloop1" or ":endloop01"
 
-    @property
-    def uses(self):
-        out = set()
-        for i in self.instrs:
-            out |= i.uses
-        return out
-
 
 def parse_packet(lines, endloop: str = "") -> Packet:
     """A packet from its instruction texts (``nop`` dropped)."""

@@ -150,16 +150,11 @@ class Repack:
     def repack_block(self, block: asmfile.Block, free=frozenset()):
         """``(new packets or None, BlockReport)`` for one block; ``free``: registers
         dead throughout it that renaming may use."""
-        model = CycleModel()
         packets_in = fuse_compare_jumps(block.packets)
         parsed = [isa.parse(t) for texts, _ in packets_in for t in texts]
         loop = bool(block.packets and block.packets[-1][1])
         original = block.parsed()
-
-        def cost(packets):
-            return model.steady_state(packets) if loop else float(model.run(packets).cycles)
-
-        base = cost(original)
+        base = _block_cost(CycleModel(), original, loop)
         report = BlockReport(block.index, len(parsed), loop, len(original), base,
                              len(original), base, "llvm", block.function)
         why = _unfit(parsed, packets_in)
@@ -209,7 +204,7 @@ class Repack:
 
         def cost(groups):
             packets = [isa.Packet(isa.with_forms([body[k] for k in sorted(g)])) for g in groups]
-            return model.steady_state(packets) if loop else float(model.run(packets).cycles)
+            return _block_cost(model, packets, loop)
 
         def emit(groups):  # texts in program order inside each packet: fix_forms reads it
             packets = asmfile.fix_forms([([texts[k] for k in sorted(g)], "") for g in groups])
@@ -320,6 +315,12 @@ def linearize(packets):
             done.append(ready[0])
         out.extend(items[k] for k in done)
     return out
+
+
+def _block_cost(model: CycleModel, packets, loop: bool) -> float:
+    """A block's estimated cycles: a loop body's per iteration once the pipeline is set
+    up, any other block's from a cold start."""
+    return model.steady_state(packets) if loop else float(model.run(packets).cycles)
 
 
 def fuse_compare_jumps(packets) -> list:
