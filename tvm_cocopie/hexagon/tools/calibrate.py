@@ -180,6 +180,11 @@ def fit_samples(samples, measure="packets") -> CostModel:
     )
 
 
+def _dict_lines(name: str, coefficients: dict) -> list:
+    """``NAME = {...}`` as source lines, keys sorted."""
+    return [f"{name} = {{", *(f"    {k!r}: {v!r}," for k, v in sorted(coefficients.items())), "}"]
+
+
 def write_calibration(model: CostModel, samples, path, cycle_model=None,
                       cycle_samples=None) -> None:
     """Write the fitted coefficients as the Python data module :mod:`..selection.coefficients`;
@@ -195,12 +200,7 @@ def write_calibration(model: CostModel, samples, path, cycle_model=None,
         '"""',
         "",
         "# fmt: off",
-        "COEFFICIENTS = {",
-    ]
-    for key, coef in sorted(model.coefficients.items()):
-        lines.append(f"    {key!r}: {coef!r},")
-    lines += [
-        "}",
+        *_dict_lines("COEFFICIENTS", model.coefficients),
         "",
         "#: (family, variant, shape, measured packets) used in the fit",
         "SAMPLES = [",
@@ -211,12 +211,7 @@ def write_calibration(model: CostModel, samples, path, cycle_model=None,
         "]",
         "",
         "#: estimated cycles (packets + stalls, :mod:`..vliw.cycles`) of the same shapes",
-        "CYCLE_COEFFICIENTS = {",
-    ]
-    for key, coef in sorted(cycle_model.coefficients.items()):
-        lines.append(f"    {key!r}: {coef!r},")
-    lines += [
-        "}",
+        *_dict_lines("CYCLE_COEFFICIENTS", cycle_model.coefficients),
         "",
         "#: (family, variant, shape, estimated cycles, packets of the same traced run)",
         "CYCLE_SAMPLES = [",
