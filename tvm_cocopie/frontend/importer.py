@@ -116,7 +116,7 @@ def from_onnx(
                 "dims, fixing them with shapes={...} often helps."
             ) from err
     log.debug("imported ONNX model with %d nodes", len(proto.graph.node))
-    return mod
+    return inline_bound_dims(mod)
 
 
 def _importer_class():
@@ -242,6 +242,69 @@ def unify_symbolic_dims(bb, inputs, origins: dict, concat_axis: int | None = Non
                 arg = bb.emit(arg)
             out[i] = bb.match_cast(arg, relax.TensorType(dims, arg.ty.dtype))
     return out
+
+
+def inline_bound_dims(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with each symbolic dim that a ``match_cast`` binds to an expression of
+    dims already known replaced by that expression, in every Relax function.
+
+    :func:`unify_symbolic_dims` binds a fresh dim with the first of its casts (a
+    detector neck's ``d2_0`` := ``(H - 1) // 32 * 2 + 2``), and the shapes computed
+    from it carry the fresh dim (an upsampling by 4 gives ``d2_0 * 4``). Relax re-infers
+    shapes whenever a pass rebuilds a call (``ConvertLayout`` does), and its inference
+    knows nothing of the cast: a concat of ``d2_0 * 4`` and ``(H - 1) // 32 * 8 + 8``
+    rows, equal, got an unknown shape and stopped the build. With the dim replaced by
+    what it is bound to, both are expressions of ``H`` and provably equal. The binding
+    cast becomes trivial (TVM drops it); the checking casts stay and still stop a size
+    that breaks them."""
+    from tvm import relax
+
+    updates = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        bound = _bound_dims(func)
+        if bound:
+            updates[gv] = func.bind_symbolic_vars(bound)
+    if not updates:
+        return mod
+    for gv, func in updates.items():
+        mod[gv] = func
+    return relax.transform.Normalize()(mod)
+
+
+def _bound_dims(func) -> dict:
+    """``{dim: expression}`` for the dims ``func``'s casts bind from known dims."""
+    from tvm import relax
+
+    known = set()
+    for param in func.params:
+        shape = getattr(getattr(param, "ty", None), "shape", None)
+        if isinstance(shape, relax.ShapeExpr):
+            for dim in shape.values:
+                known.update(v.name for v in tvm.tirx.analysis.undefined_vars(dim))
+    from tvm.sym import Analyzer
+
+    analyzer = Analyzer()
+    bound: dict = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if not isinstance(binding, relax.MatchCast):
+                continue
+            pattern = getattr(binding.ty, "shape", None)
+            actual = getattr(binding.value.ty, "shape", None)
+            if not (isinstance(pattern, relax.ShapeExpr) and isinstance(actual, relax.ShapeExpr)
+                    and len(pattern.values) == len(actual.values)):
+                continue
+            for dim, value in zip(pattern.values, actual.values):
+                if not isinstance(dim, tvm.tirx.Var) or dim.name in known:
+                    continue
+                value = analyzer.simplify(value)  # the dims bound so far substituted
+                if all(v.name in known for v in tvm.tirx.analysis.undefined_vars(value)):
+                    bound[dim] = value
+                    analyzer.bind(dim, value)
+                known.add(dim.name)
+    return bound
 
 
 def _origins(dim, origins: dict) -> frozenset:
