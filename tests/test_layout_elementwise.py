@@ -75,6 +75,36 @@ def test_activation_and_squeeze_excite_stay_blocked(name):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
+def test_clip_with_symbolic_height_and_width_stays_blocked():
+    """With symbolic dims TVM's importer lowers a two-bound ``Clip`` after a stride-2
+    conv to ``call_tir``s that also take the dims (``H``, ``W``: the tensor's shape is
+    an expression of them); they are lifted back all the same (PP-OCR det with symbolic
+    H and W had two ``layout_transform`` kernels around every hard-swish)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(v, k) for k, v in (
+        ("w1", (rng.standard_normal((C, C, 3, 3)) * 0.1).astype(np.float32)),
+        ("w2", (rng.standard_normal((C, C, 1, 1)) * 0.2).astype(np.float32)),
+        ("three", np.array(3.0, np.float32)), ("lo", np.array(0.0, np.float32)),
+        ("hi", np.array(6.0, np.float32)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Add", ["c1", "three"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["r6"]),
+             helper.make_node("Mul", ["c1", "r6"], ["h1"]),
+             helper.make_node("Conv", ["h1", "w2"], ["y"])]
+    value = helper.make_tensor_value_info
+    model = make_model(nodes, [value("x", TensorProto.FLOAT, [1, C, "H", "W"])],
+                       [value("y", TensorProto.FLOAT, [1, C, "OH", "OW"])], inits)
+    target = host_target(2)
+    mod = run_until(from_onnx(model), target, "layout")
+    assert layout_transforms(mod) == 2, mod["main"]
+    compiled = tvm_cocopie.compile(model, target, specialize=False)
+    for h, w in [(12, 12), (7, 20)]:
+        x = np.random.default_rng(h).standard_normal((1, C, h, w)).astype(np.float32) * 3
+        expected = ort_session(model, 1).run(None, {"x": x})[0]
+        np.testing.assert_allclose(compiled(x), expected, rtol=1e-4,
+                                   atol=1e-4 * np.abs(expected).max())
+
+
 def test_layout_transforms_counts_the_stock_clip_break():
     """Without the rewrite, the HardSwish clip leaves the blocked layout: the count sees it."""
     from tvm_cocopie.relay_passes.layout import elementwise

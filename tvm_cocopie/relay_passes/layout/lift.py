@@ -6,9 +6,9 @@ cannot see through a ``call_tir``, so every ReLU6 of a MobileNet would sit betwe
 two ``layout_transform``s (blocked -> NCHW -> blocked): more time than the
 convolutions around them. This pass recognizes the PrimFuncs that are a single
 element-wise ``max``/``min``/``+``/``-``/``*``/``/`` of a tensor and a same-shape
-tensor or a 0-d scalar, with identity indexing, and replaces the call by the
-equivalent Relax operator, which ``ConvertLayout`` handles. Anything else is left
-untouched.
+tensor or a 0-d scalar, with identity indexing (and, with symbolic shapes, the dims
+as scalar arguments), and replaces the call by the equivalent Relax operator, which
+``ConvertLayout`` handles. Anything else is left untouched.
 """
 
 from __future__ import annotations
@@ -90,9 +90,13 @@ def _lift(mod: tvm.IRModule, call):
     if not isinstance(func, tirx.PrimFunc) or not isinstance(args, relax.Tuple):
         return None
     found = elementwise_op(func)
-    if found is None or len(args.fields) != 2:
+    if found is None:
         return None
     op, (ia, ib) = found
+    # with symbolic shapes the importer's PrimFunc also takes the dims (``H``, ``W``)
+    if any(isinstance(getattr(f, "ty", None), relax.TensorType)
+           for i, f in enumerate(args.fields) if i not in (ia, ib)):
+        return None
     lifted = op(args.fields[ia], args.fields[ib])
     out_ty = call.ty
     if getattr(out_ty, "dtype", None) is None or str(out_ty.dtype) != str(args.fields[0].ty.dtype):
