@@ -22,6 +22,7 @@ from ..latency import Dataset, LatencyModel
 from ..target import is_hexagon
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
+from .fusion.patterns import op_patterns_from_mapping
 from .fusion.profiler import MeasuredDecision
 from .layout import layout_passes_for
 from .pattern_sparse import pattern_sparse_convs
@@ -56,7 +57,8 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
                   database=None, latency_model=None, latency_dataset=None) -> list:
     """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs.
 
-    ``method``: ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR``; ``"dnnfusion"``
+    ``method``: ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR`` (after
+    :func:`.fusion.patterns.op_patterns_from_mapping`); ``"dnnfusion"``
     DNNFusion's plan (:class:`.fusion.apply.DNNFusion`), its yellow pairs measured
     with the schedule ``rules`` and remembered in the profiling database at
     ``database`` (default: the cache folder's); without ``rules`` yellow pairs stay
@@ -80,4 +82,5 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
         raise CompilationError(
             f"unknown fusion method {method!r}: PipelineOptions(fusion=...) takes one of "
             f"{', '.join(FUSION_METHODS)}")
-    return [relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    # opaque only to TVM's pattern analysis (symbolic indices): marked injective first
+    return [op_patterns_from_mapping, relax.transform.FuseOps(), relax.transform.FuseTIR()]

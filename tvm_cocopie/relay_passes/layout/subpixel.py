@@ -22,7 +22,7 @@ import logging
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, te
 
 from ...exprs import ints
 from .call_rewrite import rewrite_calls
@@ -68,13 +68,23 @@ def _as_subpixel(builder, call):
     x = call.args[0]
     w = call.args[1].value.numpy()
     o = w.shape[1]
-    n, _, h, wd = (x.ty.shape[i] for i in range(4))
     out_dtype = str(call.attrs.out_dtype or "") or None
     z = builder.emit(relax.op.nn.conv2d(x, relax.const(subpixel_weight(w)),
                                         out_dtype=out_dtype))
-    z = builder.emit(relax.op.reshape(z, [n, o, s, s, h, wd]))
-    z = builder.emit(relax.op.permute_dims(z, [0, 1, 4, 2, 5, 3]))
-    return relax.op.reshape(z, [n, o, h * s, wd * s])
+    return builder.emit_te(pixel_shuffle, z, o, s, primfunc_name_hint="pixel_shuffle")
+
+
+def pixel_shuffle(z, channels: int, s: int):
+    """Depth to space: ``y[n, c, i, j] = z[n, (c*s + i % s)*s + j % s, i // s, j // s]``
+    (each sub-pixel phase's channels interleaved into an ``s`` times larger map).
+
+    One injective compute whose indices divide by the constant ``s`` only: written as
+    reshape, transpose and reshape, a symbolic height and width put the run-time sizes
+    in every flattened index, and the fused copy took minutes for LLVM to compile."""
+    n, _, h, w = z.shape
+    return te.compute((n, channels, h * s, w * s),
+                      lambda b, c, i, j: z[b, (c * s + i % s) * s + j % s, i // s, j // s],
+                      name="pixel_shuffle")
 
 
 @tvm.transform.module_pass(opt_level=0, name="SubpixelConvTranspose")
