@@ -25,6 +25,7 @@ FLOORS = {
     "tvm_cocopie.paths": 0,
     "tvm_cocopie.sqlite_file": 0,
     "tvm_cocopie.vm_scratch": 0,
+    "tvm_cocopie.vm_dims": 0,
     "tvm_cocopie.exprs": 1,
     "tvm_cocopie.target": 1,
     "tvm_cocopie.bench.timing": 1,

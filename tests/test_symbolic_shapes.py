@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm_cocopie.api import compile_model
 from tvm_cocopie.errors import CocopieError, InputShapeError, ModelError
 from tvm_cocopie.models import build
+from tvm_cocopie.pipeline import PipelineOptions
 
 RTOL = 1e-4  # float32 convs summed in another order than ORT's, relative to the output
 
@@ -212,14 +213,36 @@ def test_dims_bound_at_run_time_do_not_hide_equal_shapes():
     compile) and the conv after it runs on the blocked kernels; sizes that break the
     run-time equality still stop with an error."""
     model = _two_level_neck_model()
-    compiled = compile_model(model, None, specialize=False)
+    compiled = compile_model(model, None, specialize=False,
+                             options=PipelineOptions(divisible_dims=True))
     rng = np.random.default_rng(1)
     for h, w in [(16, 24), (8, 32)]:
         inputs = {"x": rng.standard_normal((1, 8, h, w)).astype(np.float32)}
         _check(compiled, model, inputs)
         assert not [k for k in _kernels(compiled, inputs) if "conv2d" in k and "nchwc" not in k]
-    with pytest.raises(Exception):  # noqa: B017 - TVM's VM raises its own error type
+    # its checks pass at multiples of 4 only: H and W are written as 4 times a new dim
+    # (relay_passes.dynamic.divisibility), any other size refused with a clear error
+    with pytest.raises(InputShapeError, match="H = 10 is not a multiple of 4"):
         compiled(x=rng.standard_normal((1, 8, 10, 16)).astype(np.float32))
+
+
+def test_divisible_dims_are_found_and_can_be_switched_off():
+    """The neck's checks pass at multiples of 4 in H and W: both become 4 times a new dim
+    and no check is left; without ``divisible_dims`` the graph keeps its checks and the
+    same numbers."""
+    from tvm_cocopie.frontend.importer import from_onnx
+    from tvm_cocopie.relay_passes.dynamic.divisibility import checks, divisible_dims, divisors
+
+    model = _two_level_neck_model()
+    mod = from_onnx(model)
+    assert {v.name: m for v, m in divisors(mod["main"]).items()} == {"H": 4, "W": 4}
+    assert checks(mod["main"]) and not checks(divisible_dims(mod)["main"])
+    kept = compile_model(model, None, specialize=False,
+                         options=PipelineOptions(divisible_dims=False))
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 16)).astype(np.float32)
+    _check(kept, model, {"x": x})
+    with pytest.raises(Exception):  # noqa: B017 - the kept check fails in TVM's VM
+        kept(x=np.zeros((1, 8, 10, 16), np.float32))
 
 
 def test_resize_modes_that_need_sizes_are_refused_clearly():
@@ -274,3 +297,14 @@ def test_dim_bounds_are_checked():
     with pytest.raises(CocopieError, match="positive"):
         compile_model(_conv_model(8, 8, 3, 1), None, specialize=False,
                       options={"dim_bounds": {"W": 0}})
+
+
+def test_period_of_the_checks():
+    """Sizes that pass with period ``m``, every multiple included: ``m``; every size, none,
+    or multiples failing: no divisor."""
+    from tvm_cocopie.relay_passes.dynamic.divisibility import period
+
+    assert period([k % 32 in (0, 29, 30, 31) for k in range(1, 257)]) == 32
+    assert period([k % 4 == 0 for k in range(1, 257)]) == 4
+    assert period([True] * 64) is None
+    assert period([k % 4 == 1 for k in range(1, 257)]) is None

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-# threads notes the CPUs before TVM pins any; vm_scratch registers the packed function
-# that builds made with static memory call (relay_passes/static_memory.py)
-from . import errors, threads, vm_scratch  # noqa: F401
+# threads notes the CPUs before TVM pins any; vm_scratch and vm_dims register the packed
+# functions that builds made with static memory and with divisible dims call
+# (relay_passes/static_memory.py, relay_passes/dynamic/divisibility.py)
+from . import errors, threads, vm_dims, vm_scratch  # noqa: F401
 from .errors import CocopieError
 
 __version__ = "0.1.0"

@@ -89,6 +89,14 @@ class PipelineOptions:
     #: :func:`.relay_passes.static_memory.bound_symbolic_dims`); none: storages of
     #: symbolic size are allocated per call
     dim_bounds: dict | None = None
+    #: a symbolic dim the model takes only in multiples of ``m`` (a detector's height:
+    #: its pyramid's maps must line up) is written as ``m`` times a new dim, so that its
+    #: shapes are provably equal and the blocked layout runs through
+    #: (:mod:`.relay_passes.dynamic.divisibility`); sizes off the multiples that the
+    #: graph would still take are then refused with an error asking for padding. Off by
+    #: default: on PP-OCR det a wide-tile conv (42 channels) cannot inline its slice over
+    #: a width of ``2 * W_32`` and its fallback does not build yet
+    divisible_dims: bool = False
 
     def replace(self, **changes) -> PipelineOptions:
         """A copy with ``changes`` applied (the options are frozen)."""
@@ -140,7 +148,8 @@ _STAGE_BUILDERS = {
         relay_passes.rewrite_passes(target) if options.rewrite else []
     ),
     "layout": lambda target, options: (
-        relay_passes.layout_passes(target, options.grouped) if options.layout else []
+        relay_passes.layout_passes(target, options.grouped, options.divisible_dims)
+        if options.layout else []
     ),
     "legalize": _legalize_stage,
     "fusion": lambda target, options: (

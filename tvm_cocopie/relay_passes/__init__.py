@@ -20,6 +20,7 @@ from tvm import relax
 from ..errors import CompilationError
 from ..latency import Dataset, LatencyModel
 from ..target import is_hexagon
+from .dynamic.divisibility import divisible_dims
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
 from .fusion.patterns import op_patterns_from_mapping
@@ -34,11 +35,15 @@ def rewrite_passes(target: tvm.target.Target) -> list:
     return [MathPropertyRewrite()]
 
 
-def layout_passes(target: tvm.target.Target, grouped: str = "gspc") -> list:
+def layout_passes(target: tvm.target.Target, grouped: str = "gspc",
+                  divisible: bool = False) -> list:
     """Layout-choice passes for ``target``, run after rewriting and before legalization
     (empty for targets other than CPUs); ``grouped``: the narrow-group conv kernel the
-    legalization uses (``PipelineOptions.grouped``)."""
-    return layout_passes_for(target, grouped)
+    legalization uses (``PipelineOptions.grouped``); ``divisible``: symbolic dims a model
+    takes only in multiples written as multiples first
+    (:mod:`.dynamic.divisibility`, ``PipelineOptions.divisible_dims``)."""
+    passes = layout_passes_for(target, grouped)
+    return [divisible_dims, *passes] if passes and divisible else passes
 
 
 def pattern_passes(target: tvm.target.Target) -> list:
