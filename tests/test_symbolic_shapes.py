@@ -177,7 +177,7 @@ def test_upsample_and_broadcast_of_run_time_equal_dims():
         compiled(x=rng.standard_normal((1, 8, 7, 8)).astype(np.float32))
 
 
-def _two_level_neck_model() -> onnx.ModelProto:
+def _two_level_neck_model(out_channels: int = 8) -> onnx.ModelProto:
     """PP-OCR det's neck in small: two stride-2 levels, the deeper one upsampled and
     added to the other (the add's dims become a new dim, bound at run time), that sum
     upsampled again and concatenated with a full-size branch, then a conv: the concat's
@@ -185,7 +185,7 @@ def _two_level_neck_model() -> onnx.ModelProto:
     rng = np.random.default_rng(6)
     w = {name: (rng.standard_normal(shape) * 0.2).astype(np.float32) for name, shape in
          (("w1", (8, 8, 3, 3)), ("w2", (8, 8, 3, 3)), ("w3", (8, 8, 1, 1)),
-          ("w4", (8, 16, 3, 3)))}
+          ("w4", (out_channels, 16, 3, 3)))}
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["d1"], kernel_shape=[3, 3], pads=[1] * 4,
                          strides=[2, 2]),
@@ -202,7 +202,8 @@ def _two_level_neck_model() -> onnx.ModelProto:
     ]
     inits = [*w.items(), ("scales", np.array([1, 1, 2, 2], np.float32))]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "H", "W"])],
-                  [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8, "H", "W"])],
+                  [helper.make_tensor_value_info("z", TensorProto.FLOAT,
+                                                 [1, out_channels, "H", "W"])],
                   inits)
 
 
@@ -297,6 +298,23 @@ def test_dim_bounds_are_checked():
     with pytest.raises(CocopieError, match="positive"):
         compile_model(_conv_model(8, 8, 3, 1), None, specialize=False,
                       options={"dim_bounds": {"W": 0}})
+
+
+def test_divisible_dims_with_a_wide_tile_conv_and_bounds():
+    """42 output channels take the wide-tile conv (chunks of 2, outputs padded to whole
+    tiles and sliced): over a width written as 4 times a quotient its slice inlines
+    (TVM proved the padding covers ``(x - 1) // m + 1`` tiles, not ``(x + m - 1) // m``),
+    the build matches ONNX Runtime, and with bounds the memory is planned once."""
+    from tvm_cocopie.bench.runtime_stats import compiled_model_stats
+
+    model = _two_level_neck_model(out_channels=42)
+    compiled = compile_model(model, None, specialize=False, options=PipelineOptions(
+        divisible_dims=True, dim_bounds={"H": 64, "W": 96}))
+    rng = np.random.default_rng(4)
+    for h, w in [(8, 12), (32, 96)]:
+        inputs = {"x": rng.standard_normal((1, 8, h, w)).astype(np.float32)}
+        _check(compiled, model, inputs)
+        assert compiled_model_stats(compiled, inputs)["intermediate_allocations_per_run"] == 0
 
 
 def test_period_of_the_checks():

@@ -130,7 +130,9 @@ def _schedule_stage(target, options: PipelineOptions) -> list:
 
 
 def _lower_stage(target, options: PipelineOptions) -> list:
-    passes = cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
+    passes = [*relay_passes.restore_passes(options.divisible_dims),
+              *cpu_generic.dataflow_lower_passes(target),
+              *cpu_generic.finalize_passes(target)]
     if not options.static_memory or not is_host(target):
         return passes  # the scratch is host memory, looked up by a Python function
     # after the memory plan, before outputs' allocations look like planned ones

@@ -20,7 +20,7 @@ from tvm import relax
 from ..errors import CompilationError
 from ..latency import Dataset, LatencyModel
 from ..target import is_hexagon
-from .dynamic.divisibility import divisible_dims
+from .dynamic.divisibility import divisible_dims, restore_quotient_dims, simplify_shapes
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
 from .fusion.patterns import op_patterns_from_mapping
@@ -43,7 +43,16 @@ def layout_passes(target: tvm.target.Target, grouped: str = "gspc",
     takes only in multiples written as multiples first
     (:mod:`.dynamic.divisibility`, ``PipelineOptions.divisible_dims``)."""
     passes = layout_passes_for(target, grouped)
-    return [divisible_dims, *passes] if passes and divisible else passes
+    if passes and divisible:
+        return [divisible_dims, *passes, simplify_shapes]
+    return passes
+
+
+def restore_passes(divisible: bool = False) -> list:
+    """Passes at the start of the ``lower`` stage: with ``divisible``
+    (``PipelineOptions.divisible_dims``), the quotient dims written back as their dims
+    divided, which the memory plan's bounds name (:mod:`.dynamic.divisibility`)."""
+    return [restore_quotient_dims] if divisible else []
 
 
 def pattern_passes(target: tvm.target.Target) -> list:

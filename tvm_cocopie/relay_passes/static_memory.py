@@ -38,7 +38,6 @@ from tvm import relax
 
 from ..errors import CompilationError
 from ..vm_scratch import CACHED_SCRATCH, plan_text
-from .dynamic.divisibility import ATTR as DIVISORS_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -212,13 +211,6 @@ def bound_symbolic_dims(bounds: dict[str, int]) -> tvm.transform.Pass:
                 continue
             names = {v.name for v in relax.analysis.defined_symbolic_vars(func)}
             known = {k: v for k, v in bounds.items() if k in names}
-            # a quotient dim (``H_32`` for ``H`` = 32 ``H_32``) bounded through its dim
-            quotients = dict(func.attrs[DIVISORS_ATTR]) if (
-                func.attrs and DIVISORS_ATTR in func.attrs) else {}
-            for name, ratio in quotients.items():
-                base, divisor = str(ratio).split("/")
-                if base in bounds and str(name) in names:
-                    known[str(name)] = bounds[base] // int(divisor)
             if known:
                 current = dict(func.attrs["tir_var_upper_bound"]) if (
                     func.attrs and "tir_var_upper_bound" in func.attrs) else {}

@@ -186,26 +186,44 @@ def _simplified_type(ty, analyzer: Analyzer):
     return ty
 
 
+def _call_tir_vars(func: relax.Function) -> set:
+    """Variables a ``call_tir`` binds or reads: their types are its PrimFunc's buffers,
+    which ``FuseTIR`` requires to be structurally the same."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    out = set()
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op.same_as(call_tir):
+                out.add(binding.var)
+                relax.analysis.post_order_visit(
+                    value.args[1], lambda e: out.add(e) if isinstance(e, relax.Var) else None)
+    return out
+
+
 def simplified_shapes(func: relax.Function) -> relax.Function:
     """``func`` with every tensor variable's shape simplified (``(32 * H_32 + 1 + 1 - 2
     - 1) // 2 + 1`` becomes ``H_32 * 16``): Relax's shape inference composes each op's
     formula on its inputs' and never simplifies, so forty layers on made expressions
     hundreds of terms long, in every kernel's index arithmetic and in the proofs the
-    schedules need (a wide-tile conv's inlining failed on them)."""
+    schedules need (a wide-tile conv's inlining failed on them). Variables a ``call_tir``
+    binds or reads keep their types (its PrimFunc was written with them)."""
     analyzer = Analyzer()
+    pinned = _call_tir_vars(func)
 
     @relax.expr_functor.mutator
     class _Simplify(relax.PyExprMutator):
         def visit_var_binding_(self, binding):
             value = self.visit_expr(binding.value)
             ty = _simplified_type(binding.var.ty, analyzer)
-            if tvm_ffi.structural_equal(ty, binding.var.ty) and value.same_as(binding.value):
+            if binding.var in pinned or (tvm_ffi.structural_equal(ty, binding.var.ty)
+                                         and value.same_as(binding.value)):
                 super().visit_var_binding_(binding)
                 return
             kind = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
             var = kind(binding.var.name, ty)
             self.builder_.emit_normalized(relax.VarBinding(var, value))
-            self.set_var_remap(binding.var.vid, var)
+            self.set_var_remap(binding.var, var)
 
     return _Simplify().visit_expr(func)
 
@@ -247,3 +265,54 @@ def divisible_dims(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     for gv, func in updates.items():
         mod[gv] = func
     return relax.transform.Normalize()(mod)
+
+
+def restored_dims(func: relax.Function) -> relax.Function:
+    """``func`` with each quotient dim of its :data:`ATTR` written back as its dim divided
+    (``H_32`` -> ``H // 32``: the run-time check made them equal), shapes simplified.
+
+    Once the layout is chosen nothing needs the quotient as a variable, and TVM's static
+    memory planner bounds only the dims of the function's signature
+    (``tir_var_upper_bound``): a storage sized by ``H_32`` was allocated per call."""
+    if not (func.attrs and ATTR in func.attrs):
+        return simplified_shapes(func)
+    defined = {v.name: v for v in relax.analysis.defined_symbolic_vars(func)}
+    back = {}
+    for name, ratio in dict(func.attrs[ATTR]).items():
+        base, divisor = str(ratio).split("/")
+        if str(name) in defined and base in defined:
+            back[defined[str(name)]] = tirx.floordiv(defined[base], int(divisor))
+    func = func.bind_symbolic_vars(back) if back else func
+    return simplified_shapes(func.without_attr(ATTR))
+
+
+@tvm.transform.module_pass(opt_level=0, name="RestoreQuotientDims")
+def restore_quotient_dims(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The pass: :func:`restored_dims` on every Relax function with a symbolic dim (at
+    the start of the lower stage: the kernels are fused and keep the quotient as their
+    own parameter, passed ``H // 32`` from then on)."""
+    updates = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function) and relax.analysis.defined_symbolic_vars(func):
+            updates[gv] = restored_dims(func)
+    if not updates:
+        return mod
+    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="SimplifyShapes")
+def simplify_shapes(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The pass: :func:`simplified_shapes` on every Relax function with a symbolic dim
+    (at the end of the layout stage: ``ConvertLayout`` composes Relax's formulas again)."""
+    updates = {gv: simplified_shapes(func) for gv, func in mod.functions_items()
+               if isinstance(func, relax.Function)
+               and relax.analysis.defined_symbolic_vars(func)}
+    if not updates:
+        return mod
+    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod

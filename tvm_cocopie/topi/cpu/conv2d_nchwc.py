@@ -60,13 +60,15 @@ class ConvGeometry:
     def oh(self) -> int:
         """Output height."""
         pt, _, pb, _ = self.padding
-        return (self.h + pt + pb - (self.kh - 1) * self.dilation[0] - 1) // self.stride[0] + 1
+        return _simplified((self.h + pt + pb - (self.kh - 1) * self.dilation[0] - 1)
+                          // self.stride[0] + 1)
 
     @property
     def ow(self) -> int:
         """Output width."""
         _, pl, _, pr = self.padding
-        return (self.w + pl + pr - (self.kw - 1) * self.dilation[1] - 1) // self.stride[1] + 1
+        return _simplified((self.w + pl + pr - (self.kw - 1) * self.dilation[1] - 1)
+                          // self.stride[1] + 1)
 
     @property
     def cpg(self) -> int:
@@ -256,7 +258,18 @@ def pad_nchwc(data: te.Tensor, geo: ConvGeometry, rows: int, cols: int) -> te.Te
 def _round_up(x: int, m: int) -> int:
     if isinstance(x, int):
         return -(-x // m) * m
-    return tirx.floordiv(x + (m - 1), m) * m  # a symbolic extent
+    # a symbolic extent, written (x - 1) // m + 1 tiles: TVM's region-cover proof fails
+    # on (2 W + m - 1) // m * m >= 2 W, so a padded conv output could not be inlined
+    # into its slice over a width 2 * W_32 (it proves the same bound in this form)
+    return _simplified((tirx.floordiv(x - 1, m) + 1) * m)
+
+
+def _simplified(extent):
+    """``extent`` as is if static, else simplified: a symbolic extent composed through
+    forty layers of output-size formulas (``(W + 1 + 1 - 2 - 1) // 2 + 1`` and the tile
+    padding on top) becomes ``W_32 * 16`` where the dims allow, in every kernel's index
+    arithmetic and in the proofs the schedules need."""
+    return extent if isinstance(extent, int) else Analyzer().simplify(extent)
 
 
 def _static(dim):
