@@ -50,6 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--max-seconds", type=float, default=None,
                    help="stop timing a size after this long (>= 3 rounds are kept)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory measure")
+    p.add_argument("--no-divisible-dims", dest="divisible_dims", action="store_false",
+                   help="dynamic builds with PipelineOptions(divisible_dims=False): dims the "
+                        "model takes only in multiples left as they are")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically, per size)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records already in --json PATH and run only the missing "
@@ -83,6 +86,7 @@ def main(argv=None) -> int:
     target = {"kind": "llvm", "mcpu": host_target().attrs["mcpu"], "num-cores": args.threads}
     tvm_cocopie.register()
     settings = {"threads": args.threads, "repeat": repeat, "max_seconds": max_seconds,
+                "divisible_dims": args.divisible_dims,
                 "quick": args.quick, "mcpu": str(target["mcpu"]), "block": 4,
                 "memory": not args.no_memory}
     try:
@@ -117,7 +121,8 @@ def main(argv=None) -> int:
         done = [r["size"] for r in records if r["model"] == name]
         model_rec, _ = dynamic.bench_model(
             case, target, args.threads, sizes, repeat=repeat, max_seconds=max_seconds,
-            memory=not args.no_memory, done=done, on_record=on_record)
+            memory=not args.no_memory, done=done, on_record=on_record,
+            divisible_dims=args.divisible_dims)
         models.append(model_rec)
         save()
 

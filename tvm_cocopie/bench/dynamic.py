@@ -252,9 +252,11 @@ def dim_bounds(case: DynamicCase) -> dict[str, int]:
 def bench_model(case: DynamicCase, target, threads: int, sizes: Sequence[Size],
                 repeat: int = 10, max_seconds: float | None = 60.0, memory: bool = True,
                 done: Sequence[str] = (),
-                on_record: Callable[[dict], None] | None = None) -> tuple[dict, list[dict]]:
+                on_record: Callable[[dict], None] | None = None,
+                divisible_dims: bool = True) -> tuple[dict, list[dict]]:
     """Compile ``case`` once with its symbolic dims, run it at each of ``sizes``;
-    return ``(model record, size records)``.
+    return ``(model record, size records)``. ``divisible_dims``: the dynamic build's
+    ``PipelineOptions.divisible_dims``.
 
     ``done``: size labels already measured (a resumed run), skipped. ``on_record`` is
     called with each size record as it is made (to save progress). A model that cannot
@@ -266,7 +268,8 @@ def bench_model(case: DynamicCase, target, threads: int, sizes: Sequence[Size],
         model = case.load()
         t0 = time.perf_counter()
         dyn = compile_model(model, target, shapes=case.shapes, specialize=False,
-                            options={"dim_bounds": dim_bounds(case)})
+                            options={"dim_bounds": dim_bounds(case),
+                                     "divisible_dims": divisible_dims})
         compile_s = time.perf_counter() - t0
     except Exception as err:  # noqa: BLE001 - any failure of the model: record it, go on
         log.warning("%s: the dynamic build failed: %s", case.name, last_line(err))
