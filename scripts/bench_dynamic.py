@@ -50,9 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--max-seconds", type=float, default=None,
                    help="stop timing a size after this long (>= 3 rounds are kept)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory measure")
-    p.add_argument("--no-divisible-dims", dest="divisible_dims", action="store_false",
-                   help="dynamic builds with PipelineOptions(divisible_dims=False): dims the "
-                        "model takes only in multiples left as they are")
+    p.add_argument("--divisible-dims", action="store_true",
+                   help="dynamic builds with PipelineOptions(divisible_dims=True): dims the "
+                        "model takes only in multiples written as multiples")
     p.add_argument("--json", metavar="PATH", help="write results here (atomically, per size)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records already in --json PATH and run only the missing "

@@ -214,7 +214,8 @@ def test_dims_bound_at_run_time_do_not_hide_equal_shapes():
     compile) and the conv after it runs on the blocked kernels; sizes that break the
     run-time equality still stop with an error."""
     model = _two_level_neck_model()
-    compiled = compile_model(model, None, specialize=False)  # divisible dims by default
+    compiled = compile_model(model, None, specialize=False,
+                             options=PipelineOptions(divisible_dims=True))
     rng = np.random.default_rng(1)
     for h, w in [(16, 24), (8, 32)]:
         inputs = {"x": rng.standard_normal((1, 8, h, w)).astype(np.float32)}

@@ -92,11 +92,12 @@ class PipelineOptions:
     #: a symbolic dim the model takes only in multiples of ``m`` (a detector's height:
     #: its pyramid's maps must line up) is written as ``m`` times a new dim, so that its
     #: shapes are provably equal and the blocked layout runs through
-    #: (:mod:`.relay_passes.dynamic.divisibility`; PP-OCR det with symbolic H/W 1.28-1.46x
-    #: -> 1.12-1.26x its static builds); sizes off the multiples that the graph would
-    #: still take (PP-OCR det: heights 29-31 mod 32) are then refused with an error asking
-    #: for padding: ``False`` keeps them and the slower graph
-    divisible_dims: bool = True
+    #: (:mod:`.relay_passes.dynamic.divisibility`); sizes off the multiples that the
+    #: graph would still take (PP-OCR det: heights 29-31 mod 32) are then refused with an
+    #: error asking for padding. Off by default: on PP-OCR det it removes the NCHW convs
+    #: and their layout transforms but measured no faster end to end (1.40/1.33/1.32x the
+    #: static builds against 1.44/1.33/1.30x without, same process)
+    divisible_dims: bool = False
 
     def replace(self, **changes) -> PipelineOptions:
         """A copy with ``changes`` applied (the options are frozen)."""

@@ -253,7 +253,7 @@ def bench_model(case: DynamicCase, target, threads: int, sizes: Sequence[Size],
                 repeat: int = 10, max_seconds: float | None = 60.0, memory: bool = True,
                 done: Sequence[str] = (),
                 on_record: Callable[[dict], None] | None = None,
-                divisible_dims: bool = True) -> tuple[dict, list[dict]]:
+                divisible_dims: bool = False) -> tuple[dict, list[dict]]:
     """Compile ``case`` once with its symbolic dims, run it at each of ``sizes``;
     return ``(model record, size records)``. ``divisible_dims``: the dynamic build's
     ``PipelineOptions.divisible_dims``.

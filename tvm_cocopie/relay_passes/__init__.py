@@ -36,7 +36,7 @@ def rewrite_passes(target: tvm.target.Target) -> list:
 
 
 def layout_passes(target: tvm.target.Target, grouped: str = "gspc",
-                  divisible: bool = True) -> list:
+                  divisible: bool = False) -> list:
     """Layout-choice passes for ``target``, run after rewriting and before legalization
     (empty for targets other than CPUs); ``grouped``: the narrow-group conv kernel the
     legalization uses (``PipelineOptions.grouped``); ``divisible``: symbolic dims a model

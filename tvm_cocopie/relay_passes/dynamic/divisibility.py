@@ -13,8 +13,8 @@ expression of ``H`` with floor divisions the kernels' tail handling pays for.
 when they repeat with a period ``m`` > 1 and include every multiple of ``m``, ``v`` is
 taken at the multiples of ``m`` only (PP-OCR det's checks pass for heights 29 to 32
 modulo 32; from then on a height of 30 is refused with an error that asks to pad to a
-multiple of 32, as the model's own preprocessing does; ``PipelineOptions(
-divisible_dims=False)`` keeps every size and the slower graph). :func:`divisible_dims` then writes ``v`` as ``m * v_q``: the function
+multiple of 32, as the model's own preprocessing does). The pass runs when asked:
+``PipelineOptions(divisible_dims=True)``. :func:`divisible_dims` then writes ``v`` as ``m * v_q``: the function
 keeps its parameter, and its first bindings compute ``v_q`` by a call
 (:data:`tvm_cocopie.vm_dims.DIM_QUOTIENTS`, which stops a size that is no multiple with
 an error naming it) and cast the parameter to the shape in ``v_q``. Every shape after it
