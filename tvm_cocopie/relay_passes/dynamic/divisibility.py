@@ -286,28 +286,9 @@ def restored_dims(func: relax.Function) -> relax.Function:
     return simplified_shapes(func.without_attr(ATTR))
 
 
-@tvm.transform.module_pass(opt_level=0, name="RestoreQuotientDims")
-def restore_quotient_dims(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """The pass: :func:`restored_dims` on every Relax function with a symbolic dim (at
-    the start of the lower stage: the kernels are fused and keep the quotient as their
-    own parameter, passed ``H // 32`` from then on)."""
-    updates = {}
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function) and relax.analysis.defined_symbolic_vars(func):
-            updates[gv] = restored_dims(func)
-    if not updates:
-        return mod
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
-    for gv, func in updates.items():
-        mod[gv] = func
-    return mod
-
-
-@tvm.transform.module_pass(opt_level=0, name="SimplifyShapes")
-def simplify_shapes(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """The pass: :func:`simplified_shapes` on every Relax function with a symbolic dim
-    (at the end of the layout stage: ``ConvertLayout`` composes Relax's formulas again)."""
-    updates = {gv: simplified_shapes(func) for gv, func in mod.functions_items()
+def _with_symbolic_functions(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
+    """``mod`` with ``rewrite`` applied to each Relax function that has a symbolic dim."""
+    updates = {gv: rewrite(func) for gv, func in mod.functions_items()
                if isinstance(func, relax.Function)
                and relax.analysis.defined_symbolic_vars(func)}
     if not updates:
@@ -316,3 +297,18 @@ def simplify_shapes(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     for gv, func in updates.items():
         mod[gv] = func
     return mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="RestoreQuotientDims")
+def restore_quotient_dims(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The pass: :func:`restored_dims` on every Relax function with a symbolic dim (at
+    the start of the lower stage: the kernels are fused and keep the quotient as their
+    own parameter, passed ``H // 32`` from then on)."""
+    return _with_symbolic_functions(mod, restored_dims)
+
+
+@tvm.transform.module_pass(opt_level=0, name="SimplifyShapes")
+def simplify_shapes(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The pass: :func:`simplified_shapes` on every Relax function with a symbolic dim
+    (at the end of the layout stage: ``ConvertLayout`` composes Relax's formulas again)."""
+    return _with_symbolic_functions(mod, simplified_shapes)
