@@ -2,7 +2,7 @@
 the computes and the schedule rules.
 
 One home for each: reading a constant's value, a static shape, a list of ints, a
-buffer load.
+buffer load, a function's parameter dims, a module with some functions replaced.
 """
 
 from __future__ import annotations
@@ -91,3 +91,26 @@ def builder_store(buf, value, *idx) -> None:
 
     T.buffer_store(buf, value, list(idx))
 
+
+
+def param_dim_names(func: relax.Function) -> set[str]:
+    """Names of the symbolic variables in the shapes of ``func``'s parameters (the dims
+    a call defines; a ``match_cast`` in the body may define more)."""
+    names = set()
+    for param in func.params:
+        shape = getattr(getattr(param, "ty", None), "shape", None)
+        if isinstance(shape, relax.ShapeExpr):
+            for dim in shape.values:
+                names.update(v.name for v in tvm.tirx.analysis.undefined_vars(dim))
+    return names
+
+
+def with_functions(mod: tvm.IRModule, updates: dict) -> tvm.IRModule:
+    """A copy of ``mod`` with the functions of ``updates`` (``{GlobalVar: function}``)
+    in place of its own; ``mod`` itself if there are none."""
+    if not updates:
+        return mod
+    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod

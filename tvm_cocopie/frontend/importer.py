@@ -22,6 +22,7 @@ import tvm
 import tvm_ffi
 
 from ..errors import ModelError, UnsupportedOperatorError, last_line
+from ..exprs import param_dim_names, with_functions
 from .control_flow import fold_keeping_captures, simplify
 from .folding import fold_constants
 from .model import ModelLike, check_shapes, load_model, model_opset, static_shapes
@@ -268,23 +269,15 @@ def inline_bound_dims(mod: tvm.IRModule) -> tvm.IRModule:
             updates[gv] = func.bind_symbolic_vars(bound)
     if not updates:
         return mod
-    for gv, func in updates.items():
-        mod[gv] = func
-    return relax.transform.Normalize()(mod)
+    return relax.transform.Normalize()(with_functions(mod, updates))
 
 
 def _bound_dims(func) -> dict:
     """``{dim: expression}`` for the dims ``func``'s casts bind from known dims."""
     from tvm import relax
-
-    known = set()
-    for param in func.params:
-        shape = getattr(getattr(param, "ty", None), "shape", None)
-        if isinstance(shape, relax.ShapeExpr):
-            for dim in shape.values:
-                known.update(v.name for v in tvm.tirx.analysis.undefined_vars(dim))
     from tvm.sym import Analyzer
 
+    known = param_dim_names(func)
     analyzer = Analyzer()
     bound: dict = {}
     for block in func.body.blocks:

@@ -13,15 +13,17 @@ expression of ``H`` with floor divisions the kernels' tail handling pays for.
 when they repeat with a period ``m`` > 1 and include every multiple of ``m``, ``v`` is
 taken at the multiples of ``m`` only (PP-OCR det's checks pass for heights 29 to 32
 modulo 32; from then on a height of 30 is refused with an error that asks to pad to a
-multiple of 32, as the model's own preprocessing does). The pass runs when asked:
-``PipelineOptions(divisible_dims=True)``. :func:`divisible_dims` then writes ``v`` as ``m * v_q``: the function
-keeps its parameter, and its first bindings compute ``v_q`` by a call
-(:data:`tvm_cocopie.vm_dims.DIM_QUOTIENTS`, which stops a size that is no multiple with
-an error naming it) and cast the parameter to the shape in ``v_q``. Every shape after it
+multiple of 32, as the model's own preprocessing does). :func:`divisible_dims` then
+writes ``v`` as ``m * v_q``: the function keeps its parameter, and its first bindings
+compute ``v_q`` by a call (:data:`tvm_cocopie.vm_dims.DIM_QUOTIENTS`, which stops a
+size that is no multiple with an error naming it) and cast the parameter to the shape
+in ``v_q``. Every shape after it
 is an expression of ``v_q`` (``(32 * H_q - 1) // 16 + 1`` = ``2 * H_q``), the checks
 become provable and are dropped, and nothing stops ``ConvertLayout``. The function's
-``tvm_cocopie.dim_divisors`` attribute records ``{v_q: "v/m"}`` (bounds on ``v`` are
-carried to ``v_q``: :func:`tvm_cocopie.relay_passes.static_memory.bound_symbolic_dims`).
+``tvm_cocopie.dim_divisors`` attribute records ``{v_q: "v/m"}``, from which
+:func:`restore_quotient_dims` writes ``v_q`` back as ``v // m`` at the start of the
+lower stage, so that the memory plan's bounds (named by ``v``) apply. The passes run
+when asked: ``PipelineOptions(divisible_dims=True)``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import tvm_ffi
 from tvm import relax, tirx
 from tvm.sym import Analyzer
 
+from ...exprs import param_dim_names, with_functions
 from ...vm_dims import DIM_QUOTIENTS
 
 log = logging.getLogger(__name__)
@@ -51,10 +54,7 @@ def _shape(ty):
 def checks(func: relax.Function) -> list[tuple]:
     """``(binding, [(value dim, cast dim), ...])`` of each ``match_cast`` of ``func`` that
     checks a tensor's dims against others (it defines no new dim)."""
-    known = set()
-    for param in func.params:
-        for dim in _shape(param.ty) or []:
-            known.update(v.name for v in tirx.analysis.undefined_vars(dim))
+    known = param_dim_names(func)
     found = []
     for block in func.body.blocks:
         for binding in block.bindings:
@@ -75,6 +75,12 @@ def checks(func: relax.Function) -> list[tuple]:
     return found
 
 
+#: the integer operations :func:`evaluate` knows, by TIR node type name
+_INT_OPS = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+            "FloorDiv": lambda a, b: a // b if b else None,
+            "FloorMod": lambda a, b: a % b if b else None, "Max": max, "Min": min}
+
+
 def evaluate(expr, env: dict) -> int | None:
     """The integer value of an index expression with its variables from ``env`` (by
     name); ``None`` for anything but constants, variables and integer arithmetic."""
@@ -85,10 +91,7 @@ def evaluate(expr, env: dict) -> int | None:
         return env.get(expr.name)
     if kind == "Cast":
         return evaluate(expr.value, env)
-    ops = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-           "FloorDiv": lambda a, b: a // b if b else None,
-           "FloorMod": lambda a, b: a % b if b else None, "Max": max, "Min": min}
-    op = ops.get(kind)
+    op = _INT_OPS.get(kind)
     if op is None:
         return None
     a, b = evaluate(expr.a, env), evaluate(expr.b, env)
@@ -157,9 +160,8 @@ def _reparametrized(func: relax.Function, divs: dict) -> relax.Function:
                        tvm.ir.expr.StringImm(",".join(v.name for v in dims))],
                       ty_args=[relax.ShapeType(ndim=len(dims))])
     computed = relax.Var("dim_quotients", relax.ShapeType(ndim=len(dims)))
-    typed = relax.Var("dims", relax.ShapeType([quotient[v] for v in dims]))
-    bindings = [relax.VarBinding(computed, call),
-                relax.MatchCast(typed, computed, relax.ShapeType([quotient[v] for v in dims]))]
+    typed = relax.Var("dims", holder.ty)
+    bindings = [relax.VarBinding(computed, call), relax.MatchCast(typed, computed, holder.ty)]
     params = []
     for old, new in zip(func.params, inner.params):
         param = relax.Var(old.name, old.ty)
@@ -259,12 +261,7 @@ def divisible_dims(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             log.info("%s: %s", gv.name_hint, ", ".join(
                 f"{v.name} taken in multiples of {m}" for v, m in divs.items()))
             updates[gv] = _reparametrized(func, divs)
-    if not updates:
-        return mod
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
-    for gv, func in updates.items():
-        mod[gv] = func
-    return relax.transform.Normalize()(mod)
+    return relax.transform.Normalize()(with_functions(mod, updates)) if updates else mod
 
 
 def restored_dims(func: relax.Function) -> relax.Function:
@@ -288,15 +285,9 @@ def restored_dims(func: relax.Function) -> relax.Function:
 
 def _with_symbolic_functions(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
     """``mod`` with ``rewrite`` applied to each Relax function that has a symbolic dim."""
-    updates = {gv: rewrite(func) for gv, func in mod.functions_items()
-               if isinstance(func, relax.Function)
-               and relax.analysis.defined_symbolic_vars(func)}
-    if not updates:
-        return mod
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
-    for gv, func in updates.items():
-        mod[gv] = func
-    return mod
+    return with_functions(mod, {gv: rewrite(func) for gv, func in mod.functions_items()
+                                if isinstance(func, relax.Function)
+                                and relax.analysis.defined_symbolic_vars(func)})
 
 
 @tvm.transform.module_pass(opt_level=0, name="RestoreQuotientDims")

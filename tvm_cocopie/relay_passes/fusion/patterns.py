@@ -23,6 +23,7 @@ import logging
 import tvm
 from tvm import tirx
 
+from ...exprs import with_functions
 from .mapping import MappingType, classify
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,7 @@ def op_patterns_from_mapping(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             pattern = pattern_from_mapping(func)
             if pattern is not None:
                 updates[gv] = func.with_attr("op_pattern", pattern)
-    if not updates:
-        return mod
-    log.debug("%d opaque PrimFuncs marked injective from their mapping type: %s",
-              len(updates), ", ".join(sorted(gv.name_hint for gv in updates)))
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions)
-    for gv, func in updates.items():
-        mod[gv] = func
-    return mod
+    if updates:
+        log.debug("%d opaque PrimFuncs marked injective from their mapping type: %s",
+                  len(updates), ", ".join(sorted(gv.name_hint for gv in updates)))
+    return with_functions(mod, updates)
