@@ -124,6 +124,43 @@ def test_two_blocks_of_the_same_kernels_get_two_functions(tmp_path):
         np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("fusion", ["stock", "dnnfusion"])
+def test_a_kernel_reading_one_fused_tensor_twice_gets_all_of_it(tmp_path, fusion):
+    """Found by the random graphs: concat(t, t) fused with t's producer. FuseTIR merged
+    the concat's two read regions of t into one (t[c - 4] only), the schedule computed t
+    where the concat claimed to read it, and half the output was uninitialized memory
+    (off by up to 1e23). The fused blocks' regions are repaired after FuseTIR."""
+    steps = [("reduce", 0, 0, 1), ("unary", 0, 0, 0), ("unary", 0, 0, 0), ("concat", 1, 1, 0)]
+    model = _random_model(steps, 0)
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    opts = PipelineOptions(fusion=fusion, fusion_db=str(tmp_path / "fusion.sqlite"))
+    got = tvm_cocopie.compile(model, options=opts)(x=x)
+    for a, r in zip(got, ort_run(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6)
+
+
+def test_repaired_regions_cover_both_reads_and_leave_covered_blocks_alone():
+    """TVM's FuseTIR on that plan leaves the concat one read region of t; the repair
+    widens it to span both places the body reads, and leaves a function whose regions
+    cover its body as the same object."""
+    from tvm import relax
+
+    from tvm_cocopie.relay_passes.fusion.apply import fuse_blocks
+    from tvm_cocopie.relay_passes.fusion.plan import ECG, explore
+    from tvm_cocopie.relay_passes.fusion.regions import repair_access_regions
+    steps = [("reduce", 0, 0, 1), ("unary", 0, 0, 0), ("unary", 0, 0, 0), ("concat", 1, 1, 0)]
+    mod = run_until(from_onnx(_random_model(steps, 0)), host_target(), "legalize")
+    stock = relax.transform.FuseTIR()(fuse_blocks(mod, explore(ECG.of(mod))))
+    fused = [f for gv, f in stock.functions_items()
+             if gv.name_hint.startswith("fused_") and "concatenate" in gv.name_hint]
+    assert len(fused) == 1
+    wide = "T_subtract_intermediate[v_ax0, v_ax1 - T.int64(4):v_ax1 - T.int64(4) + T.int64(5)"
+    assert wide not in fused[0].script()
+    repaired = repair_access_regions(fused[0])
+    assert wide in repaired.script()
+    assert repair_access_regions(repaired).same_as(repaired)
+
+
 def _yellow_model():
     """A row maximum broadcast back (Many-to-Many then One-to-Many: a yellow pair)."""
     nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[2], keepdims=1),

@@ -25,6 +25,7 @@ from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
 from .fusion.patterns import op_patterns_from_mapping
 from .fusion.profiler import MeasuredDecision
+from .fusion.regions import fuse_tir
 from .layout import layout_passes_for
 from .pattern_sparse import pattern_sparse_convs
 from .rewriting import MathPropertyRewrite
@@ -97,4 +98,4 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
             f"unknown fusion method {method!r}: PipelineOptions(fusion=...) takes one of "
             f"{', '.join(FUSION_METHODS)}")
     # opaque only to TVM's pattern analysis (symbolic indices): marked injective first
-    return [op_patterns_from_mapping, relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    return [op_patterns_from_mapping, relax.transform.FuseOps(), fuse_tir]

@@ -19,6 +19,7 @@ from tvm import relax
 
 from .locality import ROW_BUDGET_BYTES
 from .plan import ECG, Block, Decide, explore
+from .regions import fuse_tir
 
 log = logging.getLogger(__name__)
 
@@ -126,4 +127,4 @@ class DNNFusion:
                 def merge(first, second):
                     return self.decide.merge(mod, first, second)
         self.blocks = explore(ECG.of(mod), decide, self.max_ops, merge, self.row_budget)
-        return relax.transform.FuseTIR()(fuse_blocks(mod, self.blocks))
+        return fuse_tir(fuse_blocks(mod, self.blocks))

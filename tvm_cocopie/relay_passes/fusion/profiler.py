@@ -46,6 +46,7 @@ from .apply import fuse_blocks
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
 from .plan import Block, Node
+from .regions import fuse_tir
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class MeasuredDecision:
         vars_ = [b.var for blk in main.body.blocks for b in blk.bindings]
         nodes = [Node(i, v, n.kernel, n.kind, n.out_bytes)
                  for i, (v, n) in enumerate(zip(vars_, group))]
-        fused = relax.transform.FuseTIR()(fuse_blocks(sub, [Block(nodes, group[-1].kind)]))
+        fused = fuse_tir(fuse_blocks(sub, [Block(nodes, group[-1].kind)]))
         return sub, fused
 
 
