@@ -114,3 +114,17 @@ def with_functions(mod: tvm.IRModule, updates: dict) -> tvm.IRModule:
     for gv, func in updates.items():
         mod[gv] = func
     return mod
+
+
+def var_uses(func) -> dict:
+    """``{Relax var: how many times ``func``'s body reads it}``."""
+    from tvm import relax
+
+    uses: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            uses[expr] = uses.get(expr, 0) + 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return uses

@@ -66,6 +66,9 @@ class PipelineOptions:
     #: 3x3 convs whose constant weights are pattern-sparse (PatDNN: a few kernel patterns,
     #: pruned connectivity) on the pattern kernel (:mod:`.relay_passes.pattern_sparse`)
     pattern_sparse: bool = True
+    #: scaled dot-product attention chains (matmul, scale, softmax, matmul) as one kernel
+    #: (:mod:`.relay_passes.attention`)
+    attention: bool = True
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
     fusion: str = "stock"
@@ -109,8 +112,11 @@ def _legalize_stage(target, options: PipelineOptions) -> list:
                  if options.custom_legalize else {})
     patterns = (relay_passes.pattern_passes(target)
                 if options.custom_legalize and options.pattern_sparse else [])
+    attention = (relay_passes.attention_passes(target)
+                 if options.custom_legalize and options.attention else [])
     return [
         *patterns,
+        *attention,
         relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

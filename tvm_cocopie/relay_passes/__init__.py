@@ -20,6 +20,7 @@ from tvm import relax
 from ..errors import CompilationError
 from ..latency import Dataset, LatencyModel
 from ..target import is_hexagon
+from .attention import attention_kernels
 from .dynamic.divisibility import divisible_dims, restore_quotient_dims, simplify_shapes
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
@@ -62,6 +63,14 @@ def pattern_passes(target: tvm.target.Target) -> list:
     if target.kind.name != "llvm" or is_hexagon(target):
         return []
     return [pattern_sparse_convs(target)]
+
+
+def attention_passes(target: tvm.target.Target) -> list:
+    """Passes giving scaled dot-product attention chains one kernel, run at the start of
+    the ``legalize`` stage; empty for targets other than CPUs."""
+    if target.kind.name != "llvm" or is_hexagon(target):
+        return []
+    return [attention_kernels(target)]
 
 
 #: the fusion methods of :func:`fusion_passes`

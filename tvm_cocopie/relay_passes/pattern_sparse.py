@@ -19,7 +19,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..exprs import const_np, is_constant, op_name, static_shape
+from ..exprs import const_np, is_constant, op_name, static_shape, var_uses
 from ..pruning import detect
 from ..target import cpu_info
 from ..topi.cpu import pattern_conv as pc
@@ -39,17 +39,6 @@ def _channel_bias(value: np.ndarray, o: int, out_block: int) -> np.ndarray | Non
     if v.shape not in ((1, o, 1, 1), (o, 1, 1)):
         return None
     return v.reshape(o)
-
-
-def _counts(func: relax.Function) -> dict:
-    uses: dict = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Var):
-            uses[expr] = uses.get(expr, 0) + 1
-
-    relax.analysis.post_order_visit(func.body, visit)
-    return uses
 
 
 @relax.expr_functor.mutator
@@ -164,7 +153,7 @@ def pattern_sparse_convs(target, knobs_for=None) -> tvm.transform.Pass:
         rewriter = _PatternRewriter(mod, knobs)
         for gvar, func in mod.functions_items():
             if isinstance(func, relax.Function):
-                rewriter.uses = _counts(func)
+                rewriter.uses = var_uses(func)
                 rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
         if not rewriter.count:
             return mod

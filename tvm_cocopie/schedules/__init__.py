@@ -13,6 +13,8 @@ fusion:
    :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
+   :class:`~.cpu.attention.Attention`: the one-kernel attention (scores, softmax and
+   the product with V per block of query rows);
 3. :class:`~.cpu.row_reduction.RowReduction`: row-wise kernels (softmax, layer
    norm, reductions over the last axis) as one parallel loop over rows;
 4. :class:`~.cpu.fallback.Fallback`: parallel + vectorized loops for everything else.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import tvm
 
 from ..target import is_hexagon
+from .cpu.attention import Attention
 from .cpu.conv2d_nchwc import Conv2dNCHWc
 from .cpu.conv_chain import ConvChain
 from .cpu.fallback import Fallback
@@ -47,4 +50,5 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Winograd(), ConvChain(), Conv2dNCHWc(), MatmulPacked(), RowReduction(), Fallback()]
+    return [Winograd(), ConvChain(), Conv2dNCHWc(), MatmulPacked(), Attention(), RowReduction(),
+            Fallback()]

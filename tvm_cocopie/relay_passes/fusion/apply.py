@@ -38,6 +38,15 @@ def _block_inputs(block: Block, bindings: dict) -> list:
     return out
 
 
+def call_tir_again(call: relax.Call, args: list) -> relax.Call:
+    """The kernel call ``call`` on other arguments (its output type kept; a kernel with
+    several outputs, such as ``split``, takes its output types as a list)."""
+    out_ty = call.ty_args[0]
+    if isinstance(out_ty, relax.TupleType):
+        out_ty = list(out_ty.fields)
+    return relax.call_tir(call.args[0], args, out_ty)
+
+
 def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
     """``mod`` with every block of two or more calls in a ``Primitive`` function
     (``FuseTIR`` still to run)."""
@@ -60,7 +69,7 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
                 for node in block.nodes:
                     call = bindings[node.var]
                     args = [env.get(a, a) for a in call.args[1].fields]
-                    new = relax.call_tir(call.args[0], args, call.ty_args[0])
+                    new = call_tir_again(call, args)
                     env[node.var] = (bb.emit_output(new) if node is block.output
                                      else bb.emit(new))
             # the builder's own GlobalVar: an identical function is shared, one of the same

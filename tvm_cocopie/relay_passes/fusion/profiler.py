@@ -42,7 +42,7 @@ from tvm.s_tir.dlight import ApplyDefaultSchedule
 from ...errors import last_line
 from ...exprs import static_shape
 from ...latency import Dataset, LatencyModel, Row, kernel_features
-from .apply import fuse_blocks
+from .apply import call_tir_again, fuse_blocks
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
 from .plan import Block, Node
@@ -307,7 +307,7 @@ class MeasuredDecision:
                 for n in group:
                     call = bindings[n.var]
                     args = [env.get(a, a) for a in call.args[1].fields]
-                    new = relax.call_tir(call.args[0], args, call.ty_args[0])
+                    new = call_tir_again(call, args)
                     env[n.var] = bb.emit_output(new) if n is group[-1] else bb.emit(new)
             bb.emit_func_output(env[group[-1].var])
         sub = bb.get()

@@ -1,0 +1,148 @@
+"""The one-kernel attention: its compute and schedule against numpy in float64, the
+Relax pass that finds the chain (and leaves the chains it must not take), and whole
+models through the pipeline against ONNX Runtime."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tvm
+from conftest import make_model, ort_run
+from onnx import TensorProto, helper, numpy_helper
+from tvm import s_tir, te
+
+import tvm_cocopie
+from tvm_cocopie.frontend.importer import from_onnx
+from tvm_cocopie.pipeline import PipelineOptions, run_until
+from tvm_cocopie.schedules.cpu.attention import chunk_count, schedule_attention
+from tvm_cocopie.target import cpu_info, host_target
+from tvm_cocopie.topi.cpu.attention import (
+    AttentionTile,
+    attention,
+    attention_numpy,
+    attention_tile,
+)
+
+
+def _run_kernel(shapes, axes, scale, scheduled: bool, tile: AttentionTile | None = None):
+    target = tvm.target.Target(host_target())
+    info = cpu_info(target)
+    tile = tile or attention_tile(info.f32_lanes)
+    srcs = [te.placeholder(s, name=n) for s, n in zip(shapes, "qkv", strict=True)]
+    out = attention(*srcs, scale, tile, axes)
+    sch = s_tir.Schedule(te.create_prim_func([*srcs, out]))
+    if scheduled:
+        schedule_attention(sch, info, tile.rows, tile.cols)
+    lib = tvm.compile(sch.mod, target=target)
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s).astype(np.float32) * 2 for s in shapes]
+    result = tvm.runtime.tensor(np.full([int(d) for d in out.shape], np.nan, np.float32))
+    lib["main"](*[tvm.runtime.tensor(a) for a in arrays], result)
+    return arrays, result.numpy()
+
+
+def _permuted(a, axes):
+    return a if axes is None else a.transpose(axes)
+
+
+@pytest.mark.parametrize("scheduled", [False, True])
+@pytest.mark.parametrize("b,h,s,t,d,e", [
+    (1, 3, 197, 197, 64, 64),   # ViT: 197 keys, not whole vectors; 197 rows, not whole tiles
+    (2, 4, 128, 128, 64, 64),   # BERT heads, batch 2
+    (1, 2, 33, 40, 24, 32),     # queries != keys, D not a vector multiple
+])
+def test_kernel_matches_numpy(scheduled, b, h, s, t, d, e):
+    shapes = [(b, h, s, d), (b, h, d, t), (b, h, t, e)]
+    arrays, got = _run_kernel(shapes, (None, None, None), 0.125, scheduled)
+    np.testing.assert_allclose(got, attention_numpy(*arrays, 0.125), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("tile", [(4, 2), (8, 1)])
+def test_kernel_reads_through_permutations(tile):
+    """BERT's form: q, K^T and v are the heads split off [B, S, H, D] projections;
+    the kernel reads them through the permutation instead of a transpose kernel."""
+    lanes = cpu_info(tvm.target.Target(host_target())).f32_lanes
+    axes = ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3])
+    shapes = [(1, 50, 3, 64)] * 3
+    arrays, got = _run_kernel(shapes, axes, 0.3, True, AttentionTile(*tile, lanes))
+    want = attention_numpy(*(_permuted(a, x) for a, x in zip(arrays, axes, strict=True)), 0.3)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_chunks_divide_the_tiles_and_feed_every_core():
+    for batch, tiles, cores in [(3, 50, 2), (4, 32, 2), (12, 50, 2), (1, 7, 4), (1, 1, 2)]:
+        chunks = chunk_count(batch, tiles, cores)
+        assert tiles % chunks == 0
+        assert batch * chunks >= min(cores, batch * tiles)
+
+
+def _attention_model(seq=40, heads=2, head_dim=32, scale_op="Div", extra_output=False):
+    """x [1, S, H*D] -> q, k, v projections -> heads -> softmax(q k^T / sqrt(d)) v -> back."""
+    rng = np.random.default_rng(0)
+    hidden = heads * head_dim
+    inits, nodes = [], []
+    for name in "qkv":
+        w = (rng.standard_normal((hidden, hidden)) / math.sqrt(hidden)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{name}"))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}0"]))
+        inits.append(numpy_helper.from_array(np.array([1, seq, heads, head_dim], np.int64),
+                                             f"s{name}"))
+        nodes.append(helper.make_node("Reshape", [f"{name}0", f"s{name}"], [f"{name}1"]))
+    nodes.append(helper.make_node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]))
+    nodes.append(helper.make_node("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]))
+    nodes.append(helper.make_node("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]))
+    nodes.append(helper.make_node("MatMul", ["q", "kt"], ["qk"]))
+    inits.append(numpy_helper.from_array(np.array(
+        math.sqrt(head_dim) if scale_op == "Div" else 1 / math.sqrt(head_dim), np.float32), "c"))
+    nodes.append(helper.make_node(scale_op, ["qk", "c"], ["scores"]))
+    nodes.append(helper.make_node("Softmax", ["scores"], ["p"], axis=-1))
+    nodes.append(helper.make_node("MatMul", ["p", "v"], ["ctx"]))
+    nodes.append(helper.make_node("Transpose", ["ctx"], ["y"], perm=[0, 2, 1, 3]))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                             [1, seq, heads, head_dim])]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info("p", TensorProto.FLOAT,
+                                                     [1, heads, seq, seq]))
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                            [1, seq, hidden])], outputs, inits)
+
+
+def _kernels(model, options=None) -> list[str]:
+    mod = run_until(from_onnx(model), host_target(), "legalize", options)
+    return [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+@pytest.mark.parametrize("scale_op", ["Div", "Mul"])
+def test_attention_chain_is_one_kernel_and_matches_ort(scale_op):
+    model = _attention_model(scale_op=scale_op)
+    names = _kernels(model)
+    assert "attention" in names
+    assert not any("softmax" in n for n in names)
+    # the heads' transposes are read through: no transpose kernel before the attention
+    assert sum("transpose" in n for n in names) <= 1  # the output's, after it
+    x = np.random.default_rng(2).standard_normal((1, 40, 64)).astype(np.float32)
+    got = tvm_cocopie.compile(model)(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_chains_with_other_uses_are_left_alone():
+    """The probabilities are also an output: the chain keeps its separate kernels."""
+    model = _attention_model(extra_output=True)
+    assert "attention" not in _kernels(model)
+    x = np.random.default_rng(3).standard_normal((1, 40, 64)).astype(np.float32)
+    got = tvm_cocopie.compile(model)(x=x)
+    for a, r in zip(got, ort_run(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)
+
+
+def test_switch_and_schedule():
+    """``PipelineOptions(attention=False)`` keeps the separate kernels; with it on the
+    kernel is scheduled by its own rule (parallel), not left to the fallback."""
+    model = _attention_model()
+    assert "attention" not in _kernels(model, PipelineOptions(attention=False))
+    mod = run_until(from_onnx(model), host_target(), "schedule")
+    kernel = mod[mod.get_global_var("attention")]
+    assert kernel.attrs.get("tirx.is_scheduled")
+    assert "T.parallel" in kernel.script()

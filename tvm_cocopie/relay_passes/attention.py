@@ -1,0 +1,151 @@
+"""Scaled dot-product attention chains given one kernel.
+
+``matmul(softmax(matmul(q, kt) [* c | / c], axis=-1), v)`` (the form ONNX exporters
+write for BERT, ViT and the OCR recognizers' transformer blocks) becomes one call of the
+attention kernel (:mod:`tvm_cocopie.topi.cpu.attention`): the scores and probabilities
+never leave the cache, the softmax's row reductions run on the rows just computed.
+A ``q``, ``kt`` or ``v`` that is a ``permute_dims`` used only there (the heads split off
+a projection, ``K`` transposed) is read through by the kernel instead of copied. The
+chain is taken when the scores and probabilities have no other use, shapes are static
+float32 with equal batch dims (no broadcast), the scale is a positive scalar constant,
+the key length is at least two vectors and the value width whole vectors; otherwise it
+is left to the separate kernels. It runs at the start of the ``legalize`` stage; a
+following ``DeadCodeElimination`` drops the replaced bindings.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..exprs import const_np, is_constant, op_name, static_shape, var_uses
+from ..target import cpu_info
+from ..topi.cpu.attention import attention, attention_tile
+
+log = logging.getLogger(__name__)
+
+#: the kernel's PrimFunc attributes: opaque to fusion (its schedule is the kernel's own)
+OPAQUE = 8
+
+
+def _scalar(expr) -> float | None:
+    if not is_constant(expr):
+        return None
+    value = const_np(expr)
+    if value.size != 1 or value.dtype != np.float32:
+        return None
+    return float(value.reshape(()))
+
+
+@relax.expr_functor.mutator
+class _AttentionRewriter(relax.PyExprMutator):
+    def __init__(self, mod, lanes: int):
+        super().__init__(mod)
+        self.lanes = lanes
+        self.uses: dict = {}
+        self.count = 0
+
+    def _bound(self, var, name: str):
+        """The call ``var`` is bound to if it is a ``name`` call with one use."""
+        if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
+            return None
+        try:
+            value = self.lookup_binding(var)
+        except Exception:  # noqa: BLE001 - not a binding of this function
+            return None
+        return value if value is not None and op_name(value) == name else None
+
+    def _scores(self, var):
+        """``(q, kt, scale)`` of the scores ``var`` (a matmul, maybe scaled)."""
+        mm = self._bound(var, "matmul")
+        if mm is not None:
+            return mm.args[0], mm.args[1], 1.0
+        for name in ("multiply", "divide"):
+            call = self._bound(var, name)
+            if call is None:
+                continue
+            lhs, rhs = call.args
+            c = _scalar(rhs)
+            if c is None and name == "multiply":
+                lhs, c = rhs, _scalar(lhs)
+            mm = self._bound(lhs, "matmul")
+            if c is None or mm is None or c <= 0:
+                return None
+            return mm.args[0], mm.args[1], c if name == "multiply" else 1.0 / c
+        return None
+
+    def _unpermuted(self, var):
+        """``(x, axes)`` when ``var`` is ``permute_dims(x, axes)`` used only here (the
+        kernel reads through it: no transpose kernel), else ``(var, None)``."""
+        perm = self._bound(var, "permute_dims")
+        if perm is None or static_shape(perm.args[0]) is None:
+            return var, None
+        rank = len(static_shape(perm.args[0]))
+        axes = perm.attrs.axes
+        axes = list(range(rank))[::-1] if axes is None else [int(a) for a in axes]
+        return perm.args[0], axes
+
+    def visit_call_(self, call):
+        new = super().visit_call_(call)
+        if op_name(new) != "matmul":
+            return new
+        replacement = self._attention(new)
+        return new if replacement is None else replacement
+
+    def _attention(self, call):
+        probs, v = call.args
+        sm = self._bound(probs, "nn.softmax")
+        if sm is None:
+            return None
+        found = self._scores(sm.args[0])
+        if found is None:
+            return None
+        q, kt, scale = found
+        shapes = [static_shape(x) for x in (q, kt, v)]
+        sources, axes = zip(*(self._unpermuted(x) for x in (q, kt, v)), strict=True)
+        if any(s is None or len(s) < 3 for s in shapes):
+            return None
+        qs, ks, vs = shapes
+        rank = len(qs)
+        if int(sm.attrs.axis) not in (-1, rank - 1) or len(ks) != rank or len(vs) != rank:
+            return None
+        if not (qs[:-2] == ks[:-2] == vs[:-2]) or qs[-1] != ks[-2] or ks[-1] != vs[-2]:
+            return None
+        if any(str(x.ty.dtype) != "float32" for x in (q, kt, v)):
+            return None
+        t, e = ks[-1], vs[-1]
+        if t < 2 * self.lanes or e % self.lanes:
+            return None
+        tile = attention_tile(self.lanes)
+        self.count += 1
+        return self.builder_.call_te(
+            lambda a, b, c: attention(a, b, c, scale, tile, axes), *sources,
+            primfunc_name_hint="attention",
+            primfunc_attrs={"op_pattern": OPAQUE, "attention_rows": tile.rows,
+                            "attention_cols": tile.cols})
+
+    def run(self, func: relax.Function) -> relax.Function:
+        self.uses = var_uses(func)
+        return self.visit_expr(func)
+
+
+def attention_kernels(target: tvm.target.Target) -> tvm.transform.Pass:
+    """The pass of the module doc for a CPU ``target``."""
+    lanes = cpu_info(target).f32_lanes
+
+    @tvm.transform.module_pass(opt_level=0, name="AttentionKernels")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        rewriter = _AttentionRewriter(mod, lanes)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gv, rewriter.run(func))
+        if not rewriter.count:
+            return mod
+        log.debug("%d attention chains as one kernel", rewriter.count)
+        out = rewriter.builder_.get()
+        return relax.transform.DeadCodeElimination()(out)
+
+    return _pass

@@ -1,0 +1,175 @@
+"""Schedule of the one-kernel attention (:mod:`tvm_cocopie.topi.cpu.attention`).
+
+::
+
+    parallel  batch x head x D                      attn_k_pack: K^T, padded columns
+    parallel  batch x head, query-row chunks         (fused; about 8 tasks per core)
+      serial  row tiles of ``rows`` in the chunk
+        attn_q_pack  the tile's query rows
+        attn_scores  tiles of rows x (cols x lanes) accumulators over D (FMA)
+        attn_max*    row maximum in vector lanes, tail, lanes combined
+        attn_exp     exp((s - max) * scale) vectorized (fast_exp inlined), 0 on padding
+        attn_sum*    row sum in vector lanes
+        attn_pv      rows x 2 vectors of E accumulators over the T real columns
+        attn_norm    divided by the row sum, vectorized
+        attn_out     the tile's real rows (S rounded up to tiles for the steps above)
+
+A row tile's scores (``rows x T'`` floats) and probabilities stay in L1 between the
+steps: nothing of size ``S x T`` is written to memory. ``K^T`` (``D x T'`` per head)
+is packed once, before the tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from tvm import s_tir
+
+from ...errors import last_line
+from ...target import CpuInfo
+from ...topi.cpu.attention import BLOCKS
+from ..base import CpuRule, const_extent
+
+log = logging.getLogger(__name__)
+
+#: parallel tasks per core (balance against the per-task pack of K^T)
+TASKS_PER_CORE = 8
+
+
+def _block(sch: s_tir.Schedule, name: str):
+    return sch.get_sblock(name)
+
+
+def chunk_count(batch: int, tiles: int, cores: int) -> int:
+    """Chunks per head of ``tiles`` row tiles: a divisor of ``tiles`` (whole chunks, no
+    bound in the loops) giving about :data:`TASKS_PER_CORE` tasks per core over
+    ``batch`` heads, at least one task per core where the tiles allow."""
+    want = TASKS_PER_CORE * cores / max(batch, 1)
+    divisors = [d for d in range(1, tiles + 1) if tiles % d == 0]
+    enough = [d for d in divisors if batch * d >= cores] or divisors[-1:]
+    return min(enough, key=lambda d: (abs(math.log(d / want)) if want >= 1 else d))
+
+
+def _vectorize_last(sch: s_tir.Schedule, block, lanes: int, unroll: bool = True) -> None:
+    """Split the block's innermost loop into vectors of ``lanes`` (it is a multiple)."""
+    loops = sch.get_loops(block)
+    outer, vec = sch.split(loops[-1], [None, lanes])
+    sch.vectorize(vec)
+    if unroll and const_extent(sch, outer) is not None and const_extent(sch, outer) <= 8:
+        sch.unroll(outer)
+
+
+def schedule_attention(sch: s_tir.Schedule, info: CpuInfo, rows: int, cols: int) -> None:
+    """The nest of the module doc on ``sch``'s attention kernel."""
+    lanes = info.f32_lanes
+    b = {name: _block(sch, name) for name in BLOCKS}
+    expo = sch.get_producers(b["attn_exp"])[0]  # TOPI's fast_exp
+    sch.compute_inline(b["attn_delta"])
+    sch.compute_inline(expo)
+
+    out = b["attn_norm"]
+    *batch, i, _ = sch.get_loops(out)
+    extents = [const_extent(sch, lp) for lp in (*batch, i)]
+    nbatch, tiles = math.prod(extents[:-1]), extents[-1] // rows
+    chunks = chunk_count(nbatch, tiles, info.num_cores)
+    ic, it, _ = sch.split(i, [chunks, tiles // chunks, rows])
+    task = sch.fuse(*batch, ic) if batch else ic
+    sch.parallel(task)
+
+    # producers at the row tile, last first so each finds its consumer placed
+    for name in ("attn_pv", "attn_sum", "attn_sum_part", "attn_exp", "attn_max",
+                 "attn_max_lanes", "attn_max_tail", "attn_max_part", "attn_scores",
+                 "attn_q_pack"):
+        sch.compute_at(b[name], it)
+    _vectorize_last(sch, out, lanes, unroll=False)
+    sch.reverse_compute_at(b["attn_out"], it)  # the real rows of the tile
+    _vectorize_last(sch, b["attn_out"], lanes, unroll=False)
+
+    # K^T packed once per head, in parallel over heads and rows of K^T, before the
+    # tasks (a pack per task read K through its permutation once per chunk: BERT's
+    # attention 1.03x slower than the separate kernels); vectorized where K^T's columns
+    # are contiguous in the source, the tile's queries likewise
+    kp = b["attn_k_pack"]
+    *k_outer, _ = sch.get_loops(kp)
+    sch.parallel(sch.fuse(*k_outer) if len(k_outer) > 1 else k_outer[0])
+    if _contiguous_read(sch, kp):
+        _vectorize_last(sch, kp, lanes, unroll=False)
+    if const_extent(sch, sch.get_loops(b["attn_q_pack"])[-1]) % lanes == 0:
+        _vectorize_last(sch, b["attn_q_pack"], lanes, unroll=False)
+
+    # scores: rows x (cols x lanes) accumulators, the reduction over D outside them
+    sc = b["attn_scores"]
+    si, sj, sd = sch.get_loops(sc)[-3:]
+    sjo, sjc, sjv = sch.split(sj, [None, cols, lanes])
+    sch.reorder(sjo, sd, si, sjc, sjv)
+    sch.vectorize(sjv)
+    sch.unroll(si)
+    sch.unroll(sjc)
+    sch.decompose_reduction(sc, sd)
+
+    # row maximum: partials in lanes (reduction outside the lane loop), tail, combine
+    mp = b["attn_max_part"]
+    mi, ml, mo = sch.get_loops(mp)[-3:]
+    sch.reorder(mi, mo, ml)
+    sch.vectorize(ml)
+    sch.decompose_reduction(mp, mo)
+
+    # probabilities (fast_exp inlined): vectorized along the columns
+    _vectorize_last(sch, b["attn_exp"], lanes, unroll=False)
+
+    # row sum in lanes
+    sp = b["attn_sum_part"]
+    pi, pl, po = sch.get_loops(sp)[-3:]
+    sch.reorder(pi, po, pl)
+    sch.vectorize(pl)
+    sch.decompose_reduction(sp, po)
+
+    # P V: rows x 2 vectors of E per accumulator tile, over the real columns
+    pv = b["attn_pv"]
+    vi, ve, vj = sch.get_loops(pv)[-3:]
+    e_extent = const_extent(sch, ve)
+    ecols = 2 if e_extent % (2 * lanes) == 0 else 1
+    veo, vec_, vev = sch.split(ve, [None, ecols, lanes])
+    sch.reorder(veo, vj, vi, vec_, vev)
+    sch.vectorize(vev)
+    sch.unroll(vi)
+    sch.unroll(vec_)
+    sch.decompose_reduction(pv, vj)
+
+
+def _contiguous_read(sch: s_tir.Schedule, block) -> bool:
+    """Whether the block reads its source along its innermost iteration (vector loads,
+    not gathers)."""
+    b = sch.get(block)
+    last = b.iter_vars[-1].var
+    index = b.reads[0].region[-1].min
+    return isinstance(index, type(last)) and index.same_as(last)
+
+
+class Attention(CpuRule):
+    """The one-kernel attention of :mod:`tvm_cocopie.topi.cpu.attention`."""
+
+    name = "attention"
+
+    def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
+        """The module doc's nest; ``None`` for kernels that are not the attention compute."""
+        names = set()
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            names.add(sch.get(block).name_hint)
+        if not set(BLOCKS) <= names:
+            return None
+        func = sch.mod["main"]
+        rows, cols = _tile_of(func)
+        try:
+            schedule_attention(sch, info, rows, cols)
+        except Exception as err:  # noqa: BLE001 - logged, then the fallback rule takes it
+            log.warning("attention kernel left unscheduled: %s", last_line(err))
+            return None
+        return [sch] if tunable else sch
+
+
+def _tile_of(func) -> tuple[int, int]:
+    """The register tile the compute was padded for (its PrimFunc attributes)."""
+    attrs = func.attrs
+    return int(attrs["attention_rows"]), int(attrs["attention_cols"])

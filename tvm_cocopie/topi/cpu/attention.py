@@ -1,0 +1,148 @@
+"""Scaled dot-product attention as one kernel: ``softmax(Q K^T * scale) V``.
+
+Unfused, attention is three kernels with two ``[*batch, S, T]`` tensors between them
+(scores, then probabilities), a separate pack of ``K^T`` for the matmul and a softmax
+whose two row reductions each read the whole score matrix again. Here one compute
+holds the chain; its schedule (:mod:`tvm_cocopie.schedules.cpu.attention`) runs it per
+head and block of query rows with the rows' scores in cache:
+
+- ``attn_k_pack``: ``K^T`` with its ``T`` columns padded to whole register tiles
+  (zeros), so the score loop is whole vectors;
+- ``attn_q_pack``: a register tile's query rows (padded rows repeat the last query);
+- ``attn_scores``: ``Q K^T`` over the padded columns;
+- ``attn_max_part`` / ``attn_max_tail`` / ``attn_max_lanes`` / ``attn_max``: the row
+  maximum over the ``T``
+  real columns, in vector lanes over the whole vectors and a scalar tail (a padded
+  column's score, 0, must not enter the maximum);
+- ``attn_delta``, TOPI's ``fast_exp`` (vectorizable polynomial), ``attn_exp``:
+  ``exp((s - max) * scale)``, 0 on padded columns;
+- ``attn_sum_part`` / ``attn_sum``: the row sum, in lanes;
+- ``attn_pv`` and ``attn_norm``: the probabilities times ``V`` over the real columns,
+  divided by the row sum;
+- ``attn_out``: the ``S`` real rows (every step before runs on ``S`` rounded up to whole
+  register tiles, the extra rows repeating the last query, so the schedule's row loops
+  carry no bound).
+
+``scale`` must be positive (``softmax(c * s)`` then subtracts ``c * max(s)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import te, tirx, topi
+
+#: block names the schedule rule looks for
+BLOCKS = ("attn_k_pack", "attn_q_pack", "attn_scores", "attn_max_part", "attn_max_tail", "attn_max_lanes",
+          "attn_max",
+          "attn_delta", "attn_exp", "attn_sum_part", "attn_sum", "attn_pv", "attn_norm",
+          "attn_out")
+
+
+@dataclass(frozen=True)
+class AttentionTile:
+    """``rows`` query rows per register tile, ``cols`` vectors of ``lanes`` scores per
+    tile (the score columns are padded to ``cols * lanes``)."""
+
+    rows: int
+    cols: int
+    lanes: int
+
+    @property
+    def width(self) -> int:
+        """Columns of one register tile."""
+        return self.cols * self.lanes
+
+
+def attention_tile(lanes: int) -> AttentionTile:
+    """The register tile for ``lanes`` float32 lanes: 4 rows x 2 vectors of scores (8
+    accumulators, AVX2's 16 registers leave room for the loads; AVX-512 too)."""
+    return AttentionTile(rows=4, cols=2, lanes=lanes)
+
+
+def padded_columns(t: int, tile: AttentionTile) -> int:
+    """``t`` rounded up to whole register tiles."""
+    return -(-t // tile.width) * tile.width
+
+
+def _through(x: te.Tensor, axes):
+    """``permute_dims(x, axes)`` as a shape and an index function (no copy); ``axes``
+    ``None``: ``x`` itself."""
+    shape = [int(n) for n in x.shape]
+    if axes is None:
+        return shape, lambda idx: x[tuple(idx)]
+    axes = [int(a) for a in axes]
+    return ([shape[a] for a in axes],
+            lambda idx: x[tuple(idx[axes.index(a)] for a in range(len(axes)))])
+
+
+def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
+              tile: AttentionTile, axes=(None, None, None)) -> te.Tensor:
+    """``softmax(q @ kt * scale, axis=-1) @ v`` for ``q [*b, S, D]``, ``kt [*b, D, T]``,
+    ``v [*b, T, E]`` (static shapes, the same batch dims); ``[*b, S, E]``.
+
+    ``axes``: for each of ``q``, ``kt``, ``v``, the axes of a ``permute_dims`` the kernel
+    reads it through (the heads split off a ``[B, S, H, D]`` projection), or ``None``.
+    """
+    (q_shape, q_at), (k_shape, k_at), (v_shape, v_at) = (
+        _through(x, a) for x, a in zip((q, kt, v), axes, strict=True))
+    *batch, s, d = q_shape
+    t = k_shape[-1]
+    e = v_shape[-1]
+    tp = padded_columns(t, tile)
+    sp = -(-s // tile.rows) * tile.rows
+    lanes = tile.lanes
+    whole = t - t % lanes
+    dtype = q.dtype
+    zero = tirx.const(0.0, dtype)
+
+    k_pack = te.compute((*batch, d, tp), lambda *i: tirx.if_then_else(
+        i[-1] < t, k_at((*i[:-1], tirx.min(i[-1], t - 1))), zero), name="attn_k_pack")
+    # the rows of a register tile, the last query repeated on padded rows (a clamped
+    # index inside the FMA loop cost a third of the kernel at 197 tokens)
+    q_pack = te.compute((*batch, sp, d), lambda *i: q_at((*i[:-2], tirx.min(i[-2], s - 1),
+                                                          i[-1])), name="attn_q_pack")
+    rd = te.reduce_axis((0, d), "rd")
+    scores = te.compute((*batch, sp, tp), lambda *i: te.sum(
+        q_pack[(*i[:-1], rd)] * k_pack[(*i[:-2], rd, i[-1])], axis=rd), name="attn_scores")
+    ro = te.reduce_axis((0, whole // lanes), "ro")
+    max_part = te.compute((*batch, sp, lanes), lambda *i: te.max(
+        scores[(*i[:-1], ro * lanes + i[-1])], axis=ro), name="attn_max_part")
+    if t > whole:
+        rt = te.reduce_axis((0, t - whole), "rt")
+        max_tail = te.compute((*batch, sp), lambda *i: te.max(
+            scores[(*i, rt + whole)], axis=rt), name="attn_max_tail")
+    else:  # no tail: a reduction over nothing would never run its init (garbage)
+        max_tail = te.compute((*batch, sp), lambda *i: tirx.min_value(dtype),
+                              name="attn_max_tail")
+    rl = te.reduce_axis((0, lanes), "rl")
+    lane_max = te.compute((*batch, sp), lambda *i: te.max(max_part[(*i, rl)], axis=rl),
+                          name="attn_max_lanes")
+    row_max = te.compute((*batch, sp), lambda *i: tirx.max(lane_max(*i), max_tail(*i)),
+                         name="attn_max")
+    c = tirx.const(float(scale), dtype)
+    delta = te.compute((*batch, sp, tp), lambda *i: (scores(*i) - row_max(*i[:-1])) * c,
+                       name="attn_delta")
+    expo = topi.fast_exp(delta)
+    probs = te.compute((*batch, sp, tp), lambda *i: tirx.if_then_else(
+        i[-1] < t, expo(*i), zero), name="attn_exp")
+    rs = te.reduce_axis((0, tp // lanes), "rs")
+    sum_part = te.compute((*batch, sp, lanes), lambda *i: te.sum(
+        probs[(*i[:-1], rs * lanes + i[-1])], axis=rs), name="attn_sum_part")
+    rl2 = te.reduce_axis((0, lanes), "rl2")
+    row_sum = te.compute((*batch, sp), lambda *i: te.sum(sum_part[(*i, rl2)], axis=rl2),
+                         name="attn_sum")
+    rj = te.reduce_axis((0, t), "rj")
+    pv = te.compute((*batch, sp, e), lambda *i: te.sum(
+        probs[(*i[:-1], rj)] * v_at((*i[:-2], rj, i[-1])), axis=rj), name="attn_pv")
+    norm = te.compute((*batch, sp, e), lambda *i: pv(*i) / row_sum(*i[:-1]), name="attn_norm")
+    return te.compute((*batch, s, e), lambda *i: norm(*i), name="attn_out")
+
+
+def attention_numpy(q, kt, v, scale: float):
+    """The float64 reference of :func:`attention` (tests)."""
+    import numpy as np
+
+    s = np.matmul(q.astype(np.float64), kt.astype(np.float64)) * scale
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    return np.matmul(s / s.sum(axis=-1, keepdims=True), v.astype(np.float64))
