@@ -40,7 +40,7 @@ from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
-__all__ = ["Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulPacked", "RowReduction", "Winograd",
+__all__ = ["Attention", "Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulPacked", "RowReduction", "Winograd",
            "default_rules"]
 
 

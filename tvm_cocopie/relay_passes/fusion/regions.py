@@ -90,7 +90,8 @@ class _Repair:
 
 def repair_access_regions(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with each block's reads and writes covering what its body accesses."""
-    repair = _Repair([p for p in func.params if isinstance(p, tirx.Buffer)])
+    # scalar parameters (symbolic dims) are Vars too, but not buffers: TVM refuses them
+    repair = _Repair([p for p in func.params if isinstance(p.ty, tirx.BufferType)])
     body = repair.stmt(func.body)
     if not repair.changed:
         return func
