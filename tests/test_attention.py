@@ -20,6 +20,7 @@ from tvm_cocopie.schedules.cpu.attention import chunk_count, schedule_attention
 from tvm_cocopie.target import cpu_info, host_target
 from tvm_cocopie.topi.cpu.attention import (
     AttentionTile,
+    View,
     attention,
     attention_numpy,
     attention_tile,
@@ -66,8 +67,20 @@ def test_kernel_reads_through_permutations(tile):
     lanes = cpu_info(tvm.target.Target(host_target())).f32_lanes
     axes = ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3])
     shapes = [(1, 50, 3, 64)] * 3
-    arrays, got = _run_kernel(shapes, axes, 0.3, True, AttentionTile(*tile, lanes))
+    views = [View(axes=a) for a in axes]
+    arrays, got = _run_kernel(shapes, views, 0.3, True, AttentionTile(*tile, lanes))
     want = attention_numpy(*(_permuted(a, x) for a, x in zip(arrays, axes, strict=True)), 0.3)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_kernel_reads_through_squeeze_and_permutation():
+    """ViT's form: q, k, v are parts of a split [3, B, H, T, D] squeezed; K^T a
+    permutation of the squeezed k."""
+    shapes = [(1, 1, 3, 50, 32), (1, 1, 3, 50, 32), (1, 1, 3, 50, 32)]
+    views = [View((0,)), View((0,), (0, 1, 3, 2)), View((0,))]
+    arrays, got = _run_kernel(shapes, views, 0.2, True)
+    q, k, v = (a[0] for a in arrays)
+    want = attention_numpy(q, k.transpose(0, 1, 3, 2), v, 0.2)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
@@ -93,10 +106,14 @@ def _attention_model(seq=40, heads=2, head_dim=32, scale_op="Div", extra_output=
     nodes.append(helper.make_node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]))
     nodes.append(helper.make_node("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]))
     nodes.append(helper.make_node("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]))
-    nodes.append(helper.make_node("MatMul", ["q", "kt"], ["qk"]))
     inits.append(numpy_helper.from_array(np.array(
         math.sqrt(head_dim) if scale_op == "Div" else 1 / math.sqrt(head_dim), np.float32), "c"))
-    nodes.append(helper.make_node(scale_op, ["qk", "c"], ["scores"]))
+    if scale_op == "MulQ":  # ViT: q scaled before the product
+        nodes.append(helper.make_node("Mul", ["q", "c"], ["qs"]))
+        nodes.append(helper.make_node("MatMul", ["qs", "kt"], ["scores"]))
+    else:
+        nodes.append(helper.make_node("MatMul", ["q", "kt"], ["qk"]))
+        nodes.append(helper.make_node(scale_op, ["qk", "c"], ["scores"]))
     nodes.append(helper.make_node("Softmax", ["scores"], ["p"], axis=-1))
     nodes.append(helper.make_node("MatMul", ["p", "v"], ["ctx"]))
     nodes.append(helper.make_node("Transpose", ["ctx"], ["y"], perm=[0, 2, 1, 3]))
@@ -114,12 +131,12 @@ def _kernels(model, options=None) -> list[str]:
     return [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
 
 
-@pytest.mark.parametrize("scale_op", ["Div", "Mul"])
+@pytest.mark.parametrize("scale_op", ["Div", "Mul", "MulQ"])
 def test_attention_chain_is_one_kernel_and_matches_ort(scale_op):
     model = _attention_model(scale_op=scale_op)
     names = _kernels(model)
     assert "attention" in names
-    assert not any("softmax" in n for n in names)
+    assert not any("softmax" in n or "multiply" in n for n in names)
     # the heads' transposes are read through: no transpose kernel before the attention
     assert sum("transpose" in n for n in names) <= 1  # the output's, after it
     x = np.random.default_rng(2).standard_normal((1, 40, 64)).astype(np.float32)
@@ -146,3 +163,47 @@ def test_switch_and_schedule():
     kernel = mod[mod.get_global_var("attention")]
     assert kernel.attrs.get("tirx.is_scheduled")
     assert "T.parallel" in kernel.script()
+
+
+def _layer_norm_model(bias=True, outputs=1, n=192):
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, n).astype(np.float32), "g")]
+    ins = ["x", "g"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b"))
+        ins.append("b")
+    names = ["y", "mean", "inv_std"][:outputs]
+    node = helper.make_node("LayerNormalization", ins, names, axis=-1, epsilon=1e-5)
+    shapes = [[2, 50, n], [2, 50, 1], [2, 50, 1]]
+    return make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 50, n])],
+                      [helper.make_tensor_value_info(m, TensorProto.FLOAT, s)
+                       for m, s in zip(names, shapes, strict=False)], inits)
+
+
+@pytest.mark.parametrize("bias,outputs,n", [(True, 1, 192), (False, 1, 100), (True, 3, 192)])
+def test_layer_norm_is_one_kernel_and_matches_ort(bias, outputs, n):
+    """LayerNormalization's Y is one op and one kernel (stock fusion made three of the
+    decomposed form); the optional Mean / InvStdDev outputs still come out when asked."""
+    model = _layer_norm_model(bias, outputs, n)
+    names = _kernels(model)
+    assert "layer_norm" in names
+    if outputs == 1:
+        assert not any("mean" in k or "rsqrt" in k for k in names)
+    x = (np.random.default_rng(5).standard_normal((2, 50, n)) * 3 + 7).astype(np.float32)
+    got = tvm_cocopie.compile(model)(x=x)
+    for a, r in zip(got if outputs > 1 else [got], ort_run(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+
+
+def test_dnnfusion_leaves_the_attention_kernel_alone(tmp_path):
+    """DNNFusion had fused the value projection into the attention kernel (a row-local
+    pair): the fused kernel had no schedule rule and fell back. Kernels marked
+    ``ALONE`` are blocks of their own."""
+    model = _attention_model()
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "fusion.sqlite"))
+    mod = run_until(from_onnx(model), host_target(), "fusion", opts)
+    names = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert "attention" in names
+    x = np.random.default_rng(6).standard_normal((1, 40, 64)).astype(np.float32)
+    got = tvm_cocopie.compile(model, options=opts)(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)

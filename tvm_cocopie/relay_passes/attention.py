@@ -1,11 +1,12 @@
 """Scaled dot-product attention chains given one kernel.
 
-``matmul(softmax(matmul(q, kt) [* c | / c], axis=-1), v)`` (the form ONNX exporters
+``matmul(softmax(matmul(q [* c], kt) [* c | / c], axis=-1), v)`` (the form ONNX exporters
 write for BERT, ViT and the OCR recognizers' transformer blocks) becomes one call of the
 attention kernel (:mod:`tvm_cocopie.topi.cpu.attention`): the scores and probabilities
 never leave the cache, the softmax's row reductions run on the rows just computed.
-A ``q``, ``kt`` or ``v`` that is a ``permute_dims`` used only there (the heads split off
-a projection, ``K`` transposed) is read through by the kernel instead of copied. The
+A ``q``, ``kt`` or ``v`` that is a ``permute_dims`` and/or a ``squeeze`` used only there
+(the heads split off a projection, ``K`` transposed, a ``split``'s part) is read through
+by the kernel instead of copied. The
 chain is taken when the scores and probabilities have no other use, shapes are static
 float32 with equal batch dims (no broadcast), the scale is a positive scalar constant,
 the key length is at least two vectors and the value width whole vectors; otherwise it
@@ -23,11 +24,13 @@ from tvm import relax
 
 from ..exprs import const_np, is_constant, op_name, static_shape, var_uses
 from ..target import cpu_info
-from ..topi.cpu.attention import attention, attention_tile
+from ..topi.cpu.attention import View, attention, attention_tile
+from .fusion.plan import ALONE
 
 log = logging.getLogger(__name__)
 
-#: the kernel's PrimFunc attributes: opaque to fusion (its schedule is the kernel's own)
+#: the kernel's ``op_pattern``: opaque to stock fusion (its schedule is the kernel's own;
+#: DNNFusion is told by :data:`~.fusion.plan.ALONE`)
 OPAQUE = 8
 
 
@@ -77,16 +80,36 @@ class _AttentionRewriter(relax.PyExprMutator):
             return mm.args[0], mm.args[1], c if name == "multiply" else 1.0 / c
         return None
 
-    def _unpermuted(self, var):
-        """``(x, axes)`` when ``var`` is ``permute_dims(x, axes)`` used only here (the
-        kernel reads through it: no transpose kernel), else ``(var, None)``."""
-        perm = self._bound(var, "permute_dims")
-        if perm is None or static_shape(perm.args[0]) is None:
-            return var, None
-        rank = len(static_shape(perm.args[0]))
-        axes = perm.attrs.axes
-        axes = list(range(rank))[::-1] if axes is None else [int(a) for a in axes]
-        return perm.args[0], axes
+    def _scaled(self, var):
+        """``(x, c)`` when ``var`` is ``x * c`` (single use, positive scalar constant)."""
+        call = self._bound(var, "multiply")
+        if call is None:
+            return None
+        for x, c in (call.args, call.args[::-1]):
+            value = _scalar(c)
+            if value is not None and value > 0 and not is_constant(x):
+                return x, value
+        return None
+
+    def _view(self, var):
+        """``(x, View)``: ``var`` as single-use ``permute_dims`` and/or ``squeeze`` of
+        unit axes over ``x``, which the kernel reads through (no copy kernels)."""
+        source, axes, squeezed = var, None, ()
+        perm = self._bound(source, "permute_dims")
+        if perm is not None and static_shape(perm.args[0]) is not None:
+            rank = len(static_shape(perm.args[0]))
+            axes = perm.attrs.axes
+            axes = tuple(range(rank))[::-1] if axes is None else tuple(int(a) for a in axes)
+            source = perm.args[0]
+        sq = self._bound(source, "squeeze")
+        if sq is not None and sq.attrs.axis is not None and static_shape(sq.args[0]):
+            shape = static_shape(sq.args[0])
+            squeezed = tuple(int(a) % len(shape) for a in sq.attrs.axis)
+            if all(shape[a] == 1 for a in squeezed):
+                source = sq.args[0]
+            else:
+                squeezed = ()
+        return source, View(squeezed, axes)
 
     def visit_call_(self, call):
         new = super().visit_call_(call)
@@ -104,8 +127,11 @@ class _AttentionRewriter(relax.PyExprMutator):
         if found is None:
             return None
         q, kt, scale = found
+        pre = self._scaled(q)  # ViT scales q before the product: fold it into the kernel
+        if pre is not None:
+            q, scale = pre[0], scale * pre[1]
         shapes = [static_shape(x) for x in (q, kt, v)]
-        sources, axes = zip(*(self._unpermuted(x) for x in (q, kt, v)), strict=True)
+        sources, views = zip(*(self._view(x) for x in (q, kt, v)), strict=True)
         if any(s is None or len(s) < 3 for s in shapes):
             return None
         qs, ks, vs = shapes
@@ -122,9 +148,9 @@ class _AttentionRewriter(relax.PyExprMutator):
         tile = attention_tile(self.lanes)
         self.count += 1
         return self.builder_.call_te(
-            lambda a, b, c: attention(a, b, c, scale, tile, axes), *sources,
+            lambda a, b, c: attention(a, b, c, scale, tile, views), *sources,
             primfunc_name_hint="attention",
-            primfunc_attrs={"op_pattern": OPAQUE, "attention_rows": tile.rows,
+            primfunc_attrs={"op_pattern": OPAQUE, ALONE: True, "attention_rows": tile.rows,
                             "attention_cols": tile.cols})
 
     def run(self, func: relax.Function) -> relax.Function:

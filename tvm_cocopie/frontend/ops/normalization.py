@@ -13,6 +13,7 @@ and returns the updated running mean and variance.
 
 from __future__ import annotations
 
+import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
@@ -44,6 +45,11 @@ class LayerNormalization(stock.OnnxOpConverter):
         centered = bb.emit(op.subtract(xs, mean))
         var = bb.emit(op.mean(op.multiply(centered, centered), axes, keepdims=True))
         inv_std = bb.emit(op.rsqrt(op.add(var, scalar(eps, stash))))
+        fused = _one_op(x, scale, bias, axes, eps, stash == dtype)
+        if fused is not None:
+            # Y as one op (one kernel); the statistics above stay for the optional
+            # outputs and are dropped as dead code when nothing reads them
+            return relax.Tuple([bb.emit(fused), mean, inv_std])
         y = bb.emit(op.multiply(centered, inv_std))
         if stash != dtype:
             y = bb.emit(op.astype(y, dtype))
@@ -51,6 +57,22 @@ class LayerNormalization(stock.OnnxOpConverter):
         if bias is not None:
             y = bb.emit(op.add(y, bias))
         return relax.Tuple([y, mean, inv_std])
+
+
+def _one_op(x, scale, bias, axes, eps: float, same_dtype: bool):
+    """``relax.nn.layer_norm`` for a normalization over the last axis with per-element
+    scale and bias of that length, else ``None`` (the decomposed form)."""
+    from ...exprs import static_shape
+
+    shape = static_shape(x)
+    if not same_dtype or shape is None or axes != [len(shape) - 1]:
+        return None
+    n = shape[-1]
+    if static_shape(scale) != [n] or (bias is not None and static_shape(bias) != [n]):
+        return None
+    if bias is None:
+        bias = relax.const(np.zeros(n, dtype_of(x)))
+    return relax.op.nn.layer_norm(x, scale, bias, axes=[-1], epsilon=eps)
 
 
 def _rms_normalization(bb, inputs, attr, params):

@@ -32,6 +32,10 @@ from .table import Color, opportunity
 
 log = logging.getLogger(__name__)
 
+#: a PrimFunc attribute: the kernel is a whole computation with its own schedule rule
+#: (the one-kernel attention): DNNFusion leaves it a block of its own
+ALONE = "cocopie_alone"
+
 #: a yellow pair's decision: ``decide(block nodes, candidate node, fused type) -> fuse?``
 #: (:class:`.apply.DNNFusion` binds the module a ``MeasuredDecision`` also takes)
 Decide = Callable[[list, "Node", MappingType], bool]
@@ -52,6 +56,7 @@ class Node:
     producers: list = field(default_factory=list)  # nodes whose results it reads
     consumers: list = field(default_factory=list)  # nodes that read its result
     escapes: bool = False  # read by something that is not a node
+    alone: bool = False  # never fused (its PrimFunc carries :data:`ALONE`)
     #: producer node -> {its result's dim: this node's result dim} for the dims this node
     #: reads at its own position (:func:`.locality.row_map`)
     row_maps: dict = field(default_factory=dict)
@@ -80,6 +85,8 @@ class ECG:
                     node = Node(index, binding.var, gv.name_hint,
                                 kind if kind is not None else MappingType.MANY_TO_MANY,
                                 _bytes(binding.var))
+                    attrs = mod[gv].attrs
+                    node.alone = bool(attrs is not None and attrs.get(ALONE, False))
                     for position, arg in enumerate(args):
                         producer = by_var.get(arg)
                         if producer is None:
@@ -138,7 +145,8 @@ def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
     """DNNFusion's plan: the blocks of ``graph`` (blocks of one node included), in
     program order of their outputs.
 
-    Seeds are the thesis' One-to-One nodes first, smallest result first; then, where
+    Kernels marked :data:`ALONE` are blocks of their own. Seeds are the thesis'
+    One-to-One nodes first, smallest result first; then, where
     nodes are left, the moves (Reorganize, Shuffle) and the rest, so that a chain of
     reshapes and transposes, or a reduction and the transpose after it, also gets its
     block. Then :func:`merge_blocks` joins neighbouring blocks (``merge`` settles the
@@ -146,6 +154,10 @@ def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
     """
     owner: dict = {}
     blocks: list[Block] = []
+    for node in graph.nodes:
+        if node.alone:
+            owner[node] = Block([node], node.kind)
+            blocks.append(owner[node])
     while True:
         seeds = [n for n in graph.nodes if n not in owner]
         if not seeds:
@@ -222,6 +234,8 @@ def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
             if len(targets) != 1:
                 continue
             second = targets.pop()
+            if any(n.alone for n in (*first.nodes, *second.nodes)):
+                continue
             key = (tuple(n.index for n in first.nodes), tuple(n.index for n in second.nodes))
             if key in rejected or len(first.nodes) + len(second.nodes) > max_ops:
                 continue

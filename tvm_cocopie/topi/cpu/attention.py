@@ -65,27 +65,46 @@ def padded_columns(t: int, tile: AttentionTile) -> int:
     return -(-t // tile.width) * tile.width
 
 
-def _through(x: te.Tensor, axes):
-    """``permute_dims(x, axes)`` as a shape and an index function (no copy); ``axes``
-    ``None``: ``x`` itself."""
+@dataclass(frozen=True)
+class View:
+    """How the kernel reads an operand from its source tensor without a copy: unit
+    axes ``squeezed`` away first (``squeeze(x, axes)``), then ``axes`` permuted
+    (``permute_dims``); empty / ``None``: not applied."""
+
+    squeezed: tuple = ()
+    axes: tuple | None = None
+
+
+def _through(x: te.Tensor, view: View | None):
+    """The operand ``view`` makes of ``x``: its shape and an index function."""
     shape = [int(n) for n in x.shape]
-    if axes is None:
-        return shape, lambda idx: x[tuple(idx)]
-    axes = [int(a) for a in axes]
-    return ([shape[a] for a in axes],
-            lambda idx: x[tuple(idx[axes.index(a)] for a in range(len(axes)))])
+    view = view or View()
+    squeezed = sorted(a % len(shape) for a in view.squeezed)
+    kept = [a for a in range(len(shape)) if a not in squeezed]
+    shape = [shape[a] for a in kept]
+    axes = list(range(len(kept))) if view.axes is None else [int(a) for a in view.axes]
+
+    def at(idx):
+        unpermuted = [idx[axes.index(a)] for a in range(len(axes))]
+        full = [0] * (len(kept) + len(squeezed))
+        for position, a in enumerate(kept):
+            full[a] = unpermuted[position]
+        return x[tuple(full)]
+
+    return [shape[a] for a in axes], at
 
 
 def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
-              tile: AttentionTile, axes=(None, None, None)) -> te.Tensor:
+              tile: AttentionTile, views=(None, None, None)) -> te.Tensor:
     """``softmax(q @ kt * scale, axis=-1) @ v`` for ``q [*b, S, D]``, ``kt [*b, D, T]``,
     ``v [*b, T, E]`` (static shapes, the same batch dims); ``[*b, S, E]``.
 
-    ``axes``: for each of ``q``, ``kt``, ``v``, the axes of a ``permute_dims`` the kernel
-    reads it through (the heads split off a ``[B, S, H, D]`` projection), or ``None``.
+    ``views``: for each of ``q``, ``kt``, ``v``, the :class:`View` the kernel reads it
+    through from the tensor given (the heads split off a ``[B, S, H, D]`` projection,
+    ``K`` transposed, a ``split``'s part squeezed), or ``None``.
     """
     (q_shape, q_at), (k_shape, k_at), (v_shape, v_at) = (
-        _through(x, a) for x, a in zip((q, kt, v), axes, strict=True))
+        _through(x, a) for x, a in zip((q, kt, v), views, strict=True))
     *batch, s, d = q_shape
     t = k_shape[-1]
     e = v_shape[-1]

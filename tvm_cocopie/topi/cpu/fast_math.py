@@ -5,8 +5,9 @@ lane: a GELU epilogue then costs more than the matmul it follows (measured: 3.1 
 instead of 1.2 ms for a 128x1536 BERT FFN). TVM's ``topi.fast_exp`` / ``fast_erf`` /
 ``fast_tanh`` are polynomial/range-reduction forms of plain arithmetic that
 vectorize and stay within a few ulp of float32 (the kernel tests compare against
-numpy in float64). This module legalizes the Relax operators that use them; other
-dtypes keep TVM's legalization.
+numpy in float64). This module legalizes the Relax operators that use them, and the
+row kernels (softmax, layer norm) with their reductions split into whole vectors and a
+tail; other dtypes keep TVM's legalization.
 """
 
 from __future__ import annotations
@@ -47,6 +48,67 @@ def _unary(te_func, name):
     return legalize
 
 
+def _row_dims(x: te.Tensor, lanes: int):
+    """``(lead dims, row length n, whole)``: ``whole`` the row's elements in whole vectors
+    (symbolic ``n``: ``n // lanes * lanes``)."""
+    *lead, n = (int(d) if isinstance(d, tirx.IntImm) else d for d in x.shape)
+    whole = n - n % lanes if isinstance(n, int) else tirx.floordiv(n, lanes) * lanes
+    return lead, n, whole
+
+
+def reduce_row(x: te.Tensor, combine, name: str, lanes: int, value=None):
+    """A reduction of ``x`` along its last axis as two computes, the whole vectors of the
+    row (``name_body``) and the elements after them (``name_tail``), for the row schedule
+    to split the first into vector lanes; ``value(index)`` maps an element (default: the
+    element itself). Combine the two per row. Without a tail (a static row of whole
+    vectors) the second is ``None``: a reduction over nothing never runs its init, so its
+    result would be whatever memory held."""
+    lead, n, whole = _row_dims(x, lanes)
+    value = value or (lambda idx: x[idx])
+    body = te.compute(lead, lambda *i: combine(
+        value((*i, k := te.reduce_axis((0, whole), "k"))), axis=k), name=name + "_body")
+    if isinstance(n, int) and n == whole:
+        return body, None
+    # a reduce axis from 0 (one from ``whole`` came out of Relax as extent 5 - 192)
+    tail = te.compute(lead, lambda *i: combine(
+        value((*i, (t := te.reduce_axis((0, n - whole), "t")) + whole)), axis=t),
+        name=name + "_tail")
+    return body, tail
+
+
+def row_layer_norm(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor | None, eps: float,
+                   lanes: int) -> te.Tensor:
+    """Layer normalization over the last axis as one kernel: the mean, then the variance
+    of the centred row (two passes, as the ONNX decomposition computes it, not TOPI's
+    one-pass ``E[x^2] - E[x]^2``), each reduction in whole vectors and a tail
+    (:func:`reduce_row`), then ``(x - mean) * rsqrt(var + eps) * gamma + beta``. Stock
+    fusion made three kernels of the decomposed form (a reduction cannot follow a
+    reduction in one of TVM's groups); the row schedule runs this one per row."""
+    _, n, _ = _row_dims(x, lanes)
+    inv_n = tirx.const(1.0, x.dtype) / tirx.Cast(x.dtype, n)
+    def total(body, tail, i):
+        return body(*i) if tail is None else body(*i) + tail(*i)
+
+    sum_body, sum_tail = reduce_row(x, te.sum, "ln_sum", lanes)
+    mean = te.compute(sum_body.shape, lambda *i: total(sum_body, sum_tail, i) * inv_n,
+                      name="ln_mean")
+
+    def centred_square(idx):
+        d = x[idx] - mean(*idx[:-1])
+        return d * d
+
+    sq_body, sq_tail = reduce_row(x, te.sum, "ln_sqsum", lanes, centred_square)
+    eps_c = tirx.const(eps, x.dtype)
+    inv_std = te.compute(sum_body.shape, lambda *i: tirx.rsqrt(
+        total(sq_body, sq_tail, i) * inv_n + eps_c), name="ln_inv_std")
+
+    def out(*i):
+        y = (x(*i) - mean(*i[:-1])) * inv_std(*i[:-1]) * gamma[i[-1]]
+        return y if beta is None else y + beta[i[-1]]
+
+    return te.compute(x.shape, out, name="ln_out")
+
+
 def row_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
     """``fast_softmax`` over the last axis with each of its two reductions split in the
     whole vectors of the row and the tail after them, combined per row.
@@ -63,24 +125,12 @@ def row_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
     TOPI's softmax kept one scalar chain per row (the encoder's attention at 128 tokens:
     270 -> 172 us, its static kernel 140).
     """
-    *lead, n = (int(d) if isinstance(d, tirx.IntImm) else d for d in x.shape)
-    whole = n - n % lanes if isinstance(n, int) else tirx.floordiv(n, lanes) * lanes
-
-    def reduce_row(tensor, combine, name):
-        body = te.compute(lead, lambda *i: combine(
-            tensor[(*i, k := te.reduce_axis((0, whole), "k"))], axis=k), name=name + "_body")
-        # a reduce axis from 0 (one from ``whole`` came out of Relax as extent 5 - 192)
-        tail = te.compute(lead, lambda *i: combine(
-            tensor[(*i, (t := te.reduce_axis((0, n - whole), "t")) + whole)], axis=t),
-            name=name + "_tail")
-        return body, tail
-
-    max_body, max_tail = reduce_row(x, te.max, "softmax_maxelem")
+    max_body, max_tail = reduce_row(x, te.max, "softmax_maxelem", lanes)
     delta = te.compute(x.shape, lambda *i: x(*i) - tirx.max(max_body(*i[:-1]),
                                                              max_tail(*i[:-1])),
                        name="softmax_delta")
     exp = topi.fast_exp(delta)
-    sum_body, sum_tail = reduce_row(exp, te.sum, "softmax_expsum")
+    sum_body, sum_tail = reduce_row(exp, te.sum, "softmax_expsum", lanes)
     return te.compute(x.shape, lambda *i: exp(*i) / (sum_body(*i[:-1]) + sum_tail(*i[:-1])),
                       name="softmax_norm")
 
@@ -113,6 +163,22 @@ def _softmax(lanes: int):
     return legalize
 
 
+def _layer_norm(lanes: int):
+    def legalize(bb: relax.BlockBuilder, call, fallback):
+        x, gamma, beta = call.args
+        shape = static_shape(x)
+        axes = [int(a) for a in call.attrs.axes]
+        if (not _is_f32(call) or shape is None or len(shape) < 2
+                or axes not in ([-1], [len(shape) - 1]) or shape[-1] < lanes
+                or static_shape(gamma) != [shape[-1]] or static_shape(beta) != [shape[-1]]):
+            return fallback(bb, call)
+        eps = float(call.attrs.epsilon)
+        return bb.call_te(lambda t, g, b: row_layer_norm(t, g, b, eps, lanes), x, gamma, beta,
+                          primfunc_name_hint="layer_norm")
+
+    return legalize
+
+
 def legalize_table(lanes: int) -> dict:
     """Relax op name -> ``legalize(bb, call, fallback)`` of this module, for a CPU with
     ``lanes`` float32 lanes per vector."""
@@ -123,4 +189,5 @@ def legalize_table(lanes: int) -> dict:
         "relax.sigmoid": _unary(_sigmoid, "fast_sigmoid"),
         "relax.nn.gelu": _unary(_gelu, "fast_gelu"),
         "relax.nn.softmax": _softmax(lanes),
+        "relax.nn.layer_norm": _layer_norm(lanes),
     }
