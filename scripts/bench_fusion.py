@@ -35,6 +35,9 @@ FULL_MODELS = [
     "resnet18", "resnet34", "resnet50", "mobilenetv2", "resnext50_32x4d", "vgg16",
     "wrn40_2", "wrn40_2_g4", "bert_encoder", "crnn", "kws_gru",
     "ppocr_det", "ppocr_rec", "ppocr_cls",
+    # the families the generalization issue added
+    "mobilenetv3_large", "mobilenetv3_small", "efficientnet_b0", "shufflenetv2",
+    "yolo_detector", "vit_tiny", "crnn_large_vocab",
 ]
 
 

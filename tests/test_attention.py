@@ -135,10 +135,10 @@ def _kernels(model, options=None) -> list[str]:
 def test_attention_chain_is_one_kernel_and_matches_ort(scale_op):
     model = _attention_model(scale_op=scale_op)
     names = _kernels(model)
-    assert "attention" in names
+    assert any(n.startswith("attention") for n in names)
     assert not any("softmax" in n or "multiply" in n for n in names)
-    # the heads' transposes are read through: no transpose kernel before the attention
-    assert sum("transpose" in n for n in names) <= 1  # the output's, after it
+    # the heads' transposes are read through, the output's written by the store
+    assert not any("transpose" in n for n in names)
     x = np.random.default_rng(2).standard_normal((1, 40, 64)).astype(np.float32)
     got = tvm_cocopie.compile(model)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
@@ -147,7 +147,7 @@ def test_attention_chain_is_one_kernel_and_matches_ort(scale_op):
 def test_chains_with_other_uses_are_left_alone():
     """The probabilities are also an output: the chain keeps its separate kernels."""
     model = _attention_model(extra_output=True)
-    assert "attention" not in _kernels(model)
+    assert not any(n.startswith("attention") for n in _kernels(model))
     x = np.random.default_rng(3).standard_normal((1, 40, 64)).astype(np.float32)
     got = tvm_cocopie.compile(model)(x=x)
     for a, r in zip(got, ort_run(model, {"x": x}), strict=True):
@@ -158,9 +158,10 @@ def test_switch_and_schedule():
     """``PipelineOptions(attention=False)`` keeps the separate kernels; with it on the
     kernel is scheduled by its own rule (parallel), not left to the fallback."""
     model = _attention_model()
-    assert "attention" not in _kernels(model, PipelineOptions(attention=False))
+    off = _kernels(model, PipelineOptions(attention=False))
+    assert not any(n.startswith("attention") for n in off)
     mod = run_until(from_onnx(model), host_target(), "schedule")
-    kernel = mod[mod.get_global_var("attention")]
+    [kernel] = [f for gv, f in mod.functions_items() if gv.name_hint.startswith("attention")]
     assert kernel.attrs.get("tirx.is_scheduled")
     assert "T.parallel" in kernel.script()
 
@@ -203,7 +204,7 @@ def test_dnnfusion_leaves_the_attention_kernel_alone(tmp_path):
     opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "fusion.sqlite"))
     mod = run_until(from_onnx(model), host_target(), "fusion", opts)
     names = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    assert "attention" in names
+    assert any(n.startswith("attention") for n in names)
     x = np.random.default_rng(6).standard_normal((1, 40, 64)).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)

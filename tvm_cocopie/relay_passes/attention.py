@@ -6,7 +6,8 @@ attention kernel (:mod:`tvm_cocopie.topi.cpu.attention`): the scores and probabi
 never leave the cache, the softmax's row reductions run on the rows just computed.
 A ``q``, ``kt`` or ``v`` that is a ``permute_dims`` and/or a ``squeeze`` used only there
 (the heads split off a projection, ``K`` transposed, a ``split``'s part) is read through
-by the kernel instead of copied. The
+by the kernel instead of copied, and a ``permute_dims`` of its result (the heads merged
+back) is written by the kernel's store. The
 chain is taken when the scores and probabilities have no other use, shapes are static
 float32 with equal batch dims (no broadcast), the scale is a positive scalar constant,
 the key length is at least two vectors and the value width whole vectors; otherwise it
@@ -50,6 +51,8 @@ class _AttentionRewriter(relax.PyExprMutator):
         self.lanes = lanes
         self.uses: dict = {}
         self.count = 0
+        #: the kernel calls made: (call, (sources, views, scale, tile, out_axes))
+        self.made: list = []
 
     def _bound(self, var, name: str):
         """The call ``var`` is bound to if it is a ``name`` call with one use."""
@@ -113,10 +116,39 @@ class _AttentionRewriter(relax.PyExprMutator):
 
     def visit_call_(self, call):
         new = super().visit_call_(call)
-        if op_name(new) != "matmul":
-            return new
-        replacement = self._attention(new)
+        name = op_name(new)
+        replacement = None
+        if name == "matmul":
+            replacement = self._attention(new)
+        elif name == "permute_dims":
+            replacement = self._permuted_result(new)
         return new if replacement is None else replacement
+
+    def _permuted_result(self, call):
+        """A single-use attention result permuted: the kernel again, storing permuted."""
+        var = call.args[0]
+        if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
+            return None
+        try:
+            bound = self.lookup_binding(var)
+        except Exception:  # noqa: BLE001 - not a binding of this function
+            return None
+        made = next((m for c, m in self.made if c.same_as(bound)), None)
+        if made is None or made[-1] is not None or call.attrs.axes is None:
+            return None
+        axes = [int(a) for a in call.attrs.axes]
+        if axes[-1] != len(axes) - 1:
+            return None  # the value width stays innermost: the store's vectors
+        return self._emit(*made[:-1], axes)
+
+    def _emit(self, sources, views, scale, tile, out_axes=None):
+        out = self.builder_.call_te(
+            lambda a, b, c: attention(a, b, c, scale, tile, views, out_axes), *sources,
+            primfunc_name_hint="attention",
+            primfunc_attrs={"op_pattern": OPAQUE, ALONE: True, "attention_rows": tile.rows,
+                            "attention_cols": tile.cols})
+        self.made.append((out, (sources, views, scale, tile, out_axes)))
+        return out
 
     def _attention(self, call):
         probs, v = call.args
@@ -147,11 +179,7 @@ class _AttentionRewriter(relax.PyExprMutator):
             return None
         tile = attention_tile(self.lanes)
         self.count += 1
-        return self.builder_.call_te(
-            lambda a, b, c: attention(a, b, c, scale, tile, views), *sources,
-            primfunc_name_hint="attention",
-            primfunc_attrs={"op_pattern": OPAQUE, ALONE: True, "attention_rows": tile.rows,
-                            "attention_cols": tile.cols})
+        return self._emit(sources, views, scale, tile)
 
     def run(self, func: relax.Function) -> relax.Function:
         self.uses = var_uses(func)

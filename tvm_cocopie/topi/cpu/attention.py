@@ -95,13 +95,15 @@ def _through(x: te.Tensor, view: View | None):
 
 
 def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
-              tile: AttentionTile, views=(None, None, None)) -> te.Tensor:
+              tile: AttentionTile, views=(None, None, None), out_axes=None) -> te.Tensor:
     """``softmax(q @ kt * scale, axis=-1) @ v`` for ``q [*b, S, D]``, ``kt [*b, D, T]``,
     ``v [*b, T, E]`` (static shapes, the same batch dims); ``[*b, S, E]``.
 
     ``views``: for each of ``q``, ``kt``, ``v``, the :class:`View` the kernel reads it
     through from the tensor given (the heads split off a ``[B, S, H, D]`` projection,
-    ``K`` transposed, a ``split``'s part squeezed), or ``None``.
+    ``K`` transposed, a ``split``'s part squeezed), or ``None``. ``out_axes``: the
+    result written permuted (``permute_dims(result, out_axes)``: the heads merged back
+    into ``[B, S, H, E]`` by the store, not by a transpose kernel).
     """
     (q_shape, q_at), (k_shape, k_at), (v_shape, v_at) = (
         _through(x, a) for x, a in zip((q, kt, v), views, strict=True))
@@ -155,7 +157,12 @@ def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
     pv = te.compute((*batch, sp, e), lambda *i: te.sum(
         probs[(*i[:-1], rj)] * v_at((*i[:-2], rj, i[-1])), axis=rj), name="attn_pv")
     norm = te.compute((*batch, sp, e), lambda *i: pv(*i) / row_sum(*i[:-1]), name="attn_norm")
-    return te.compute((*batch, s, e), lambda *i: norm(*i), name="attn_out")
+    if out_axes is None:
+        return te.compute((*batch, s, e), lambda *i: norm(*i), name="attn_out")
+    shape = [*batch, s, e]
+    out_axes = [int(a) for a in out_axes]
+    return te.compute([shape[a] for a in out_axes], lambda *i: norm(
+        *(i[out_axes.index(a)] for a in range(len(out_axes)))), name="attn_out")
 
 
 def attention_numpy(q, kt, v, scale: float):
