@@ -54,14 +54,18 @@ class _AttentionRewriter(relax.PyExprMutator):
         #: the kernel calls made: (call, (sources, views, scale, tile, out_axes))
         self.made: list = []
 
-    def _bound(self, var, name: str):
-        """The call ``var`` is bound to if it is a ``name`` call with one use."""
+    def _single_use_value(self, var):
+        """The value ``var`` is bound to, if it is a binding of this function read once."""
         if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
             return None
         try:
-            value = self.lookup_binding(var)
+            return self.lookup_binding(var)
         except Exception:  # noqa: BLE001 - not a binding of this function
             return None
+
+    def _bound(self, var, name: str):
+        """The call ``var`` is bound to if it is a ``name`` call with one use."""
+        value = self._single_use_value(var)
         return value if value is not None and op_name(value) == name else None
 
     def _scores(self, var):
@@ -126,14 +130,8 @@ class _AttentionRewriter(relax.PyExprMutator):
 
     def _permuted_result(self, call):
         """A single-use attention result permuted: the kernel again, storing permuted."""
-        var = call.args[0]
-        if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
-            return None
-        try:
-            bound = self.lookup_binding(var)
-        except Exception:  # noqa: BLE001 - not a binding of this function
-            return None
-        made = next((m for c, m in self.made if c.same_as(bound)), None)
+        bound = self._single_use_value(call.args[0])
+        made = next((m for c, m in self.made if bound is not None and c.same_as(bound)), None)
         if made is None or made[-1] is not None or call.attrs.axes is None:
             return None
         axes = [int(a) for a in call.attrs.axes]

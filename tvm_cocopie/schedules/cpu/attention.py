@@ -99,44 +99,38 @@ def schedule_attention(sch: s_tir.Schedule, info: CpuInfo, rows: int, cols: int)
         _vectorize_last(sch, b["attn_q_pack"], lanes, unroll=False)
 
     # scores: rows x (cols x lanes) accumulators, the reduction over D outside them
-    sc = b["attn_scores"]
-    si, sj, sd = sch.get_loops(sc)[-3:]
-    sjo, sjc, sjv = sch.split(sj, [None, cols, lanes])
-    sch.reorder(sjo, sd, si, sjc, sjv)
-    sch.vectorize(sjv)
-    sch.unroll(si)
-    sch.unroll(sjc)
-    sch.decompose_reduction(sc, sd)
-
-    # row maximum: partials in lanes (reduction outside the lane loop), tail, combine
-    mp = b["attn_max_part"]
-    mi, ml, mo = sch.get_loops(mp)[-3:]
-    sch.reorder(mi, mo, ml)
-    sch.vectorize(ml)
-    sch.decompose_reduction(mp, mo)
-
+    si, sj, sd = sch.get_loops(b["attn_scores"])[-3:]
+    _register_tile(sch, b["attn_scores"], si, sj, sd, cols, lanes)
+    # row maximum and sum: partials in lanes, then the lanes combined
+    _lane_partials(sch, b["attn_max_part"])
+    _lane_partials(sch, b["attn_sum_part"])
     # probabilities (fast_exp inlined): vectorized along the columns
     _vectorize_last(sch, b["attn_exp"], lanes, unroll=False)
-
-    # row sum in lanes
-    sp = b["attn_sum_part"]
-    pi, pl, po = sch.get_loops(sp)[-3:]
-    sch.reorder(pi, po, pl)
-    sch.vectorize(pl)
-    sch.decompose_reduction(sp, po)
-
     # P V: rows x 2 vectors of E per accumulator tile, over the real columns
-    pv = b["attn_pv"]
-    vi, ve, vj = sch.get_loops(pv)[-3:]
-    e_extent = const_extent(sch, ve)
-    ecols = 2 if e_extent % (2 * lanes) == 0 else 1
-    veo, vec_, vev = sch.split(ve, [None, ecols, lanes])
-    sch.reorder(veo, vj, vi, vec_, vev)
-    sch.vectorize(vev)
-    sch.unroll(vi)
-    sch.unroll(vec_)
-    sch.decompose_reduction(pv, vj)
+    vi, ve, vj = sch.get_loops(b["attn_pv"])[-3:]
+    ecols = 2 if const_extent(sch, ve) % (2 * lanes) == 0 else 1
+    _register_tile(sch, b["attn_pv"], vi, ve, vj, ecols, lanes)
 
+
+def _register_tile(sch: s_tir.Schedule, block, rows, cols_loop, reduce_loop, cols: int,
+                   lanes: int) -> None:
+    """An FMA micro-kernel: the block's ``rows x (cols x lanes)`` results in registers
+    (rows and column vectors unrolled, lanes vectorized) while ``reduce_loop`` runs
+    outside them; the init before the reduction."""
+    outer, col, vec = sch.split(cols_loop, [None, cols, lanes])
+    sch.reorder(outer, reduce_loop, rows, col, vec)
+    sch.vectorize(vec)
+    sch.unroll(rows)
+    sch.unroll(col)
+    sch.decompose_reduction(block, reduce_loop)
+
+
+def _lane_partials(sch: s_tir.Schedule, block) -> None:
+    """A ``[rows, lanes]`` partial reduction: the reduction outside, the lanes a vector."""
+    rows, lane, reduce_loop = sch.get_loops(block)[-3:]
+    sch.reorder(rows, reduce_loop, lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(block, reduce_loop)
 
 def _contiguous_read(sch: s_tir.Schedule, block) -> bool:
     """Whether the block reads its source along its innermost iteration (vector loads,
