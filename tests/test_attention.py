@@ -67,19 +67,28 @@ def test_kernel_reads_through_permutations(tile):
     lanes = cpu_info(tvm.target.Target(host_target())).f32_lanes
     axes = ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3])
     shapes = [(1, 50, 3, 64)] * 3
-    views = [View(axes=a) for a in axes]
+    views = [View((1, 3, 50, 64), (("permute", (0, 2, 1, 3)),)),
+             View((1, 3, 64, 50), (("permute", (0, 2, 3, 1)),)),
+             View((1, 3, 50, 64), (("permute", (0, 2, 1, 3)),))]
     arrays, got = _run_kernel(shapes, views, 0.3, True, AttentionTile(*tile, lanes))
     want = attention_numpy(*(_permuted(a, x) for a, x in zip(arrays, axes, strict=True)), 0.3)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
 def test_kernel_reads_through_squeeze_and_permutation():
-    """ViT's form: q, k, v are parts of a split [3, B, H, T, D] squeezed; K^T a
-    permutation of the squeezed k."""
-    shapes = [(1, 1, 3, 50, 32), (1, 1, 3, 50, 32), (1, 1, 3, 50, 32)]
-    views = [View((0,)), View((0,), (0, 1, 3, 2)), View((0,))]
-    arrays, got = _run_kernel(shapes, views, 0.2, True)
-    q, k, v = (a[0] for a in arrays)
+    """ViT's form: one QKV projection [B, T, 3*H*D] reshaped to [B, T, 3, H, D],
+    permuted to [3, B, H, T, D], split into three and squeezed; K^T a permutation of
+    the squeezed k. The kernel reads all three from the projection."""
+    b, t, h, d = 1, 50, 3, 32
+    def view(part, shape, first=()):
+        return View(shape, (*first, ("squeeze", (0,)), ("offset", 0, part, 3),
+                            ("permute", (2, 0, 3, 1, 4)), ("reshape", (b, t, 3 * h * d))))
+
+    views = [view(0, (b, h, t, d)), view(1, (b, h, d, t), (("permute", (0, 1, 3, 2)),)),
+             view(2, (b, h, t, d))]
+    arrays, got = _run_kernel([(b, t, 3 * h * d)] * 3, views, 0.2, True)
+    q, k, v = (a.reshape(b, t, 3, h, d).transpose(2, 0, 3, 1, 4)[i]
+               for i, a in enumerate(arrays))
     want = attention_numpy(q, k.transpose(0, 1, 3, 2), v, 0.2)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 

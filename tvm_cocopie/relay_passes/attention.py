@@ -4,9 +4,10 @@
 write for BERT, ViT and the OCR recognizers' transformer blocks) becomes one call of the
 attention kernel (:mod:`tvm_cocopie.topi.cpu.attention`): the scores and probabilities
 never leave the cache, the softmax's row reductions run on the rows just computed.
-A ``q``, ``kt`` or ``v`` that is a ``permute_dims`` and/or a ``squeeze`` used only there
-(the heads split off a projection, ``K`` transposed, a ``split``'s part) is read through
-by the kernel instead of copied, and a ``permute_dims`` of its result (the heads merged
+A ``q``, ``kt`` or ``v`` made by view ops used only there (``permute_dims``, ``squeeze``
+of unit axes, ``reshape``, a part of a ``split``: the heads split off a projection, ``K``
+transposed, a fused QKV projection's parts) is read through by the kernel instead of
+copied, and a ``permute_dims`` of its result (the heads merged
 back) is written by the kernel's store. The
 chain is taken when the scores and probabilities have no other use, shapes are static
 float32 with equal batch dims (no broadcast), the scale is a positive scalar constant,
@@ -99,24 +100,62 @@ class _AttentionRewriter(relax.PyExprMutator):
         return None
 
     def _view(self, var):
-        """``(x, View)``: ``var`` as single-use ``permute_dims`` and/or ``squeeze`` of
-        unit axes over ``x``, which the kernel reads through (no copy kernels)."""
-        source, axes, squeezed = var, None, ()
-        perm = self._bound(source, "permute_dims")
+        """``(x, View)``: the operand ``var`` read through the view ops it is made by
+        (single-use ``permute_dims``, ``squeeze`` of unit axes, ``reshape``, a part of a
+        ``split``) from ``x``, with no copy kernel; ``(var, None)`` when none."""
+        shape = static_shape(var)
+        steps, source = [], var
+        while True:
+            step = self._view_step(source)
+            if step is None:
+                break
+            source, entry = step
+            steps.append(entry)
+        if not steps or shape is None:
+            return var, None
+        return source, View(tuple(shape), tuple(steps))
+
+    def _view_step(self, var):
+        """``(input, step)`` for a view op ``var`` is bound to (see :class:`View`)."""
+        perm = self._bound(var, "permute_dims")
         if perm is not None and static_shape(perm.args[0]) is not None:
             rank = len(static_shape(perm.args[0]))
             axes = perm.attrs.axes
             axes = tuple(range(rank))[::-1] if axes is None else tuple(int(a) for a in axes)
-            source = perm.args[0]
-        sq = self._bound(source, "squeeze")
+            return perm.args[0], ("permute", axes)
+        sq = self._bound(var, "squeeze")
         if sq is not None and sq.attrs.axis is not None and static_shape(sq.args[0]):
             shape = static_shape(sq.args[0])
-            squeezed = tuple(int(a) % len(shape) for a in sq.attrs.axis)
-            if all(shape[a] == 1 for a in squeezed):
-                source = sq.args[0]
-            else:
-                squeezed = ()
-        return source, View(squeezed, axes)
+            axes = tuple(int(a) % len(shape) for a in sq.attrs.axis)
+            if all(shape[a] == 1 for a in axes):
+                return sq.args[0], ("squeeze", axes)
+        rs = self._bound(var, "reshape")
+        if rs is not None and static_shape(rs.args[0]) is not None:
+            return rs.args[0], ("reshape", tuple(static_shape(rs.args[0])))
+        return self._split_part(var)
+
+    def _split_part(self, var):
+        """``(input, ("offset", axis, begin, extent))`` for ``var = split(input, ...)[k]``."""
+        item = self._single_use_value(var)
+        if not isinstance(item, relax.TupleGetItem):
+            return None
+        try:
+            split = self.lookup_binding(item.tuple_value)
+        except Exception:  # noqa: BLE001 - not a binding of this function
+            return None
+        if split is None or op_name(split) != "split":
+            return None
+        shape = static_shape(split.args[0])
+        if shape is None:
+            return None
+        axis = int(split.attrs.axis) % len(shape)
+        sections = split.attrs.indices_or_sections
+        if isinstance(sections, tvm.tirx.IntImm | int):
+            begin = item.index * (shape[axis] // int(sections))
+        else:
+            bounds = [0, *(int(i) for i in sections)]
+            begin = bounds[item.index]
+        return split.args[0], ("offset", axis, begin, shape[axis])
 
     def visit_call_(self, call):
         new = super().visit_call_(call)

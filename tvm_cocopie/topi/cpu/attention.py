@@ -67,31 +67,54 @@ def padded_columns(t: int, tile: AttentionTile) -> int:
 
 @dataclass(frozen=True)
 class View:
-    """How the kernel reads an operand from its source tensor without a copy: unit
-    axes ``squeezed`` away first (``squeeze(x, axes)``), then ``axes`` permuted
-    (``permute_dims``); empty / ``None``: not applied."""
+    """How the kernel reads an operand of shape ``shape`` from the tensor it is given,
+    without a copy: ``steps``, from the operand back to that tensor, each mapping an
+    index of its result to an index of its input:
 
-    squeezed: tuple = ()
-    axes: tuple | None = None
+    - ``("permute", axes)``: the result is ``permute_dims(input, axes)``;
+    - ``("squeeze", axes)``: unit ``axes`` of the input squeezed away;
+    - ``("offset", axis, begin, extent)``: one part of a ``split`` along ``axis`` of an
+      input ``extent`` long there;
+    - ``("reshape", input_shape)``: a reshape of the input (static shapes).
+    """
+
+    shape: tuple
+    steps: tuple = ()
+
+    def index(self, idx) -> tuple:
+        """The given tensor's index of the operand's ``idx``."""
+        shape = list(self.shape)
+        idx = list(idx)
+        for step in self.steps:
+            kind = step[0]
+            if kind == "permute":
+                axes = list(step[1])
+                idx = [idx[axes.index(a)] for a in range(len(axes))]
+                shape = [shape[axes.index(a)] for a in range(len(axes))]
+            elif kind == "squeeze":
+                for a in sorted(step[1]):
+                    idx.insert(a, 0)
+                    shape.insert(a, 1)
+            elif kind == "offset":
+                idx[step[1]] = idx[step[1]] + step[2]
+                shape[step[1]] = step[3]
+            else:  # reshape: ravel in the result's shape, unravel in the input's
+                flat = 0
+                for i, n in zip(idx, shape, strict=True):
+                    flat = flat * n + i
+                shape = list(step[1])
+                idx = []
+                for n in reversed(shape):
+                    idx.insert(0, flat % n if n > 1 else 0)
+                    flat = flat // n
+        return tuple(idx)
 
 
 def _through(x: te.Tensor, view: View | None):
     """The operand ``view`` makes of ``x``: its shape and an index function."""
-    shape = [int(n) for n in x.shape]
-    view = view or View()
-    squeezed = sorted(a % len(shape) for a in view.squeezed)
-    kept = [a for a in range(len(shape)) if a not in squeezed]
-    shape = [shape[a] for a in kept]
-    axes = list(range(len(kept))) if view.axes is None else [int(a) for a in view.axes]
-
-    def at(idx):
-        unpermuted = [idx[axes.index(a)] for a in range(len(axes))]
-        full = [0] * (len(kept) + len(squeezed))
-        for position, a in enumerate(kept):
-            full[a] = unpermuted[position]
-        return x[tuple(full)]
-
-    return [shape[a] for a in axes], at
+    if view is None:
+        return [int(n) for n in x.shape], lambda idx: x[tuple(idx)]
+    return list(view.shape), lambda idx: x[view.index(idx)]
 
 
 def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
