@@ -82,7 +82,7 @@ def conv2d_reference(x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
 
 @pytest.mark.parametrize("info,channels,block", [
     (AVX2, 64, 8), (AVX2, 3, 3), (AVX2, 12, 12), (AVX2, 37, 1), (AVX2, 36, 4),
-    (AVX512, 64, 16), (AVX512, 24, 24), (NEON, 24, 4),
+    (AVX512, 64, 16), (AVX512, 24, 8), (AVX512, 20, 20), (AVX512, 40, 8), (NEON, 24, 4),
 ])
 def test_channel_block(info, channels, block):
     assert tiling.channel_block(channels, info) == block
@@ -102,7 +102,10 @@ def test_conv_tile_fits_the_register_file(info, hw, c, o, k, s):
     if tile.wide:  # narrow chunks: r chunks fill whole vectors, never flattened
         vectors = tile.wb // info.f32_lanes
         assert tile.wb % info.f32_lanes == 0 and not tile.flat and ob < info.f32_lanes
-        assert tile.work_chunks(o) * ob < 1.15 * o
+        # at most the padding to whole vectors (24 channels in 8-lane chunks on 16 lanes:
+        # 32 computed, measured faster end to end than one 24-wide chunk: tiling.channel_block)
+        padded = -(-o // info.f32_lanes) * info.f32_lanes
+        assert tile.work_chunks(o) * ob < 1.15 * o or tile.work_chunks(o) * ob <= padded
     else:
         vectors = tile.r * max(1, ob // info.f32_lanes)
         # an odd chunk count is padded by one chunk for two weight vectors, never more
