@@ -17,6 +17,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
+from ...exprs import static_shape
 from .common import converter, dtype_of, rank_of, scalar
 from .registry import register
 
@@ -62,8 +63,6 @@ class LayerNormalization(stock.OnnxOpConverter):
 def _one_op(x, scale, bias, axes, eps: float, same_dtype: bool):
     """``relax.nn.layer_norm`` for a normalization over the last axis with per-element
     scale and bias of that length, else ``None`` (the decomposed form)."""
-    from ...exprs import static_shape
-
     shape = static_shape(x)
     if not same_dtype or shape is None or axes != [len(shape) - 1]:
         return None
