@@ -55,14 +55,18 @@ class _AttentionRewriter(relax.PyExprMutator):
         #: the kernel calls made: (call, (sources, views, scale, tile, out_axes))
         self.made: list = []
 
-    def _single_use_value(self, var):
-        """The value ``var`` is bound to, if it is a binding of this function read once."""
-        if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
-            return None
+    def _value(self, var):
+        """The value ``var`` is bound to, if it is a binding of this function."""
         try:
             return self.lookup_binding(var)
         except Exception:  # noqa: BLE001 - not a binding of this function
             return None
+
+    def _single_use_value(self, var):
+        """The value ``var`` is bound to, if it is a binding of this function read once."""
+        if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
+            return None
+        return self._value(var)
 
     def _bound(self, var, name: str):
         """The call ``var`` is bound to if it is a ``name`` call with one use."""
@@ -139,10 +143,7 @@ class _AttentionRewriter(relax.PyExprMutator):
         item = self._single_use_value(var)
         if not isinstance(item, relax.TupleGetItem):
             return None
-        try:
-            split = self.lookup_binding(item.tuple_value)
-        except Exception:  # noqa: BLE001 - not a binding of this function
-            return None
+        split = self._value(item.tuple_value)
         if split is None or op_name(split) != "split":
             return None
         shape = static_shape(split.args[0])
@@ -200,7 +201,6 @@ class _AttentionRewriter(relax.PyExprMutator):
         if pre is not None:
             q, scale = pre[0], scale * pre[1]
         shapes = [static_shape(x) for x in (q, kt, v)]
-        sources, views = zip(*(self._view(x) for x in (q, kt, v)), strict=True)
         if any(s is None or len(s) < 3 for s in shapes):
             return None
         qs, ks, vs = shapes
@@ -214,6 +214,7 @@ class _AttentionRewriter(relax.PyExprMutator):
         t, e = ks[-1], vs[-1]
         if t < 2 * self.lanes or e % self.lanes:
             return None
+        sources, views = zip(*(self._view(x) for x in (q, kt, v)), strict=True)
         tile = attention_tile(self.lanes)
         self.count += 1
         return self._emit(sources, views, scale, tile)

@@ -21,24 +21,16 @@ is packed once, before the tasks.
 
 from __future__ import annotations
 
-import logging
 import math
 
 from tvm import s_tir
 
-from ...errors import last_line
 from ...target import CpuInfo
 from ...topi.cpu.attention import BLOCKS
-from ..base import CpuRule, const_extent
+from ..base import CpuRule, const_extent, root_blocks
 
-log = logging.getLogger(__name__)
-
-#: parallel tasks per core (balance against the per-task pack of K^T)
+#: parallel tasks per core (balance between the cores against each task's setup)
 TASKS_PER_CORE = 8
-
-
-def _block(sch: s_tir.Schedule, name: str):
-    return sch.get_sblock(name)
 
 
 def chunk_count(batch: int, tiles: int, cores: int) -> int:
@@ -63,7 +55,7 @@ def _vectorize_last(sch: s_tir.Schedule, block, lanes: int, unroll: bool = True)
 def schedule_attention(sch: s_tir.Schedule, info: CpuInfo, rows: int, cols: int) -> None:
     """The nest of the module doc on ``sch``'s attention kernel."""
     lanes = info.f32_lanes
-    b = {name: _block(sch, name) for name in BLOCKS}
+    b = {name: sch.get_sblock(name) for name in BLOCKS}
     expo = sch.get_producers(b["attn_exp"])[0]  # TOPI's fast_exp
     sch.compute_inline(b["attn_delta"])
     sch.compute_inline(expo)
@@ -148,18 +140,10 @@ class Attention(CpuRule):
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
         """The module doc's nest; ``None`` for kernels that are not the attention compute."""
-        names = set()
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
-            names.add(sch.get(block).name_hint)
-        if not set(BLOCKS) <= names:
+        if not set(BLOCKS) <= {sch.get(block).name_hint for block in root_blocks(sch)}:
             return None
-        func = sch.mod["main"]
-        rows, cols = _tile_of(func)
-        try:
-            schedule_attention(sch, info, rows, cols)
-        except Exception as err:  # noqa: BLE001 - logged, then the fallback rule takes it
-            log.warning("attention kernel left unscheduled: %s", last_line(err))
-            return None
+        # a failure is logged by CpuRule.apply, and the fallback rule takes the kernel
+        schedule_attention(sch, info, *_tile_of(sch.mod["main"]))
         return [sch] if tunable else sch
 
 

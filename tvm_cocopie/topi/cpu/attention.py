@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from tvm import te, tirx, topi
 
 #: block names the schedule rule looks for
-BLOCKS = ("attn_k_pack", "attn_q_pack", "attn_scores", "attn_max_part", "attn_max_tail", "attn_max_lanes",
-          "attn_max",
-          "attn_delta", "attn_exp", "attn_sum_part", "attn_sum", "attn_pv", "attn_norm",
-          "attn_out")
+BLOCKS = ("attn_k_pack", "attn_q_pack", "attn_scores", "attn_max_part", "attn_max_tail",
+          "attn_max_lanes", "attn_max", "attn_delta", "attn_exp", "attn_sum_part", "attn_sum",
+          "attn_pv", "attn_norm", "attn_out")
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,12 @@ def padded_columns(t: int, tile: AttentionTile) -> int:
     return -(-t // tile.width) * tile.width
 
 
+def _unpermuted(idx, axes) -> list:
+    """The input's index of ``permute_dims(input, axes)`` at ``idx`` (or its shape, for a
+    shape)."""
+    return [idx[axes.index(a)] for a in range(len(axes))]
+
+
 @dataclass(frozen=True)
 class View:
     """How the kernel reads an operand of shape ``shape`` from the tensor it is given,
@@ -88,9 +93,7 @@ class View:
         for step in self.steps:
             kind = step[0]
             if kind == "permute":
-                axes = list(step[1])
-                idx = [idx[axes.index(a)] for a in range(len(axes))]
-                shape = [shape[axes.index(a)] for a in range(len(axes))]
+                idx, shape = _unpermuted(idx, list(step[1])), _unpermuted(shape, list(step[1]))
             elif kind == "squeeze":
                 for a in sorted(step[1]):
                     idx.insert(a, 0)
@@ -184,8 +187,8 @@ def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
         return te.compute((*batch, s, e), lambda *i: norm(*i), name="attn_out")
     shape = [*batch, s, e]
     out_axes = [int(a) for a in out_axes]
-    return te.compute([shape[a] for a in out_axes], lambda *i: norm(
-        *(i[out_axes.index(a)] for a in range(len(out_axes)))), name="attn_out")
+    return te.compute([shape[a] for a in out_axes], lambda *i: norm(*_unpermuted(i, out_axes)),
+                      name="attn_out")
 
 
 def attention_numpy(q, kt, v, scale: float):
