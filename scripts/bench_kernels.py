@@ -87,11 +87,24 @@ WIDE_MATMULS = [("head26x6625x512", 26, 6625, 512), ("head64x16384x512", 64, 163
                 ("head1x1000x1280", 1, 1000, 1280), ("ffn16x4096x1024", 16, 4096, 1024),
                 ("head40x8192x2048", 40, 8192, 2048), ("ffn64x1024x4096", 64, 1024, 4096)]
 QUICK_WIDE = ["head26x6625x512", "head64x16384x512", "ffn64x1024x4096"]
+#: (name, C, H=W, O, kernel, stride): conv + bias + SiLU on a YOLO-style detector at a
+#: 416x416 input (its stride-2 downsampling 3x3s, CSP 1x1s and 3x3s, the wide head 1x1)
+DETECTOR_CONVS = [("det.3x3s2.208", 32, 208, 64, 3, 2), ("det.3x3s2.104", 64, 104, 128, 3, 2),
+                  ("det.3x3s2.52", 128, 52, 256, 3, 2), ("det.3x3.104", 32, 104, 32, 3, 1),
+                  ("det.3x3.52", 64, 52, 64, 3, 1), ("det.1x1.104", 128, 104, 64, 1, 1),
+                  ("det.1x1.52", 256, 52, 128, 1, 1), ("det.1x1w.26", 256, 26, 512, 1, 1)]
+QUICK_DETECTOR = ["det.3x3s2.208", "det.1x1.52"]
+#: (name, C, H=W, kernel, stride, pad): max pools of detectors and classifiers (SPPF's
+#: 5x5 stride 1 at 416 px, a tiny-YOLO 2x2 stride 2, the ResNet stem's 3x3 stride 2)
+MAX_POOLS = [("pool.sppf5.13", 256, 13, 5, 1, 2), ("pool.sppf5.26", 128, 26, 5, 1, 2),
+             ("pool.2x2s2.208", 32, 208, 2, 2, 0), ("pool.3x3s2.112", 64, 112, 3, 2, 1)]
+QUICK_POOLS = ["pool.sppf5.13", "pool.3x3s2.112"]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="10 convs + 2 matmuls (< 1 min)")
+    p.add_argument("--quick", action="store_true",
+                   help="10 convs, 2 detector convs, 2 pools, 5 matmuls (a few minutes)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per op")
     p.add_argument("--only", help="comma-separated op names")
@@ -153,8 +166,9 @@ class PeakMeter:
 # ---------------------------------------------------------------- contenders
 
 
-def conv_contenders(spec, target, threads, info):
-    """``(cocopie timer, ort timer, flops, max abs err)`` for one ResNet-50 conv."""
+def conv_contenders(spec, target, threads, info, act: str = "relu"):
+    """``(cocopie timer, ort timer, flops, max abs err)`` for one conv + bias + ``act``
+    (``"relu"`` or ``"silu"``)."""
     import numpy as np
     from tvm import relax
     from tvm.relax import op as R
@@ -182,22 +196,60 @@ def conv_contenders(spec, target, threads, info):
             y = bb.emit(R.nn.conv2d(var, relax.const(w), strides=[s, s], padding=[pad] * 4,
                                     groups=groups, data_layout=f"NCHW{ib}c", kernel_layout="OIHW",
                                     out_layout=f"NCHW{ob}c"))
-            out = bb.emit_output(R.nn.relu(R.add(y, bias)))
+            z = R.add(y, bias)
+            out = bb.emit_output(R.nn.relu(z) if act == "relu" else
+                                 R.multiply(z, R.sigmoid(z)))
         bb.emit_func_output(out)
     tvm_timer, ours = _tvm_timer(bb.get(), target, [xb])
 
-    onnx_model = _conv_relu_model(w, b, k, s, pad, hw, groups)
+    onnx_model = _conv_relu_model(w, b, k, s, pad, hw, groups, act)
     sess = bm.ort_session(onnx_model, threads)
     ref = sess.run(None, {"x": x})[0]
     ours_nchw = ours.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
     err = float(np.max(np.abs(ours_nchw - ref)))
     extra = {}
-    if k == 3 and s == 1 and groups == 1:  # the direct conv and Winograd F(4,3) side by side
+    if k == 3 and s == 1 and groups == 1 and act == "relu":  # direct and Winograd F(4,3)
         for key, mode in (("direct", "off"), ("winograd", "4")):
             timer, out = _tvm_timer(bb.get(), target, [xb], winograd=mode)
             out = out.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
             extra[key] = (timer, float(np.max(np.abs(out - ref))))
     return tvm_timer, _ort_timer(sess, {"x": x}), flops, err, extra
+
+
+def pool_contenders(spec, target, threads, info):
+    """``(cocopie timer, ort timer, comparisons, max abs err)`` for one max pool, ours in
+    the blocked layout (as between two convs of a network), ORT's MaxPool node NCHW."""
+    import numpy as np
+    from onnx import TensorProto, helper
+    from tvm import relax
+    from tvm.relax import op as R
+
+    from tvm_cocopie.bench import timing as bm
+    from tvm_cocopie.topi.cpu.tiling import channel_block
+
+    _, c, hw, k, s, pad = spec
+    oh = (hw + 2 * pad - k) // s + 1
+    x = np.random.default_rng(c + hw).standard_normal((1, c, hw, hw)).astype("float32")
+    ib = channel_block(c, info)
+    xb = np.ascontiguousarray(x.reshape(1, c // ib, ib, hw, hw).transpose(0, 1, 3, 4, 2))
+    var = relax.Var("x", relax.TensorType([1, c // ib, hw, hw, ib], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [var]):
+        with bb.dataflow():
+            out = bb.emit_output(R.nn.max_pool2d(var, [k, k], [s, s], [pad] * 4,
+                                                 layout=f"NCHW{ib}c"))
+        bb.emit_func_output(out)
+    tvm_timer, ours = _tvm_timer(bb.get(), target, [xb])
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s],
+                          pads=[pad] * 4)], "maxpool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, oh, oh])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = bm.ort_session(model, threads)
+    ref = sess.run(None, {"x": x})[0]
+    err = float(np.max(np.abs(ours.transpose(0, 1, 4, 2, 3).reshape(ref.shape) - ref)))
+    return tvm_timer, _ort_timer(sess, {"x": x}), c * oh * oh * k * k, err
 
 
 def matmul_contenders(spec, target, threads):
@@ -266,16 +318,19 @@ def _ort_timer(sess, feeds):
     return timer
 
 
-def _conv_relu_model(w, b, k, s, pad, hw, groups=1):
-    """Conv (with bias) + Relu: the work of our conv kernel with its fused epilogue."""
+def _conv_relu_model(w, b, k, s, pad, hw, groups=1, act="relu"):
+    """Conv (with bias) + Relu (or SiLU, Sigmoid and Mul): the work of our conv kernel
+    with its fused epilogue."""
     from onnx import TensorProto, helper, numpy_helper
 
     o = w.shape[0]
     oh = (hw + 2 * pad - k) // s + 1
     conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
                             strides=[s, s], pads=[pad] * 4, group=groups)
+    nodes = [conv, helper.make_node("Relu", ["c"], ["y"])] if act == "relu" else [
+        conv, helper.make_node("Sigmoid", ["c"], ["g"]), helper.make_node("Mul", ["c", "g"], ["y"])]
     graph = helper.make_graph(
-        [conv, helper.make_node("Relu", ["c"], ["y"])], "conv_relu",
+        nodes, "conv_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w.shape[1] * groups, hw, hw])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, o, oh, oh])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
@@ -355,6 +410,10 @@ def summarize(records: list, all_peaks: list) -> dict:
     def iswide(r):
         return r["kind"] == "wide_matmul"
 
+    def speed(kind):
+        vals = [r["cocopie_over_ort_speed"] for r in records if r["kind"] == kind]
+        return (geomean(vals) if vals else None), min(vals, default=None)
+
     summary = {
         "fma_peak_gflops": median(all_peaks) if all_peaks else None,
         "conv3x3_peak_fraction": frac(is3x3),
@@ -369,6 +428,10 @@ def summarize(records: list, all_peaks: list) -> dict:
         "ort_conv3x3_peak_fraction": frac(is3x3, "ort_peak_fraction"),
         "ort_conv1x1_peak_fraction": frac(is1x1, "ort_peak_fraction"),
         "ort_matmul_peak_fraction": frac(ismm, "ort_peak_fraction"),
+        "detector_conv_speed_over_ort": speed("detector_conv")[0],
+        "detector_conv_min_speed_over_ort": speed("detector_conv")[1],
+        "maxpool_speed_over_ort": speed("maxpool")[0],
+        "maxpool_min_speed_over_ort": speed("maxpool")[1],
         "geomean_speed_over_ort": geomean(r["cocopie_over_ort_speed"] for r in records),
         "max_abs_err": max((r["max_abs_err"] for r in records), default=None),
         "winograd_over_direct_speed": {r["op"]: r["winograd_over_direct_speed"]
@@ -401,6 +464,12 @@ def main(argv=None) -> int:
     mms += [m for m in WIDE_MATMULS
             if (names is None and (not args.quick or m[0] in QUICK_WIDE))
             or (names is not None and m[0] in names)]
+    detector = [c for c in DETECTOR_CONVS
+                if (names is None and (not args.quick or c[0] in QUICK_DETECTOR))
+                or (names is not None and c[0] in names)]
+    pools = [p for p in MAX_POOLS
+             if (names is None and (not args.quick or p[0] in QUICK_POOLS))
+             or (names is not None and p[0] in names)]
     peak = PeakMeter(target, args.threads, info.f32_lanes)
     records, all_peaks = [], []
     started = time.perf_counter()
@@ -427,6 +496,26 @@ def main(argv=None) -> int:
                         **rec})
         _print(records[-1])
         save()
+    for spec in detector:
+        ours, ort, flops, err, _ = conv_contenders(spec, target, args.threads, info, "silu")
+        rec = measure(peak, ours, ort, flops, rounds)
+        all_peaks += rec.pop("_peaks")
+        name, c, hw, o, k, s = spec
+        records.append({"op": name, "kind": "detector_conv", "activation": "silu",
+                        "in_channels": c, "size": hw, "out_channels": o, "kernel": k,
+                        "stride": s, "groups": 1, "max_abs_err": err, **rec})
+        _print(records[-1])
+        save()
+    for spec in pools:
+        ours, ort, comparisons, err = pool_contenders(spec, target, args.threads, info)
+        rec = measure(peak, ours, ort, comparisons, rounds)
+        all_peaks += rec.pop("_peaks")
+        name, c, hw, k, s, pad = spec
+        records.append({"op": name, "kind": "maxpool", "channels": c, "size": hw,
+                        "kernel": k, "stride": s, "pad": pad, "max_abs_err": err,
+                        "flops_are": "comparisons", **rec})
+        _print(records[-1])
+        save()
     for spec in mms:
         ours, ort, flops, err = matmul_contenders(spec, target, args.threads)
         rec = measure(peak, ours, ort, flops, rounds)
@@ -442,7 +531,13 @@ def main(argv=None) -> int:
     print(f"FMA peak {summary['fma_peak_gflops']:.1f} GFLOP/s; peak fraction: "
           f"conv3x3 {_fmt(summary['conv3x3_peak_fraction'])}, "
           f"conv1x1 {_fmt(summary['conv1x1_peak_fraction'])}, "
-          f"matmul {_fmt(summary['matmul_peak_fraction'])}; "
+          f"matmul {_fmt(summary['matmul_peak_fraction'])}, "
+          f"wide GEMM {_fmt(summary['wide_gemm_peak_fraction'])} "
+          f"(min {_fmt(summary['wide_gemm_min_peak_fraction'])}); speed vs ORT: detector "
+          f"conv+SiLU {_fmt(summary['detector_conv_speed_over_ort'])} "
+          f"(min {_fmt(summary['detector_conv_min_speed_over_ort'])}), max pool "
+          f"{_fmt(summary['maxpool_speed_over_ort'])} "
+          f"(min {_fmt(summary['maxpool_min_speed_over_ort'])}); "
           f"speed vs ORT (geomean) {_fmt(summary['geomean_speed_over_ort'])}")
     return 0
 

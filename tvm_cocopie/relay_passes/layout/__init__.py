@@ -14,6 +14,8 @@ Passes, in the order :func:`layout_passes_for` runs them:
   between them by TVM's ``ConvertLayout``;
 - :mod:`.sink`: ``where`` (no layout rule in TVM), block-aligned channel slices and
   their concatenation moved inside the blocked layout;
+- :mod:`.reblock`: a tensor moved between two channel blocks through NCHW read by
+  convs in its own block, or re-blocked in one transform;
 - :mod:`.constants`: layout transforms of constants folded at compile time.
 
 :mod:`.call_rewrite` is the call-replacing walk that ``lift``, ``subpixel``, ``conv1d``,
@@ -31,6 +33,7 @@ from .constants import fold_layout_constants
 from .conv1d import conv1d_as_conv2d
 from .elementwise import layout_carrying_elementwise
 from .lift import lift_elementwise_tir
+from .reblock import reblocked_conv_inputs
 from .shape_ops import convertible_shape_ops
 from .sink import sink_layout_transforms
 from .subpixel import subpixel_conv_transpose
@@ -55,6 +58,7 @@ def layout_passes_for(target: tvm.target.Target, grouped: str = "gspc") -> list:
         blocked_layout(target, grouped),
         relax.transform.Normalize(),
         sink_layout_transforms,
+        reblocked_conv_inputs(target, grouped),
         relax.transform.DeadCodeElimination(),
         relax.transform.EliminateCommonSubexpr(),  # one transform per tensor, not per use
         fold_layout_constants,

@@ -15,6 +15,7 @@ legalization uses, so the two always agree).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import tvm
@@ -29,9 +30,13 @@ from ...topi.cpu.tiling import channel_block
 log = logging.getLogger(__name__)
 
 
-def conv_layout_choice(call, info, grouped: str = "gspc") -> dict:
+def conv_layout_choice(call, info, grouped: str = "gspc", data_block: int | None = None) -> dict:
     """``{"relax.nn.conv2d": [data, kernel, out]}`` for one call, or ``{}`` to keep it;
-    ``grouped``: the narrow-group conv kernel the legalization will use."""
+    ``grouped``: the narrow-group conv kernel the legalization will use; ``data_block``:
+    the input's block instead of its canonical one (the block its producer writes).
+
+    A side of one channel (a grayscale image in, a one-map head out) stays NCHW while
+    the other side is blocked: TVM's layout parser takes no block of 1 ("NCHW1c")."""
     if call.op.name == "relax.nn.conv2d_transpose":
         # Its layout inference cannot take a blocked input: ask for NCHW explicitly,
         # so that ConvertLayout inserts the transform back instead of failing.
@@ -47,13 +52,33 @@ def conv_layout_choice(call, info, grouped: str = "gspc") -> dict:
     dshape, wshape = batched_shape(call.args[0], SYMBOLIC_DIMS), static_shape(call.args[1])
     if dshape is None or wshape is None or len(dshape) != 4:
         return keep
-    ib = channel_block(dshape[1], info)
+    ib = channel_block(dshape[1], info) if data_block is None else data_block
     ob = channel_block(wshape[0], info)
-    if ib == 1 or ob == 1:  # TVM's layout parser takes no block factor of 1 ("NCHW1c")
+    if ib == 1 and ob == 1:
         return keep
+    ib, ob = (0 if ib == 1 else ib), (0 if ob == 1 else ob)  # 0: NCHW (layout_block)
     if conv2d_plan(call, info, data_block=ib, out_block=ob, grouped=grouped) is None:
         return keep
-    return {"relax.nn.conv2d": [f"NCHW{ib}c", "OIHW", f"NCHW{ob}c"]}
+    return {"relax.nn.conv2d": [_layout(ib), "OIHW", _layout(ob)]}
+
+
+def _layout(block: int) -> str:
+    """The data layout of a channel block (0: NCHW)."""
+    return f"NCHW{block}c" if block else "NCHW"
+
+
+def narrower_blocks(call, info) -> list[int]:
+    """The input blocks to try, widest first, when a conv's canonical input block makes
+    TVM's ``ConvertLayout`` fail: it cannot move a tensor from one channel block to
+    another (NCHW8c -> NCHW16c: "Invalid layout axis 16b"), which a concat of 8-channel
+    blocked tensors feeding a conv of 16-channel blocks asks for; the conv reading its
+    input in the producers' narrower block needs no transform at all. Depthwise convs
+    take none (their input and output blocks are one)."""
+    dshape = batched_shape(call.args[0], SYMBOLIC_DIMS)
+    if dshape is None or len(dshape) != 4 or int(call.attrs.groups) > 1:
+        return []
+    canonical = channel_block(dshape[1], info)
+    return [b for b in (8, 4, 2) if b < canonical and dshape[1] % b == 0]
 
 
 def _blocks(choice: dict) -> bool:
@@ -94,11 +119,14 @@ def blocked_layout(target: tvm.target.Target, grouped: str = "gspc") -> tvm.tran
     """
     info = cpu_info(target)
 
-    def choose(call) -> dict:
-        return conv_layout_choice(call, info, grouped)
-
     @tvm.transform.module_pass(opt_level=0, name="BlockedLayout")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        data_blocks: dict[int, int] = {}  # weight key -> input block other than canonical
+
+        def choose(call) -> dict:
+            return conv_layout_choice(call, info, grouped,
+                                      data_blocks.get(_weight_key(call)))
+
         convs = _convertible_weights(mod, choose)
         if not convs:
             return mod
@@ -109,12 +137,22 @@ def blocked_layout(target: tvm.target.Target, grouped: str = "gspc") -> tvm.tran
                 return result
             if len(kept) >= MAX_EXCLUDED:
                 break
-            culprit = _first_failing(mod, choose, kept, [c for c in convs if c not in kept])
+            order = [c for c in convs if c not in kept]
+            culprit = _first_failing(mod, choose, kept, order)
             if culprit is None:
                 break
-            kept.add(culprit)
-            log.warning("blocked layout: a conv (weight %s) stays NCHW, TVM's ConvertLayout "
-                        "failed with it: %s", convs[culprit], err)
+            upto = set(order[:order.index(culprit) + 1])
+            for block in narrower_blocks(convs[culprit].call, info):
+                data_blocks[culprit] = block
+                if _convert(mod, choose, kept, upto)[0] is not None:
+                    log.info("blocked layout: a conv (weight %s) reads its input in "
+                             "blocks of %d", convs[culprit].shape, block)
+                    break
+                del data_blocks[culprit]
+            else:
+                kept.add(culprit)
+                log.warning("blocked layout: a conv (weight %s) stays NCHW, TVM's "
+                            "ConvertLayout failed with it: %s", convs[culprit].shape, err)
         log.warning("blocked layout skipped, TVM's ConvertLayout failed: %s", err)
         return mod
 
@@ -130,17 +168,23 @@ def _weight_key(call) -> int | None:
     return None if weight is None else hash(weight)
 
 
-def _convertible_weights(mod: tvm.IRModule, choose) -> dict[int, str]:
-    """``{weight key: its shape}`` of the convs the blocked layout would convert, in order."""
-    found: dict[int, str] = {}
+@dataclasses.dataclass(frozen=True)
+class _Conv:
+    call: relax.Call
+    shape: str  # the weight's, for messages
+
+
+def _convertible_weights(mod: tvm.IRModule, choose) -> dict[int, _Conv]:
+    """``{weight key: the conv}`` of the convs the blocked layout would convert, in order."""
+    found: dict[int, _Conv] = {}
 
     @relax.expr_functor.visitor
     class _Collect(relax.PyExprVisitor):
         def visit_call_(self, call):
             if isinstance(call.op, tvm.ir.Op) and _blocks(choose(call)):
                 key = _weight_key(call)
-                if key is not None:
-                    found.setdefault(key, str(static_shape(call.args[1])))
+                if key is not None and key not in found:
+                    found[key] = _Conv(call, str(static_shape(call.args[1])))
             super().visit_call_(call)
 
     for _, func in mod.functions_items():
