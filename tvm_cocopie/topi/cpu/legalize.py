@@ -307,7 +307,8 @@ def matmul_plan(call, info: CpuInfo) -> MatmulPlan | None:
     sized_rows = pm if static_shape(a) is not None else rows
     if pn < info.f32_lanes // 2 or sized_rows * pn * pk < 4096:
         return None
-    return MatmulPlan(m, n, k, tuple(batch), shared, matmul_tile(rows, pn, info))
+    return MatmulPlan(m, n, k, tuple(batch), shared,
+                      matmul_tile(rows, pn, info, k if isinstance(k, int) else None))
 
 
 def legalize_matmul(info: CpuInfo, fallback):

@@ -284,12 +284,14 @@ def depthwise_wide_tile(geo: ConvGeometry, cb: int, info: CpuInfo) -> tuple[int,
     return th, tw
 
 
-def matmul_tile(m: int, n: int, info: CpuInfo) -> MatmulTile:
+def matmul_tile(m: int, n: int, info: CpuInfo, k: int | None = None) -> MatmulTile:
     """Register tile of a packed matmul ``(m x k) @ (k x n)``.
 
     Two vectors of B columns and as many rows of A as the accumulator budget allows
-    (6 on AVX2: a 6 x 16 tile), choosing the row count that pads ``m`` least; a
-    short ``m`` (GEMV-like) takes all rows and more columns instead.
+    (6 on AVX2: a 6 x 16 tile), or down to half as many where that pads ``m`` less
+    (:data:`TILE_ROW_OVERHEAD`), at most :data:`L1_WAYS` rows when ``k`` (if given)
+    makes the rows of A alias in L1; a short ``m`` (GEMV-like) takes all rows and more
+    columns instead.
     """
     lanes = info.f32_lanes
     nvec = -(-n // lanes)
@@ -298,15 +300,32 @@ def matmul_tile(m: int, n: int, info: CpuInfo) -> MatmulTile:
         return MatmulTile(max(1, m), r * lanes)
     r = min(2, nvec)
     tm_max = max(1, _acc_budget(info, r) // r)
+    if k is not None and (4 * k) % ALIASING_STRIDE == 0:
+        tm_max = min(tm_max, L1_WAYS)
     if m <= tm_max:
         return MatmulTile(m, r * lanes)
     best = None
-    for tm in range(max(1, tm_max - 2), tm_max + 1):
+    for tm in range(max(1, tm_max // 2), tm_max + 1):
         padded = -(-m // tm) * tm
-        score = (padded / m, -tm)
+        score = (padded * (1 + TILE_ROW_OVERHEAD / tm), -tm)
         if best is None or score < best[0]:
             best = (score, tm)
     return MatmulTile(best[1], r * lanes)
+
+
+#: Rows of A whose starts lie a multiple of this many bytes apart fall in one set of
+#: the L1 data cache, which holds :data:`L1_WAYS` lines per set: a register tile of
+#: more rows than that, over a ``K`` a multiple of 1024 floats, evicts its own rows of
+#: A at every step of ``k`` (40 x 2048 @ 2048 x 8192 ran at 0.63 of the FMA peak in
+#: 14-row tiles; 8-row tiles: see the bench's wide GEMMs)
+ALIASING_STRIDE = 4096
+L1_WAYS = 8
+
+#: Cost of a register tile's row tile, in rows, beside its rows of FMAs (the B panel
+#: re-read per row tile, the tile's set-up): the row count of :func:`matmul_tile`
+#: minimizes padded rows x (1 + this / tm). 16 rows ran as 2 x 12 on AVX-512 (a third
+#: of the FMAs on padding rows) before; now 2 x 8.
+TILE_ROW_OVERHEAD = 2
 
 
 def winograd_gemm_tile(o: int, ob: int, info: CpuInfo) -> tuple[int, int]:
