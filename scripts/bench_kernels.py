@@ -31,6 +31,12 @@ ratio to ONNX Runtime. The summary gives, per class, the geometric mean of the
 per-layer peak fractions: ``conv3x3_peak_fraction`` (3x3 convs with C >= 64),
 ``conv1x1_peak_fraction``, ``matmul_peak_fraction``, and ``fma_peak_gflops``.
 Matmul shapes read M x N x K (128x1536x384: 128 tokens, 384 -> 1536 features).
+``wide_gemm_*``: few rows against a large B (classifier heads, FFNs of short sequences).
+
+Detector shapes (a YOLO-style network at 416 px): conv + bias + SiLU, ONNX Runtime's
+model Conv, Sigmoid and Mul (``detector_conv_speed_over_ort``, its minimum), and max
+pools (SPPF's 5x5 stride 1, 2x2 and 3x3 stride 2), ours in the blocked layout, ORT's
+MaxPool node NCHW (``maxpool_speed_over_ort``; their "flops" are comparisons).
 
     python scripts/bench_kernels.py --quick --json bench_kernels.json
 """
