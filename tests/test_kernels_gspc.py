@@ -1,4 +1,5 @@
-"""GSPC grouped convolution (tvm_cocopie.topi.cpu.gspc) and grouped Winograd through the
+"""GSPC grouped convolution (tvm_cocopie.topi.cpu.gspc; its pixel-vector variant for
+segments of a quarter vector or less) and grouped Winograd through the
 cocopie pipeline against a float64 numpy reference: groups of 2, 3, 4, 8 and C channels,
 channel counts that are not a multiple of the SIMD width, stride 2, padding, dilation,
 batch > 1, a symbolic batch, fused epilogues; which kernel each grouped conv takes, the
@@ -100,18 +101,21 @@ def test_grouped_conv_matches_numpy(name, grouped):
 def test_fused_epilogue(name):
     mod, data, ref = _model(CASES[name], epilogue=True)
     assert_allclose(run(mod, [data]), ref)
-    text = scheduled(mod).script()
+    convs = {n: f for n, f in prim_funcs(scheduled(mod)).items() if "conv2d" in n}
+    assert len(convs) == 1 and all("relu" in n for n in convs)  # the epilogue fused in
+    text = next(iter(convs.values())).script()
     # GSPC's segments, fused: chunk lanes / segment lanes (8-lane AVX2: 2 or 4; 16 lanes
-    # on AVX-512: up to 8)
+    # on AVX-512: up to 8), or for segments of a quarter vector or less the pixel vectors
     splits = [int(v) for v in re.findall(r'"split": (\d+)', text)]
-    assert splits and all(v >= 2 for v in splits), splits
+    assert (splits and all(v >= 2 for v in splits)) or gspc.PIXELS_KIND in text, splits
 
 
 def _kernels(mod, **options) -> set[str]:
     names = set()
     for func in prim_funcs(scheduled(mod, **options)).values():
         text = func.script()
-        for tag in ('"split"', "winograd_M", "depthwise", "cocopie.conv2d_nchwc"):
+        for tag in ('"split"', "winograd_M", "depthwise", "cocopie.conv2d_nchwc",
+                    gspc.PIXELS_KIND):
             if tag in text:
                 names.add(tag.strip('"'))
     return names
@@ -123,8 +127,14 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
     ``grouped="blocked"`` the narrow groups go back to the block-diagonal kernel."""
     lanes = cpu_info(TARGET).f32_lanes
     narrow = _kernels(_model(CASES["resnext-cpg4"])[0])
-    assert "split" in narrow
-    assert "split" not in _kernels(_model(CASES["resnext-cpg4"])[0], grouped="blocked")
+    # 4 lanes per segment: a quarter of a 16-lane vector (pixel vectors), half of 8 lanes
+    assert ("gspc_pixels" if lanes == 16 else "split") in narrow
+    assert "split" in _kernels(_model(CASES["g8-cpg4"])[0]) or lanes == 16
+    blocked = _kernels(_model(CASES["resnext-cpg4"])[0], grouped="blocked")
+    assert "split" not in blocked and "gspc_pixels" not in blocked
+    # one-lane segments (9 per group) and two-lane ones at stride 2: pixel vectors
+    assert "gspc_pixels" in _kernels(_model(CASES["misaligned-9"])[0])
+    assert "gspc_pixels" in _kernels(_model(CASES["misaligned-18-s2"])[0])
     assert "winograd_M" in _kernels(_model(CASES["g2-winograd"])[0])
     assert "depthwise" in _kernels(_model(CASES["depthwise-C"])[0])
     # 8 channels per group: whole chunks (the blocked kernel), at 8 lanes and on AVX-512

@@ -10,6 +10,8 @@ fusion:
    GEMM, output transform with the fused epilogue);
 1. :class:`~.cpu.conv_chain.ConvChain`: a conv and the 1x1 conv that reads it pixel
    by pixel (DNNFusion's row-local conv pairs) in one nest over output rows;
+   :class:`~.cpu.gspc_pixels.GspcPixels`: grouped convs of 1-2-channel segments on
+   vectors of output pixels;
    :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
@@ -35,6 +37,7 @@ from .cpu.attention import Attention
 from .cpu.conv2d_nchwc import Conv2dNCHWc
 from .cpu.conv_chain import ConvChain
 from .cpu.fallback import Fallback
+from .cpu.gspc_pixels import GspcPixels
 from .cpu.matmul_packed import MatmulPacked
 from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
@@ -50,5 +53,5 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Winograd(), ConvChain(), Conv2dNCHWc(), MatmulPacked(), Attention(), RowReduction(),
-            Fallback()]
+    return [Winograd(), ConvChain(), GspcPixels(), Conv2dNCHWc(), MatmulPacked(), Attention(),
+            RowReduction(), Fallback()]

@@ -40,6 +40,7 @@ from tvm import te, tirx
 
 from ...errors import CompilationError
 from .conv2d_nchwc import (
+    ANNOTATION,
     ConvGeometry,
     ConvTile,
     groups_on_chunks,
@@ -201,3 +202,75 @@ def conv2d_gspc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Con
                             "conv2d_nchwc", attrs, out_dtype)
     return tiled_output(geo, tile, geo.o // ob, ob, body, "conv2d_nchwc", attrs, out_dtype,
                         split=tile.split)
+
+
+#: block annotation kind of the pixel-vector variant (:func:`conv2d_gspc_pixels`)
+PIXELS_KIND = "gspc_pixels"
+#: a conv whose segments (``T_O``) fill at most this fraction of a vector runs on
+#: vectors of output pixels (:func:`pixel_vectors`): one or two channels of a 16-lane
+#: FMA waste 87-94% of it (MobileNetV2 G(16)'s 9 channels per group ran at 6-11
+#: GFLOP/s, 0.16-0.28x ONNX Runtime's speed), four 75%
+PIXEL_SEGMENT_FRACTION = 0.25
+
+
+def pixel_vectors(geo: ConvGeometry, ob: int, lanes: int) -> bool:
+    """Whether this GSPC conv runs on vectors of ``lanes`` output pixels instead of
+    channels: its segments fill at most :data:`PIXEL_SEGMENT_FRACTION` of a vector (at
+    most two lanes for a strided conv, whose pixel vectors load strided input) and its
+    shape is static."""
+    static = all(isinstance(v, int) for v in (geo.n, geo.h, geo.w))
+    seg = segment_lanes(geo, ob)
+    if geo.stride[1] != 1:  # strided pixel vectors: only where channel vectors are worse
+        return static and seg <= 2  # (4-lane segments at stride 2 lost: 576@14 0.94 -> 0.80)
+    return static and seg <= PIXEL_SEGMENT_FRACTION * lanes
+
+
+def pixel_channels(opg: int, budget: int) -> int:
+    """Output channels of one group per register tile: the largest divisor of the
+    group's ``opg`` outputs that ``budget`` accumulator vectors hold (one vector of
+    pixels each)."""
+    return max(d for d in range(1, min(opg, budget) + 1) if opg % d == 0)
+
+
+def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, lanes: int,
+                       ob: int, out_dtype: str = "float32") -> te.Tensor:
+    """``(N, C/ib, H, W, ib) x OIHW weight -> (N, O/ob, OH, OW, ob)`` with vectors of
+    ``lanes`` output pixels of one channel (the NCHW convolution ONNX Runtime and
+    MetaSchedule vectorize along the row), for groups of segments too narrow for
+    channel vectors (:data:`PIXEL_SEGMENT_FRACTION`).
+
+    Three blocks: the input padded and moved to NCHW (its width padded for whole pixel
+    vectors), the conv over ``(N, O, OH, OW')`` (``OW'`` a multiple of ``lanes``, each
+    output channel reading its own group's ``C_PG`` input channels, broadcasting one
+    weight per FMA), and the blocked result read back across the channels; the weight
+    stays OIHW (each FMA broadcasts one value of it)."""
+    ib = int(data.shape[4])
+    n, h, w = geo.n, geo.h, geo.w
+    oh, ow = geo.oh, geo.ow
+    sh, sw = geo.stride
+    dh, dw = geo.dilation
+    pt, pl = geo.padding[0], geo.padding[1]
+    owp = -(-ow // lanes) * lanes
+    rows = (oh - 1) * sh + (geo.kh - 1) * dh + 1
+    cols = (owp - 1) * sw + (geo.kw - 1) * dw + 1
+    cpg, opg = geo.cpg, geo.opg
+
+    def fpad(b, c, y, x):
+        inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return tirx.if_then_else(inside, data[b, c // ib, y - pt, x - pl, c % ib],
+                                 tirx.const(0, data.dtype))
+
+    dpad = te.compute((n, geo.c, rows, cols), fpad, name="data_pad")
+    rc = te.reduce_axis((0, cpg), "rc")
+    ry = te.reduce_axis((0, geo.kh), "ry")
+    rx = te.reduce_axis((0, geo.kw), "rx")
+    attrs = {ANNOTATION: {"kind": PIXELS_KIND, "lanes": lanes, "opg": opg}}
+    conv = te.compute(
+        (n, geo.o, oh, owp),
+        lambda b, o, y, x: te.sum(
+            dpad[b, o // opg * cpg + rc, y * sh + ry * dh, x * sw + rx * dw].astype(out_dtype)
+            * weight[o, rc, ry, rx].astype(out_dtype), axis=[rc, ry, rx]),
+        name="conv2d_nchwc", attrs=attrs)
+    return te.compute((n, geo.o // ob, oh, ow, ob),
+                      lambda b, c, y, x, lane: conv[b, c * ob + lane, y, x],
+                      name="conv2d_nchwc_out")

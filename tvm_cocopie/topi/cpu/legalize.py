@@ -68,6 +68,7 @@ class Conv2dPlan:
     out_block: int  # 0: the result leaves NCHW
     depthwise: bool
     gspc: bool = False  # a grouped conv in GSPC segments (:mod:`.gspc`)
+    pixels: bool = False  # ... of 1-2 lanes: on vectors of output pixels instead
 
 
 def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
@@ -109,7 +110,8 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
         return Conv2dPlan(geo, tile, db, obk, True)
     if not symbolic and gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
         tile = gspc_tile(geo, ib, ob, gspc.segments(geo, ob), info)
-        return Conv2dPlan(geo, tile, db, obk, False, gspc=True)
+        return Conv2dPlan(geo, tile, db, obk, False, gspc=True,
+                          pixels=gspc.pixel_vectors(geo, ob, info.f32_lanes))
     try:
         tile = conv_tile(sized, ib, ob, info)
         if symbolic and tile.flat:  # the same pixels as one row: no division by a width
@@ -209,6 +211,13 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
                 lambda w: dw.pack_weight(w, tile.ob, dw.repeats(tile)), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
+        elif plan.pixels:
+            kernel = call.args[1]  # OIHW: one broadcast weight per FMA
+
+            def compute(data, weight, shaped, tile):
+                return gspc.conv2d_gspc_pixels(data, weight, shaped, info.f32_lanes, tile.ob)
+
+            name = "conv2d_gspc_pixels"
         elif plan.gspc:
             kernel = _packed_weight(
                 bb, call.args[1], lambda w: gspc.pack_weight_numpy(w, geo, tile),
