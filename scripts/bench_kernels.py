@@ -463,19 +463,11 @@ def main(argv=None) -> int:
     info = cpu_info(target)
     rounds = args.rounds or (7 if args.quick else 11)
     names = set(args.only.split(",")) if args.only else None
-    convs = [c for c in RESNET50_CONVS + OTHER_CONVS
-             if (names is None and (not args.quick or c[0] in QUICK_CONVS + ["grouped.g8"]))
-             or (names is not None and c[0] in names)]
+    convs = _chosen(RESNET50_CONVS + OTHER_CONVS, QUICK_CONVS + ["grouped.g8"], args, names)
     mms = [m for m in MATMULS if names is None or m[0] in names]
-    mms += [m for m in WIDE_MATMULS
-            if (names is None and (not args.quick or m[0] in QUICK_WIDE))
-            or (names is not None and m[0] in names)]
-    detector = [c for c in DETECTOR_CONVS
-                if (names is None and (not args.quick or c[0] in QUICK_DETECTOR))
-                or (names is not None and c[0] in names)]
-    pools = [p for p in MAX_POOLS
-             if (names is None and (not args.quick or p[0] in QUICK_POOLS))
-             or (names is not None and p[0] in names)]
+    mms += _chosen(WIDE_MATMULS, QUICK_WIDE, args, names)
+    detector = _chosen(DETECTOR_CONVS, QUICK_DETECTOR, args, names)
+    pools = _chosen(MAX_POOLS, QUICK_POOLS, args, names)
     peak = PeakMeter(target, args.threads, info.f32_lanes)
     records, all_peaks = [], []
     started = time.perf_counter()
@@ -546,6 +538,14 @@ def main(argv=None) -> int:
           f"(min {_fmt(summary['maxpool_min_speed_over_ort'])}); "
           f"speed vs ORT (geomean) {_fmt(summary['geomean_speed_over_ort'])}")
     return 0
+
+
+def _chosen(specs, quick: list, args, names) -> list:
+    """The specs to run: those ``--only`` names, else all (the ``quick`` ones with
+    ``--quick``)."""
+    if names is not None:
+        return [s for s in specs if s[0] in names]
+    return [s for s in specs if not args.quick or s[0] in quick]
 
 
 def _fmt(v):

@@ -10,8 +10,8 @@ fusion:
    GEMM, output transform with the fused epilogue);
 1. :class:`~.cpu.conv_chain.ConvChain`: a conv and the 1x1 conv that reads it pixel
    by pixel (DNNFusion's row-local conv pairs) in one nest over output rows;
-   :class:`~.cpu.gspc_pixels.GspcPixels`: grouped convs of 1-2-channel segments on
-   vectors of output pixels;
+   :class:`~.cpu.gspc_pixels.GspcPixels`: grouped convs whose segments fill a quarter
+   vector or less, on vectors of output pixels;
    :class:`~.cpu.conv2d_nchwc.Conv2dNCHWc`: register-blocked NCHWc convolutions
    (dense, grouped, depthwise) with their fused epilogues;
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;

@@ -23,11 +23,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from ...exprs import var_uses, with_functions
+from ...exprs import op_name, var_uses, with_functions
 from ...target import cpu_info
 from .blocked import conv_layout_choice
-
-_TRANSFORM = "relax.layout_transform"
 
 
 def _block_map(block: int) -> tirx.IndexMap:
@@ -48,8 +46,7 @@ def _reblock_map(src: int, dst: int) -> tirx.IndexMap:
 
 def _transform(value):
     """``value`` if it is a ``layout_transform`` call without padding, else ``None``."""
-    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
-            value.op.name == _TRANSFORM and value.attrs.pad_value is None:
+    if op_name(value) == "layout_transform" and value.attrs.pad_value is None:
         return value
     return None
 
@@ -81,11 +78,6 @@ def through_nchw(value, bindings: dict) -> tuple[relax.Expr, int, int] | None:
     return source, src, dst
 
 
-def _is_conv(value) -> bool:
-    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
-        value.op.name == "relax.nn.conv2d"
-
-
 def _conv_attrs(call: relax.Call) -> dict:
     attrs = call.attrs
     return {"strides": attrs.strides, "padding": attrs.padding, "dilation": attrs.dilation,
@@ -103,7 +95,7 @@ def _plan(func: relax.Function, info, grouped: str) -> tuple[dict, dict]:
                  if (found := through_nchw(value, bindings)) is not None}
     readers: dict = {}  # reblocked var -> the convs that can read its source instead
     for var, value in bindings.items():
-        data = value.args[0] if _is_conv(value) else None
+        data = value.args[0] if op_name(value) == "nn.conv2d" else None
         if data not in reblocked:
             continue
         src = reblocked[data][1]
@@ -123,7 +115,8 @@ def _plan(func: relax.Function, info, grouped: str) -> tuple[dict, dict]:
              if (reblocked[data][0], reblocked[data][2]) not in needed for conv in convs}
     # a conv writing NCHW (a one-channel head) reads an NCHW input as it comes
     for var, value in bindings.items():
-        if var in convs or not _is_conv(value) or str(value.attrs.out_layout) != "NCHW":
+        if var in convs or op_name(value) != "nn.conv2d" or \
+                str(value.attrs.out_layout) != "NCHW":
             continue
         block = _transform(bindings.get(value.args[0]))
         source = None if block is None else block.args[0]

@@ -1,7 +1,8 @@
 """Schedule of the pixel-vector GSPC conv (:func:`tvm_cocopie.topi.cpu.gspc.conv2d_gspc_pixels`).
 
-Grouped convs whose segments are one or two channels wide (MobileNetV2 G(16)'s 9
-channels per group in 16-channel chunks) vectorize along the output row instead::
+Grouped convs whose segments fill a quarter vector or less (MobileNetV2 G(16)'s 9
+channels per group in 16-channel chunks: one lane; :func:`~tvm_cocopie.topi.cpu.gspc.
+pixel_vectors`) vectorize along the output row instead::
 
     parallel  n, groups of To output channels, output rows     data_pad before it, in
       serial  vectors of lanes pixels (xo)                      parallel, NCHW

@@ -68,7 +68,7 @@ class Conv2dPlan:
     out_block: int  # 0: the result leaves NCHW
     depthwise: bool
     gspc: bool = False  # a grouped conv in GSPC segments (:mod:`.gspc`)
-    pixels: bool = False  # ... of 1-2 lanes: on vectors of output pixels instead
+    pixels: bool = False  # ... too narrow for channel vectors: vectors of output pixels
 
 
 def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
