@@ -14,6 +14,8 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -39,12 +41,19 @@ class SqliteFile:
         except sqlite3.DatabaseError as err:
             self._rebuild(str(err))
 
-    def connect(self) -> sqlite3.Connection:
-        """A connection in autocommit mode, write-ahead log on, waiting for writers."""
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection in autocommit mode, write-ahead log on, waiting for writers;
+        closed when the ``with`` block ends. (A connection left to the garbage
+        collector keeps the write-ahead log alive: a file replaced meanwhile would
+        still be read through the old log.)"""
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        return conn
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            yield conn
+        finally:
+            conn.close()
 
     def _check(self) -> None:
         with self.connect() as conn:

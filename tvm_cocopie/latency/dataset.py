@@ -30,6 +30,7 @@ import os
 import sqlite3
 import time
 import zlib
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,7 +130,7 @@ class Dataset:
                                "latency dataset", timeout)
         self.path = self.file.path
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.file.connect()
 
     def put(self, rows: list[Row]) -> None:

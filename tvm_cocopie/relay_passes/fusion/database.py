@@ -21,6 +21,7 @@ import logging
 import os
 import sqlite3
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,7 @@ class ProfileDB:
         self.path = self.file.path
         self.timeout = timeout
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.file.connect()
 
     def get(self, target, ops, shapes) -> Entry | None:
