@@ -190,6 +190,23 @@ def test_measured_heuristic():
         assert _choice(_geo(c, hw, c)) is None, (c, hw)
 
 
+def test_grouped_bounds_by_vector_width():
+    """Grouped convs: the znver1 (8-lane) bounds, and the higher ones of 16-lane vectors
+    measured on znver4 (WIDE_* in topi.cpu.winograd)."""
+    cases = [  # (c, size, groups): m on 8 lanes, m on 16 lanes
+        ((128, 8, 8), 2, None),     # 16 per group on a small map
+        ((512, 14, 32), 2, None),
+        ((128, 8, 4), 2, 2),        # 32 per group
+        ((128, 28, 8), 4, 4),       # 16 per group, F(4,3) map
+        ((512, 7, 8), 2, None),     # 64 per group on 7x7
+        ((512, 7, 2), 2, 2),        # 256 per group on 7x7
+    ]
+    for (c, hw, g), narrow, wide in cases:
+        geo = _geo(c, hw, c, groups=g)
+        assert wg.preferred_m(geo, 8) == narrow, (c, hw, g)
+        assert wg.preferred_m(geo, 16) == wide, (c, hw, g)
+
+
 def test_auto_picks_winograd_in_the_pipeline():
     c, hw = wg.MEASURED_WINS[0]
     mod, _, _, _ = _model((1, c, hw, hw, c, (1, 1, 1, 1)))

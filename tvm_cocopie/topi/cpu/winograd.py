@@ -387,6 +387,17 @@ MIN_SIZE = 8
 #: one thread: left direct
 MIN_GROUP_SIZE = 7
 MIN_GROUP_SMALL_MAP_CHANNELS = 64
+#: With 16-lane vectors (AVX-512) the grouped direct kernel gains more than the GEMM
+#: and these bounds rise: 32 per group below :data:`F43_MIN_SIZE`, 256 on 7x7 maps.
+#: Measured (znver4, 2 cores, conv + bias + ReLU in the blocked layout, 10 blocked
+#: rounds, direct over F(m,3) time on 1 / 2 threads): 16 per group 32@32 G(2) 1.30 /
+#: 1.20, 128@28 G(8) 1.41 / 1.48, but 64@16 G(4) 0.97 / 1.00, 256@14 G(16) 0.86 / 1.15,
+#: 512@14 G(32) 0.83 / 1.14, 128@8 G(8) 0.62 / 0.50; 32 per group 128@8 G(4) 1.14 /
+#: 1.05, 256@14 G(8) 1.42 / 1.39; on 7x7 512 G(2) 1.27 / 1.08, 960 G(2) 1.21 / 1.00,
+#: but 512 G(4) 0.96 / 1.15, 512 G(8) 0.87 / 0.84, 960 G(4) 0.63 / 0.58
+WIDE_VECTOR_LANES = 16
+WIDE_GROUP_SMALL_CHANNELS = 32
+WIDE_GROUP_SMALL_MAP_CHANNELS = 256
 
 #: ``(channels, output size)`` of the C -> C layers measured faster with the tile
 #: :func:`preferred_m` picks (module docstring), and of those measured no faster
@@ -396,20 +407,26 @@ MEASURED_WINS = [(64, 56), (128, 28), (256, 14), (64, 224), (128, 112),
 MEASURED_LOSSES = [(512, 7), (16, 52), (16, 104), (16, 208), (8, 104), (8, 208)]
 
 
-def preferred_m(geo: ConvGeometry) -> int | None:
+def preferred_m(geo: ConvGeometry, lanes: int = 8) -> int | None:
     """The measured heuristic: the output tile that beats the direct conv, or ``None``.
 
     Winograd with at least :data:`MIN_CHANNELS` input and output channels
     (:data:`MIN_GROUP_CHANNELS` per group for a grouped conv) and an output of at least
     :data:`MIN_SIZE` pixels a side; F(4,3) from
-    :data:`F43_MIN_SIZE` on, F(2,3) below.
+    :data:`F43_MIN_SIZE` on, F(2,3) below. ``lanes``: fp32 lanes of a vector (the
+    grouped bounds are higher from :data:`WIDE_VECTOR_LANES` on).
     """
     size = min(geo.oh, geo.ow)
+    wide = lanes >= WIDE_VECTOR_LANES
     least = MIN_CHANNELS if geo.groups == 1 else MIN_GROUP_CHANNELS
     if geo.groups > 1 and size < MIN_SIZE:
         least, smallest = MIN_GROUP_SMALL_MAP_CHANNELS, MIN_GROUP_SIZE
+        if wide:
+            least = WIDE_GROUP_SMALL_MAP_CHANNELS
     else:
         smallest = MIN_SIZE
+        if geo.groups > 1 and wide and size < F43_MIN_SIZE:
+            least = WIDE_GROUP_SMALL_CHANNELS
     if min(geo.cpg, geo.opg) < least or size < smallest:
         return None
     return 4 if size >= F43_MIN_SIZE else 2
@@ -433,7 +450,7 @@ def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
     if setting not in ("auto", "2", "4"):
         raise CompilationError(f"Winograd setting {setting!r}: PipelineOptions(winograd=...) "
                                "takes auto, off, 2 (F(2,3)) or 4 (F(4,3))")
-    m = preferred_m(geo) if setting == "auto" else int(setting)
+    m = preferred_m(geo, info.f32_lanes) if setting == "auto" else int(setting)
     if m is None:
         return None
     r, tp = winograd_gemm_tile(geo.o, direct.ob, info)
