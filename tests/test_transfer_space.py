@@ -50,10 +50,27 @@ def test_conv_design_spaces_start_at_the_default_tile_and_compute_the_conv():
         check_numerics(sch.mod, kernel.mod, TARGET)
 
 
+def test_pixel_vector_gspc_has_a_design_space():
+    """The pixel-vector grouped conv (2 outputs per group: 2-lane segments of 8) is tunable:
+    one space at the default tile (To, Yk, Xk), numerically the conv."""
+    from tvm_cocopie.topi.cpu.gspc import PIXELS_KIND, pixel_tile
+
+    kernels = extract_kernels(tiny_cnn(channels=(8, 32), size=16, groups=16), TARGET)
+    (kernel,) = [k for k in kernels if "gspc_pixels" in k.name]
+    (sch,) = design_spaces(kernel.mod, TARGET)
+    assert space_tag(sch.trace).startswith(f"kind={PIXELS_KIND}")
+    tiles = tile_decisions(sch.trace)
+    assert [t[-1] for t in tiles] == list(pixel_tile(2, 16, 2, 16))
+    assert fits_registers(space_tag(sch.trace), tiles, 16)
+    check_numerics(sch.mod, kernel.mod, TARGET)
+
+
 def test_register_budget_rejects_spilling_tiles():
     assert fits_registers("kind=conv", [[4, 2], [1, 1], [2, 5]], 16)  # 10 acc + 2 + 1
     assert not fits_registers("kind=conv", [[2, 4], [1, 2], [2, 4]], 16)  # 32 accumulators
     assert not fits_registers("kind=depthwise", [[1, 2], [1, 8]], 16)
+    assert fits_registers("kind=gspc_pixels", [[1, 2], [2, 3], [1, 2]], 16)  # 12 + 2 + 1
+    assert not fits_registers("kind=gspc_pixels", [[1, 2], [1, 4], [1, 2]], 16)  # 16 acc
     assert fits_registers("kind=matmul;nvec=2", [[1, 6]], 16)
     assert not fits_registers("kind=matmul;nvec=2", [[1, 7]], 16)
     assert fits_registers("kind=matmul;nvec=2", [[1, 7]], 32)  # AVX-512 has 32 registers

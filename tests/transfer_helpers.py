@@ -9,17 +9,20 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def tiny_cnn(channels=(4, 8), size=12, seed=0, name="tiny") -> onnx.ModelProto:
-    """input [1, c0, size, size] -> conv3x3+relu -> conv3x3+relu (c1 channels)."""
+def tiny_cnn(channels=(4, 8), size=12, seed=0, name="tiny", groups=1) -> onnx.ModelProto:
+    """input [1, c0, size, size] -> conv3x3+relu -> conv3x3+relu (c1 channels, the second
+    conv in ``groups`` groups)."""
     rng = np.random.default_rng(seed)
     c0, c1 = channels
     inits, nodes = [], []
     prev, cin = "input", c0
     for i, cout in enumerate((c1, c1)):
-        w = (rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype("float32")
+        g = groups if i == 1 else 1
+        w = (rng.standard_normal((cout, cin // g, 3, 3)) * 0.3).astype("float32")
         b = (rng.standard_normal(cout) * 0.1).astype("float32")
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
-        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1],
+                                      group=g))
         out = "output" if i == 1 else f"r{i}"
         nodes.append(helper.make_node("Relu", [f"c{i}"], [out]))
         prev, cin = out, cout

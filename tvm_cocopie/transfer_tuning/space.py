@@ -96,8 +96,9 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
     """Whether the register tile of these decisions fits ``registers`` vector registers.
 
     The rule of :func:`tvm_cocopie.topi.cpu.tiling.conv_tile`: accumulators plus the weight
-    vectors of one step plus one broadcast (depthwise: accumulators plus four); a GSPC
-    conv (``split`` segments) has ``split`` of each.
+    vectors of one step plus one broadcast (depthwise: accumulators plus four; the
+    pixel-vector GSPC: plus its broadcast weights and one input vector); a GSPC conv
+    (``split`` segments) has ``split`` of each.
     """
     fields = _tag_fields(tag)
     inner = [t[-1] for t in tiles]
@@ -109,6 +110,8 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
         return split * (math.prod(inner) + inner[0]) + 1 <= registers
     if kind == "depthwise":
         return math.prod(inner) + 4 <= registers
+    if kind == "gspc_pixels":  # To x Yk x Xk accumulators, To broadcasts, one input vector
+        return math.prod(inner) + inner[0] + 1 <= registers
     if kind == "matmul":
         nvec = int(fields.get("nvec", 1))
         return inner[0] * nvec + nvec + 1 <= registers

@@ -4,18 +4,21 @@ Grouped convs whose segments fill a quarter vector or less (MobileNetV2 G(16)'s 
 channels per group in 16-channel chunks: one lane; :func:`~tvm_cocopie.topi.cpu.gspc.
 pixel_vectors`) vectorize along the output row instead::
 
-    parallel  n, groups of To output channels, output rows     data_pad before it, in
-      serial  vectors of lanes pixels (xo)                      parallel, NCHW
+    parallel  n, groups, chunks of To of the group's outputs,    data_pad before it, in
+              chunks of Yk output rows                            parallel, NCHW
+      serial  chunks of Xk vectors of lanes pixels
         rc, ry, rx                  the group's input channels and the window
-          oi (unrolled, To)         one broadcast weight each
-            xv (vectorized)         a row vector of the padded input (stride 1:
-                                    contiguous) FMA into To accumulator vectors
-      the accumulators written back per (row, xo)
+          yi, xi (unrolled)         Yk x Xk input vectors (stride 1: contiguous), each
+            oi (unrolled)           loaded once, FMA with To broadcast weights into
+              xv (vectorized)       To x Yk x Xk accumulators
+      the accumulators written back per register tile
     parallel  the blocked result (and the fused epilogue), read across the channels
 
-``To`` is the largest divisor of the group's outputs that the accumulator budget holds
-(:func:`~tvm_cocopie.topi.cpu.gspc.pixel_channels`): every channel of a register tile
-reads the same input vectors, one load per ``To`` FMAs.
+The register tile is :func:`~tvm_cocopie.topi.cpu.gspc.pixel_tile`'s (most FMAs per
+load within the accumulator budget). Tunable (``tvm-cocopie tune``, transfer-tuning):
+the three tile sizes as ``SamplePerfectTile`` decisions and LLVM's unroll budget of the
+reduction nest; the space is tagged ``kind=gspc_pixels`` (the register budget check of
+:mod:`tvm_cocopie.transfer_tuning.space`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tvm import s_tir
 
 from ...target import CpuInfo
 from ...topi.cpu.conv2d_nchwc import ANNOTATION
-from ...topi.cpu.gspc import PIXELS_KIND, pixel_channels
+from ...topi.cpu.gspc import PIXELS_KIND, pixel_tile
 from ...topi.cpu.tiling import vector_registers
 from ..base import (
     MIN_PARALLEL_WORK,
@@ -32,14 +35,17 @@ from ..base import (
     annotated_blocks,
     block_work,
     blocks_before,
+    const_extent,
     fuse_parallel,
     inline_consumers,
     parallel_spatial,
 )
+from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 
 
-def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo):
-    """The module docstring's nest on ``anchor`` (the conv block); ``sch``."""
+def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bool = False):
+    """The module docstring's nest on ``anchor`` (the conv block); ``sch``. ``tunable``:
+    the tile and unroll budget sampled (the default tile as the decision)."""
     ann = sch.get(anchor).annotations[ANNOTATION]
     lanes, opg = int(ann["lanes"]), int(ann["opg"])
     for block in blocks_before(sch, anchor):
@@ -50,17 +56,30 @@ def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo):
     work = block_work(sch, anchor)
     acc = sch.cache_write(anchor, 0, "local")
     n, o, y, x, rc, ry, rx = sch.get_loops(anchor)
-    to = pixel_channels(opg, vector_registers(info) - 4)
-    oo, oi = sch.split(o, [None, to])
-    xo, xv = sch.split(x, [None, lanes])
-    sch.reorder(n, oo, y, xo, rc, ry, rx, oi, xv)
-    fuse_parallel(sch, [n, oo, y], info, work, MIN_PARALLEL_WORK)
+    to, yk, xk = pixel_tile(opg, const_extent(sch, y), const_extent(sch, x) // lanes,
+                            vector_registers(info))
+    if tunable:
+        sch.annotate(anchor, SPACE_ANNOTATION, f"kind={PIXELS_KIND};opg={opg}")
+    g, oc = sch.split(o, [None, opg])
+    oo, oi = split_tile(sch, oc, to, opg, tunable)
+    yo, yi = split_tile(sch, y, yk, 8, tunable)
+    xs, xv = sch.split(x, [None, lanes])
+    xo, xi = split_tile(sch, xs, xk, 8, tunable)
+    sch.reorder(n, g, oo, yo, xo, rc, ry, rx, yi, xi, oi, xv)
+    fuse_parallel(sch, [n, g, oo, yo], info, work, MIN_PARALLEL_WORK)
     sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
-    acc_loops = sch.get_loops(acc)
-    sch.vectorize(acc_loops[-1])
-    sch.unroll(oi)
+    row = sch.get_loops(acc)[-1]
+    if (const_extent(sch, row) or lanes) > lanes:
+        row, vec = sch.split(row, [None, lanes])
+        sch.unroll(row)
+        row = vec
+    sch.vectorize(row)
+    for loop in (oi, yi, xi):
+        sch.unroll(loop)
     sch.vectorize(xv)
     sch.decompose_reduction(anchor, rc)
+    if tunable:
+        sample_unroll_budget(sch, rc)
     return sch
 
 
@@ -75,5 +94,5 @@ class GspcPixels(CpuRule):
                    if str(sch.get(b).annotations[ANNOTATION].get("kind", "")) == PIXELS_KIND]
         if len(anchors) != 1 or len(annotated_blocks(sch, ANNOTATION)) != 1:
             return None
-        schedule_gspc_pixels(sch, anchors[0], info)
+        schedule_gspc_pixels(sch, anchors[0], info, tunable)
         return [sch] if tunable else sch
