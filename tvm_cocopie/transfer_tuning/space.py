@@ -111,7 +111,9 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
     if kind == "depthwise":
         return math.prod(inner) + 4 <= registers
     if kind == "gspc_pixels":  # To x Yk x Xk accumulators, To broadcasts, one input vector
-        return math.prod(inner) + inner[0] + 1 <= registers
+        # (stored from the registers: a tile's To channels must lie in one output chunk)
+        in_chunk = fields.get("fused") != "1" or int(fields["ob"]) % inner[0] == 0
+        return in_chunk and math.prod(inner) + inner[0] + 1 <= registers
     if kind == "matmul":
         nvec = int(fields.get("nvec", 1))
         return inner[0] * nvec + nvec + 1 <= registers

@@ -51,15 +51,20 @@ def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bo
     for block in blocks_before(sch, anchor):
         parallel_spatial(sch, block, info)
     final = inline_consumers(sch, anchor)
-    if final is not None:
-        parallel_spatial(sch, final, info)
-    work = block_work(sch, anchor)
-    acc = sch.cache_write(anchor, 0, "local")
     n, o, y, x, rc, ry, rx = sch.get_loops(anchor)
     to, yk, xk = pixel_tile(opg, const_extent(sch, y), const_extent(sch, x) // lanes,
                             vector_registers(info))
+    # the result stored from the registers when a tile's channels lie in one chunk of
+    # the blocked output (every tile's region is then exactly its own)
+    ob = int(sch.get(final).writes[0].source.shape[-1]) if final is not None else 0
+    fused = bool(ob) and ob % to == 0
+    if final is not None and not fused:
+        parallel_spatial(sch, final, info)
+    work = block_work(sch, anchor)
+    acc = None if fused else sch.cache_write(anchor, 0, "local")
     if tunable:
-        sch.annotate(anchor, SPACE_ANNOTATION, f"kind={PIXELS_KIND};opg={opg}")
+        sch.annotate(anchor, SPACE_ANNOTATION,
+                     f"kind={PIXELS_KIND};opg={opg};ob={ob};fused={int(fused)}")
     g, oc = sch.split(o, [None, opg])
     oo, oi = split_tile(sch, oc, to, opg, tunable)
     yo, yi = split_tile(sch, y, yk, 8, tunable)
@@ -67,13 +72,21 @@ def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bo
     xo, xi = split_tile(sch, xs, xk, 8, tunable)
     sch.reorder(n, g, oo, yo, xo, rc, ry, rx, yi, xi, oi, xv)
     fuse_parallel(sch, [n, g, oo, yo], info, work, MIN_PARALLEL_WORK)
-    sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
-    row = sch.get_loops(acc)[-1]
-    if (const_extent(sch, row) or lanes) > lanes:
-        row, vec = sch.split(row, [None, lanes])
-        sch.unroll(row)
-        row = vec
-    sch.vectorize(row)
+    if fused:
+        depth = len(sch.get_loops(anchor)) - 7  # the loops down to xo
+        sch.reverse_compute_at(final, xo, preserve_unit_loops=True)
+        sch.set_scope(anchor, 0, "local")
+        for loop in sch.get_loops(final)[depth:]:
+            if const_extent(sch, loop) is not None:
+                sch.unroll(loop)
+    else:
+        sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
+        row = sch.get_loops(acc)[-1]
+        if (const_extent(sch, row) or lanes) > lanes:
+            row, vec = sch.split(row, [None, lanes])
+            sch.unroll(row)
+            row = vec
+        sch.vectorize(row)
     for loop in (oi, yi, xi):
         sch.unroll(loop)
     sch.vectorize(xv)
