@@ -30,6 +30,7 @@ from ...topi.cpu.conv2d_nchwc import ANNOTATION
 from ...topi.cpu.gspc import PIXELS_KIND, pixel_tile
 from ...topi.cpu.tiling import vector_registers
 from ..base import (
+    MIN_PARALLEL_MACS,
     MIN_PARALLEL_WORK,
     CpuRule,
     annotated_blocks,
@@ -43,13 +44,28 @@ from ..base import (
 from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 
 
+def _schedule_pad(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
+    """The blocked input moved to padded NCHW in the input's order: a vector of the ``ib``
+    channels of one pixel loaded whole (the padding test is the same for all of them),
+    stored to its ``ib`` channel planes."""
+    ib = int(sch.get(block).reads[0].source.shape[-1])
+    n, c, y, x = sch.get_loops(block)
+    cb, ci = sch.split(c, [None, ib])
+    sch.reorder(n, cb, y, x, ci)
+    sch.vectorize(ci)
+    fuse_parallel(sch, [n, cb, y], info, block_work(sch, block), MIN_PARALLEL_WORK)
+
+
 def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bool = False):
     """The module docstring's nest on ``anchor`` (the conv block); ``sch``. ``tunable``:
     the tile and unroll budget sampled (the default tile as the decision)."""
     ann = sch.get(anchor).annotations[ANNOTATION]
     lanes, opg = int(ann["lanes"]), int(ann["opg"])
     for block in blocks_before(sch, anchor):
-        parallel_spatial(sch, block, info)
+        if sch.get(block).name_hint == "data_pad":
+            _schedule_pad(sch, block, info)
+        else:
+            parallel_spatial(sch, block, info)
     final = inline_consumers(sch, anchor)
     n, o, y, x, rc, ry, rx = sch.get_loops(anchor)
     to, yk, xk = pixel_tile(opg, const_extent(sch, y), const_extent(sch, x) // lanes,
@@ -71,7 +87,7 @@ def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bo
     xs, xv = sch.split(x, [None, lanes])
     xo, xi = split_tile(sch, xs, xk, 8, tunable)
     sch.reorder(n, g, oo, yo, xo, rc, ry, rx, yi, xi, oi, xv)
-    fuse_parallel(sch, [n, g, oo, yo], info, work, MIN_PARALLEL_WORK)
+    fuse_parallel(sch, [n, g, oo, yo], info, work, MIN_PARALLEL_MACS)
     if fused:
         depth = len(sch.get_loops(anchor)) - 7  # the loops down to xo
         sch.reverse_compute_at(final, xo, preserve_unit_loops=True)
