@@ -135,6 +135,8 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
     # one-lane segments (9 per group) and two-lane ones at stride 2: pixel vectors
     assert "gspc_pixels" in _kernels(_model(CASES["misaligned-9"])[0])
     assert "gspc_pixels" in _kernels(_model(CASES["misaligned-18-s2"])[0])
+    # strided too (the input's column phases stored apart): 4 lanes at stride 2
+    assert ("gspc_pixels" if lanes == 16 else "split") in _kernels(_model(CASES["cpg4-stride2"])[0])
     assert "winograd_M" in _kernels(_model(CASES["g2-winograd"])[0])
     assert "depthwise" in _kernels(_model(CASES["depthwise-C"])[0])
     # 8 channels per group: whole chunks (the blocked kernel), at 8 lanes and on AVX-512

@@ -49,9 +49,9 @@ def _schedule_pad(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     channels of one pixel loaded whole (the padding test is the same for all of them),
     stored to its ``ib`` channel planes."""
     ib = int(sch.get(block).reads[0].source.shape[-1])
-    n, c, y, x = sch.get_loops(block)
+    n, c, y, p, x = sch.get_loops(block)
     cb, ci = sch.split(c, [None, ib])
-    sch.reorder(n, cb, y, x, ci)
+    sch.reorder(n, cb, y, p, x, ci)
     sch.vectorize(ci)
     fuse_parallel(sch, [n, cb, y], info, block_work(sch, block), MIN_PARALLEL_WORK)
 

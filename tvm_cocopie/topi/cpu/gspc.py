@@ -215,14 +215,13 @@ PIXEL_SEGMENT_FRACTION = 0.25
 
 def pixel_vectors(geo: ConvGeometry, ob: int, lanes: int) -> bool:
     """Whether this GSPC conv runs on vectors of ``lanes`` output pixels instead of
-    channels: its segments fill at most :data:`PIXEL_SEGMENT_FRACTION` of a vector (at
-    most two lanes for a strided conv, whose pixel vectors load strided input) and its
-    shape is static."""
+    channels: its segments fill at most :data:`PIXEL_SEGMENT_FRACTION` of a vector and
+    its shape is static. (Strided convs too: the input's column phases are stored apart,
+    so their pixel vectors load contiguous input; measured on znver4, pixel over segment
+    time at 1 / 2 threads: 576@14 s2 G(16) 4-lane segments 1.31 / 1.41, 144@56 s2 G(4)
+    2.2 / 2.2, 144@56 s2 G(8) 2-lane 4.7 / 4.8.)"""
     static = all(isinstance(v, int) for v in (geo.n, geo.h, geo.w))
-    seg = segment_lanes(geo, ob)
-    if geo.stride[1] != 1:  # strided pixel vectors: only where channel vectors are worse
-        return static and seg <= 2  # (4-lane segments at stride 2 lost: 576@14 0.94 -> 0.80)
-    return static and seg <= PIXEL_SEGMENT_FRACTION * lanes
+    return static and segment_lanes(geo, ob) <= PIXEL_SEGMENT_FRACTION * lanes
 
 
 def _divisors(n: int, most: int) -> list[int]:
@@ -272,14 +271,18 @@ def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, la
     owp = -(-ow // lanes) * lanes
     rows = (oh - 1) * sh + (geo.kh - 1) * dh + 1
     cols = (owp - 1) * sw + (geo.kw - 1) * dw + 1
+    phase_cols = -(-cols // sw)
     cpg, opg = geo.cpg, geo.opg
 
-    def fpad(b, c, y, x):
+    def fpad(b, c, y, p, xq):  # padded column xq * sw + p: a stride's phases apart
+        x = xq * sw + p
         inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl)
         return tirx.if_then_else(inside, data[b, c // ib, y - pt, x - pl, c % ib],
                                  tirx.const(0, data.dtype))
 
-    dpad = te.compute((n, geo.c, rows, cols), fpad, name="data_pad")
+    # (N, C, rows, stride, cols / stride): each column phase of the stride stored apart,
+    # so that a vector of strided output pixels reads contiguous input
+    dpad = te.compute((n, geo.c, rows, sw, phase_cols), fpad, name="data_pad")
     rc = te.reduce_axis((0, cpg), "rc")
     ry = te.reduce_axis((0, geo.kh), "ry")
     rx = te.reduce_axis((0, geo.kw), "rx")
@@ -287,7 +290,8 @@ def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, la
     conv = te.compute(
         (n, geo.o, oh, owp),
         lambda b, o, y, x: te.sum(
-            dpad[b, o // opg * cpg + rc, y * sh + ry * dh, x * sw + rx * dw].astype(out_dtype)
+            dpad[b, o // opg * cpg + rc, y * sh + ry * dh, (rx * dw) % sw,
+                 x + (rx * dw) // sw].astype(out_dtype)
             * weight[o, rc, ry, rx].astype(out_dtype), axis=[rc, ry, rx]),
         name="conv2d_nchwc", attrs=attrs)
     return te.compute((n, geo.o // ob, oh, ow, ob),
