@@ -53,7 +53,8 @@ def test_conv_design_spaces_start_at_the_default_tile_and_compute_the_conv():
 def test_pixel_vector_gspc_has_a_design_space():
     """The pixel-vector grouped conv (2 outputs per group: 2-lane segments of 8) is tunable:
     one space at the default tile (To, Yk, Xk), numerically the conv."""
-    from tvm_cocopie.topi.cpu.gspc import PIXELS_KIND, pixel_tile
+    from tvm_cocopie.topi.cpu.gspc import PIXELS_KIND
+    from tvm_cocopie.topi.cpu.tiling import pixel_tile
 
     kernels = extract_kernels(tiny_cnn(channels=(8, 32), size=16, groups=16), TARGET)
     (kernel,) = [k for k in kernels if "gspc_pixels" in k.name]

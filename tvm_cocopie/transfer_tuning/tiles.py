@@ -5,12 +5,9 @@ from __future__ import annotations
 import logging
 import math
 
+from ..topi.cpu.tiling import divisors
+
 log = logging.getLogger(__name__)
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def adapt_tile(decision: list[int], extent: int, max_innermost: int = -1) -> list[int]:
@@ -27,9 +24,9 @@ def adapt_tile(decision: list[int], extent: int, max_innermost: int = -1) -> lis
     for pos, factor in enumerate(reversed(decision[1:])):
         factor = max(1, int(factor))
         if left % factor:
-            factor = min(_divisors(left), key=lambda d: (abs(math.log(d / factor)), -d))
+            factor = min(divisors(left), key=lambda d: (abs(math.log(d / factor)), -d))
         if pos == 0 and max_innermost > 0 and factor > max_innermost:
-            factor = max(d for d in _divisors(left) if d <= max_innermost)
+            factor = max(d for d in divisors(left) if d <= max_innermost)
         inner.append(factor)
         left //= factor
     result = [left] + list(reversed(inner))

@@ -14,7 +14,7 @@ pixel_vectors`) vectorize along the output row instead::
       the accumulators written back per register tile
     parallel  the blocked result (and the fused epilogue), read across the channels
 
-The register tile is :func:`~tvm_cocopie.topi.cpu.gspc.pixel_tile`'s (most FMAs per
+The register tile is :func:`~tvm_cocopie.topi.cpu.tiling.pixel_tile`'s (most FMAs per
 load within the accumulator budget). Tunable (``tvm-cocopie tune``, transfer-tuning):
 the three tile sizes as ``SamplePerfectTile`` decisions and LLVM's unroll budget of the
 reduction nest; the space is tagged ``kind=gspc_pixels`` (the register budget check of
@@ -27,8 +27,8 @@ from tvm import s_tir
 
 from ...target import CpuInfo
 from ...topi.cpu.conv2d_nchwc import ANNOTATION
-from ...topi.cpu.gspc import PIXELS_KIND, pixel_tile
-from ...topi.cpu.tiling import vector_registers
+from ...topi.cpu.gspc import PIXELS_KIND
+from ...topi.cpu.tiling import pixel_tile, vector_registers
 from ..base import (
     MIN_PARALLEL_MACS,
     MIN_PARALLEL_WORK,

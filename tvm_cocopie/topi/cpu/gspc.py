@@ -224,32 +224,6 @@ def pixel_vectors(geo: ConvGeometry, ob: int, lanes: int) -> bool:
     return static and segment_lanes(geo, ob) <= PIXEL_SEGMENT_FRACTION * lanes
 
 
-def _divisors(n: int, most: int) -> list[int]:
-    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
-
-
-def pixel_tile(opg: int, rows: int, vectors: int, registers: int) -> tuple[int, int, int]:
-    """The register tile ``(To, Yk, Xk)`` of the pixel-vector conv: ``To`` output
-    channels of one group (a divisor of its ``opg``) x ``Yk`` output rows (a divisor of
-    ``rows``) x ``Xk`` pixel vectors of a row (a divisor of the row's ``vectors``).
-
-    One step of the reduction holds ``To`` broadcast weights and loads each of the
-    ``Yk * Xk`` input vectors once, for ``To * Yk * Xk`` FMAs: the tile maximizing FMAs
-    per load whose accumulators, broadcasts and one input vector fit ``registers`` wins
-    (ties: fewer accumulators, then wider along the row, whose vectors are contiguous).
-    With two channels per group a 2 x 1 x 1 tile ran 2 FMAs per 3 loads."""
-    best, best_key = (1, 1, 1), None
-    for to in _divisors(opg, registers):
-        room = (registers - 1 - to) // to  # input vectors per tile
-        for xk in _divisors(vectors, room):
-            for yk in _divisors(rows, room // xk):
-                x = yk * xk
-                key = (to * x / (to + x), -to * x, xk)
-                if best_key is None or key > best_key:
-                    best, best_key = (to, yk, xk), key
-    return best
-
-
 def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, lanes: int,
                        ob: int, out_dtype: str = "float32") -> te.Tensor:
     """``(N, C/ib, H, W, ib) x OIHW weight -> (N, O/ob, OH, OW, ob)`` with vectors of

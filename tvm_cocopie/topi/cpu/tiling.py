@@ -42,6 +42,13 @@ from .conv2d_nchwc import ConvGeometry, ConvTile, group_span, waste
 _FLAT_EFFICIENCY = {4: 0.97, 5: 1.0, 6: 0.93, 3: 0.85, 2: 0.7, 7: 0.85, 8: 0.9}
 
 
+def divisors(n: int, most: int | None = None) -> list[int]:
+    """The divisors of ``n`` (at most ``most``), ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    every = sorted(set(small + [n // d for d in small]))
+    return every if most is None else [d for d in every if d <= most]
+
+
 def vector_registers(info: CpuInfo) -> int:
     """Architectural SIMD registers (x86 AVX2: 16, AVX-512: 32, NEON: 32)."""
     if info.arch == "x86":
@@ -353,3 +360,25 @@ STACK_ACCUMULATOR_BYTES = 1024 - 64
 #: and at most this many accumulator registers on 32-register machines (NEON included:
 #: not measured there, the same register file as AVX-512)
 MAX_WINOGRAD_ACCUMULATORS = 16
+
+
+def pixel_tile(opg: int, rows: int, vectors: int, registers: int) -> tuple[int, int, int]:
+    """The register tile ``(To, Yk, Xk)`` of the pixel-vector conv: ``To`` output
+    channels of one group (a divisor of its ``opg``) x ``Yk`` output rows (a divisor of
+    ``rows``) x ``Xk`` pixel vectors of a row (a divisor of the row's ``vectors``).
+
+    One step of the reduction holds ``To`` broadcast weights and loads each of the
+    ``Yk * Xk`` input vectors once, for ``To * Yk * Xk`` FMAs: the tile maximizing FMAs
+    per load whose accumulators, broadcasts and one input vector fit ``registers`` wins
+    (ties: fewer accumulators, then wider along the row, whose vectors are contiguous).
+    With two channels per group a 2 x 1 x 1 tile ran 2 FMAs per 3 loads."""
+    best, best_key = (1, 1, 1), None
+    for to in divisors(opg, registers):
+        room = (registers - 1 - to) // to  # input vectors per tile
+        for xk in divisors(vectors, room):
+            for yk in divisors(rows, room // xk):
+                x = yk * xk
+                key = (to * x / (to + x), -to * x, xk)
+                if best_key is None or key > best_key:
+                    best, best_key = (to, yk, xk), key
+    return best
