@@ -22,7 +22,7 @@ from tvm_cocopie.pipeline import PipelineOptions, run_until
 from tvm_cocopie.relay_passes.fusion.apply import DNNFusion
 from tvm_cocopie.relay_passes.fusion.database import ProfileDB
 from tvm_cocopie.relay_passes.fusion.profiler import FLUSH_BYTES, MeasuredDecision, time_primfuncs
-from tvm_cocopie.schedules import default_rules
+from tvm_cocopie.schedules import Matvec, default_rules
 from tvm_cocopie.target import host_target
 
 SHAPE = [2, 4, 6, 8]
@@ -320,3 +320,70 @@ def test_a_fused_kernel_that_leaves_outputs_unwritten_never_agrees(tmp_path):
     assert not np.isnan(good._run_poisoned(fused, args)[0]).any()
     bad = MeasuredDecision(target, [ConcatUnderTheConvTile()], ProfileDB(tmp_path / "b.sqlite"))
     assert np.isnan(bad._run_poisoned(fused, args)[0]).any()
+
+
+def _force_measured(mod, path, fused_us: float = 1.0):
+    """Plan ``mod`` until every candidate it meets is a stored row, each finite row
+    rewritten to 'fused is faster' (rows stored as never-fuse, infinitely slow, are kept):
+    the fused module, as if every measurable fusion had won its timing."""
+    target = host_target()
+    for _ in range(8):
+        decision = MeasuredDecision(target, default_rules(target), ProfileDB(path))
+        fused = DNNFusion(decision)(mod)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE candidates SET fused_us = ?, parts_us = 10.0 "
+                         "WHERE fused_us < 1e300", (fused_us,))
+        if decision.measured == 0:
+            return fused
+    raise AssertionError("the plan kept meeting new candidates")
+
+
+def _squeeze_excite_model():
+    gb = GraphBuilder("se", seed=0)
+    x = gb.input("x", [1, 16, 14, 14])
+    y = gb.relu(gb.conv(x, 32, 3, bias=True))
+    h = gb.relu(gb.conv(gb.global_avgpool(y), 8, 1, bias=True))
+    g = gb.hardsigmoid(gb.conv(h, 32, 1, bias=True))
+    gb.output(gb.conv(gb.mul(y, g), 16, 1))
+    return gb.model()
+
+
+def test_a_squeeze_excite_block_is_one_matvec_kernel(tmp_path):
+    """Global pool -> 1x1 conv -> relu -> 1x1 conv -> hard-sigmoid -> product: the pooled
+    vector is small, so the red pairs of the chain are reconsidered (measured) and, when
+    they win, the squeeze and excitation are one kernel the Matvec rule schedules (no
+    fallback), computing what ONNX Runtime computes."""
+    target = host_target()
+    model = _squeeze_excite_model()
+    mod = run_until(from_onnx(model), target, "legalize")
+    path = tmp_path / "fusion.sqlite"
+    fused = _force_measured(mod, path)
+    stats = fusion_stats(mod, target, fused=fused)
+    assert stats["fallbacks"] == 0 and stats["rules"].get("matvec") == 1, stats
+    with target:
+        se = next(k for k in {c.kernel for c in kernel_calls(fused)}
+                  if Matvec().apply(fused[k], target, False) is not None)
+    assert "mean" in se and se.count("conv2d_nchwc") == 2, se
+    x = np.random.default_rng(0).standard_normal([1, 16, 14, 14]).astype(np.float32)
+    compiled = tvm_cocopie.compile(model, options=PipelineOptions(fusion="dnnfusion",
+                                                                  fusion_db=str(path)))
+    assert_close(compiled(x=x), ort_run(model, {"x": x}))
+
+
+def test_a_fusion_only_the_generic_schedule_takes_is_never_kept(tmp_path):
+    """conv -> relu -> max pool (-> conv): the pool reads the conv row-locally, so the
+    pair is measured; fused, only the generic schedule takes it while the conv alone has its
+    register-blocked kernel. It is stored as never-fuse before any timing, and stays
+    apart even when every measured row says 'fused is faster'."""
+    target = host_target()
+    gb = GraphBuilder("conv_pool", seed=0)
+    x = gb.input("x", [1, 16, 32, 32])
+    gb.output(gb.conv(gb.maxpool(gb.relu(gb.conv(x, 32, 3, bias=True)), 2, 2), 16, 3))
+    mod = run_until(from_onnx(gb.model()), target, "legalize")
+    path = tmp_path / "fusion.sqlite"
+    fused = _force_measured(mod, path)
+    stats = fusion_stats(mod, target, fused=fused)
+    assert stats["fallbacks"] == 0, stats
+    with sqlite3.connect(path) as conn:
+        never = conn.execute("SELECT COUNT(*) FROM candidates WHERE fused_us > 1e300").fetchone()
+    assert never[0] >= 1

@@ -38,7 +38,7 @@ from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.fusion.plan import ECG
 from ..relay_passes.fusion.profiler import time_primfunc
 from ..schedules import default_rules
-from ..schedules.base import annotated_blocks
+from ..schedules.base import annotated_blocks, first_rule
 from ..target import parse_target
 from ..topi.cpu.conv2d_nchwc import ANNOTATION as CONV_ANNOTATION
 from ..topi.cpu.dense_packed import ANNOTATION as MATMUL_ANNOTATION
@@ -100,11 +100,8 @@ def _has_fast_block(func: tvm.tirx.PrimFunc) -> bool:
 
 def rule_of(func: tvm.tirx.PrimFunc, target, rules: list) -> str:
     """The name of the first rule of ``rules`` that schedules ``func`` (``"none"``)."""
-    with target:
-        for rule in rules:
-            if rule.apply(func, target, False) is not None:
-                return rule.name
-    return "none"
+    rule = first_rule(func, target, rules)
+    return "none" if rule is None else rule.name
 
 
 def fusion_stats(mod: tvm.IRModule, target=None, options: PipelineOptions | None = None,

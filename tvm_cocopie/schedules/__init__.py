@@ -8,7 +8,11 @@ fusion:
 
 0. :class:`~.cpu.winograd.Winograd`: Winograd F(m,3) convs (transforms, batched
    GEMM, output transform with the fused epilogue);
-1. :class:`~.cpu.conv_chain.ConvChain`: a conv and the 1x1 conv that reads it pixel
+1. :class:`~.cpu.matvec.Matvec`: chains of reductions to small results
+   (squeeze-and-excitation blocks, pooled classifier heads) fused by DNNFusion, each
+   reduction at the root in vector accumulators (ahead of the conv rules, which
+   would take its 1x1-map convs as a conv chain);
+   :class:`~.cpu.conv_chain.ConvChain`: a conv and the 1x1 conv that reads it pixel
    by pixel (DNNFusion's row-local conv pairs) in one nest over output rows;
    :class:`~.cpu.gspc_pixels.GspcPixels`: grouped convs whose segments fill a quarter
    vector or less, on vectors of output pixels;
@@ -39,11 +43,13 @@ from .cpu.conv_chain import ConvChain
 from .cpu.fallback import Fallback
 from .cpu.gspc_pixels import GspcPixels
 from .cpu.matmul_packed import MatmulPacked
+from .cpu.matvec import Matvec
 from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
-__all__ = ["Attention", "Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulPacked", "RowReduction", "Winograd",
+__all__ = ["Attention", "Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulPacked", "Matvec",
+           "RowReduction", "Winograd",
            "default_rules"]
 
 
@@ -53,5 +59,5 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Winograd(), ConvChain(), GspcPixels(), Conv2dNCHWc(), MatmulPacked(), Attention(),
-            RowReduction(), Fallback()]
+    return [Winograd(), Matvec(), ConvChain(), GspcPixels(), Conv2dNCHWc(), MatmulPacked(),
+            Attention(), RowReduction(), Fallback()]

@@ -37,6 +37,9 @@ class CpuRule(dlight.ScheduleRule):
     """
 
     name = "cpu-rule"
+    #: whether the rule is the generic schedule every function can take (the fallback),
+    #: not a fast kernel of its own
+    generic = False
 
     def is_target_available(self, target: tvm.target.Target) -> bool:
         """Whether the rule serves ``target`` (LLVM CPU targets here)."""
@@ -59,6 +62,16 @@ class CpuRule(dlight.ScheduleRule):
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
         """The schedule (or list of them when ``tunable``), or ``None``: not for this rule."""
         raise NotImplementedError
+
+
+def first_rule(func: tirx.PrimFunc, target: tvm.target.Target, rules: list):
+    """The first rule of ``rules`` that schedules ``func`` for ``target`` (the one the
+    pipeline's ``ApplyDefaultSchedule`` would take), or ``None``."""
+    with target:
+        for rule in rules:
+            if rule.apply(func, target, False) is not None:
+                return rule
+    return None
 
 
 def _func_name(func) -> str:

@@ -30,7 +30,8 @@ from ...sqlite_file import SqliteFile
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: candidates are checked against their parts (inf: miscompiled)
+SCHEMA_VERSION = 3  # 2: candidates checked against their parts (inf: miscompiled);
+#                   3: fused kernels only the generic schedule takes are inf too
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS candidates (

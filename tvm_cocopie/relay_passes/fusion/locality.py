@@ -40,6 +40,10 @@ from .mapping import load_buffer, loads_in, param_buffer, stores_in, tir_blocks,
 
 #: a row of the producer up to this size stays in a core's cache (L2) inside a fused kernel
 ROW_BUDGET_BYTES = 128 * 1024
+#: a producer's whole result up to this size is computed once at the root of a fused
+#: kernel and stays in L1 for a consumer that reads all of it (a pooled vector feeding
+#: the 1x1 convs of a squeeze-and-excitation block or a classifier's matmul)
+WHOLE_BUDGET_BYTES = 16 * 1024
 
 
 def row_map(func: tirx.PrimFunc, param_index: int) -> dict[int, int]:

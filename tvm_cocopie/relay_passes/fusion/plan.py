@@ -209,7 +209,8 @@ def row_local(nodes: list, source: Node, budget: int = locality.ROW_BUDGET_BYTES
 
 
 def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
-                 row_budget: int = locality.ROW_BUDGET_BYTES) -> list:
+                 row_budget: int = locality.ROW_BUDGET_BYTES,
+                 whole_budget: int = locality.WHOLE_BUDGET_BYTES) -> list:
     """Join a block into the block that reads its whole result, while one qualifies.
 
     The pair's cell of the table over the two blocks' types decides: green joins; a
@@ -218,7 +219,9 @@ def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
     reconsidered as yellow when the consumer reads the producer row-locally
     (:func:`row_local`: a layer norm's two reductions, a softmax after a matmul, a 1x1
     conv after a depthwise one), because then the fused kernel, computed row by row,
-    computes every element once. The joined block has one output again (the first
+    computes every element once, or when the producer's whole result is at most
+    ``whole_budget`` bytes (a pooled vector feeding a squeeze-and-excitation block's
+    1x1 convs or a classifier's matmul), computed once at the fused kernel's root. The joined block has one output again (the first
     block's result was read only by the second), so it stays convex.
     """
     blocks = list(blocks)
@@ -243,7 +246,8 @@ def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
             kind = cell.fused
             if cell.color is not Color.GREEN:
                 if cell.color is Color.RED:
-                    if not row_local(second.nodes, out, row_budget):
+                    if not (0 < out.out_bytes <= whole_budget
+                            or row_local(second.nodes, out, row_budget)):
                         rejected.add(key)
                         continue
                     kind = MappingType.MANY_TO_MANY

@@ -11,8 +11,9 @@ block seen once (in this model or another) is never measured again.
 
 Before it is timed, the fused kernel is checked against its parts: both scheduled,
 run on the same random inputs, compared. A candidate whose fused code computes other
-numbers (a schedule that does not support the fused form) is recorded as infinitely
-slow and never fuses.
+numbers (a schedule that does not support the fused form), or that only the generic
+schedule (the fallback) takes while one of its parts has a fast rule, is recorded as
+infinitely slow and never fuses.
 
 A candidate with a symbolic shape is not measured: it stays apart.
 
@@ -42,6 +43,7 @@ from tvm.s_tir.dlight import ApplyDefaultSchedule
 from ...errors import last_line
 from ...exprs import static_shape
 from ...latency import Dataset, LatencyModel, Row, kernel_features
+from ...schedules.base import first_rule
 from .apply import call_tir_again, fuse_blocks
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
@@ -132,8 +134,13 @@ class MeasuredDecision:
             try:
                 sub, fused_mod = self._candidate(mod, group, bindings)
                 part_funcs = [self._part_func(mod, part, bindings) for part in parts]
-                fused_lib = self._checked_build(sub, fused_mod)
-                if fused_lib is None:
+                generic = self._loses_fast_schedule(_only_primfunc(fused_mod), part_funcs)
+                fused_lib = None if generic else self._checked_build(sub, fused_mod)
+                if generic:
+                    log.info("fused candidate %s gets only the generic schedule where a "
+                             "part has a fast one (kept apart, remembered)", name)
+                    fused, parts_us = math.inf, 0.0
+                elif fused_lib is None:
                     log.warning("fused candidate %s computes other numbers than its parts "
                                 "(kept apart, remembered)", name)
                     fused, parts_us = math.inf, 0.0
@@ -180,7 +187,11 @@ class MeasuredDecision:
             features = np.stack([self._features(f) for f in funcs])
             us = self.predictor.predict(features)
             entry = Entry(float(us[0]), float(sum(us[1:])))
-            if self._faster(entry) and self._checked_build(sub, fused_mod) is None:
+            if self._faster(entry) and self._loses_fast_schedule(funcs[0], funcs[1:]):
+                log.info("fused candidate %s gets only the generic schedule where a part "
+                         "has a fast one (kept apart)", name)
+                entry = Entry(math.inf, entry.parts_us)
+            elif self._faster(entry) and self._checked_build(sub, fused_mod) is None:
                 log.warning("fused candidate %s, predicted faster, computes other numbers "
                             "than its parts (kept apart)", name)
                 entry = Entry(math.inf, entry.parts_us)
@@ -192,6 +203,21 @@ class MeasuredDecision:
         self._predictions[key] = entry
         self.predicted += 1
         return entry
+
+    def _loses_fast_schedule(self, fused: tvm.tirx.PrimFunc, parts: list) -> bool:
+        """Whether the rules give ``fused`` only the generic schedule (the fallback)
+        while one of ``parts`` gets a fast kernel of its own: such a fusion is never
+        taken, whatever the timing says (issue 14: no fused kernel falls back where its
+        parts had a fast schedule; a generic kernel that times about even on one
+        shape loses on the next)."""
+        rule = first_rule(fused, self.target, self.rules)
+        if rule is None or not getattr(rule, "generic", False):
+            return False
+        for part in parts:
+            rule = first_rule(part, self.target, self.rules)
+            if rule is not None and not getattr(rule, "generic", False):
+                return True
+        return False
 
     def _features(self, func: tvm.tirx.PrimFunc):
         """The latency model's features of ``func`` scheduled by the rules, timed alone."""

@@ -198,11 +198,32 @@ def inline_spatial_chains(sch: s_tir.Schedule) -> None:
             log.debug("not inlined: %s", last_line(err))
 
 
+def contiguous_lane_axis(sch: s_tir.Schedule, block):
+    """The loop of ``block``'s (a reduction's) innermost spatial axis if it is contiguous
+    in its output and in an input, of at least 4 iterations, with another spatial loop
+    outside it: the axis its reduction can run along in vector accumulators; else
+    ``None``."""
+    loops = sch.get_loops(block)
+    kinds = iter_types(sch, block)
+    if len(loops) != len(kinds):
+        return None
+    stmt = sch.get(block)
+    spatial = [lp for lp, k in zip(loops, kinds) if k == DATA_PAR]
+    if len(spatial) < 2 or len(spatial) == len(loops):
+        return None
+    candidate = [iv.var for iv, k in zip(stmt.iter_vars, kinds) if k == DATA_PAR][-1]
+    ext = sch.get(spatial[-1]).extent
+    if (isinstance(ext, tirx.IntImm) and int(ext) >= 4
+            and _contiguous_in(stmt.writes, candidate)
+            and _contiguous_in(stmt.reads, candidate)):
+        return spatial[-1]
+    return None
+
+
 def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     """Parallel spatial loops; vectorize a contiguous inner spatial axis if there is one."""
     loops = sch.get_loops(block)
     kinds = iter_types(sch, block)
-    stmt = sch.get(block)
     if len(loops) != len(kinds):
         fuse_parallel(sch, loops[:1], info, block_work(sch, block))
         return
@@ -211,15 +232,7 @@ def schedule_reduction(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     reduce = [lp for lp, k in zip(loops, kinds) if k != DATA_PAR]
     if not spatial:
         return
-    vec_var = None
-    if len(spatial) >= 2 and reduce:
-        sp_vars = [iv.var for iv, k in zip(stmt.iter_vars, kinds) if k == DATA_PAR]
-        candidate = sp_vars[-1]
-        ext = sch.get(spatial[-1]).extent
-        if (isinstance(ext, tirx.IntImm) and int(ext) >= 4
-                and _contiguous_in(stmt.writes, candidate)
-                and _contiguous_in(stmt.reads, candidate)):
-            vec_var = spatial[-1]
+    vec_var = contiguous_lane_axis(sch, block)
     if vec_var is not None and vectorizable(sch, block):
         sch.reorder(*spatial[:-1], *reduce, vec_var)
         fuse_parallel(sch, spatial[:-1], info, work)
@@ -247,6 +260,13 @@ def spatial_recipe(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
 def schedule_any(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:
     """The fallback recipe on ``sch`` (returns the schedule to use, maybe a copy)."""
     inline_spatial_chains(sch)
+    return schedule_blocks(sch, info)
+
+
+def schedule_blocks(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:
+    """Each root block of ``sch`` parallel and vectorized on its own: spatial blocks by
+    :func:`spatial_recipe`, reductions by :func:`schedule_reduction` (returns the
+    schedule to use, maybe a copy)."""
     for block in root_blocks(sch):
         if not sch.get_loops(block):
             continue
@@ -266,6 +286,7 @@ class Fallback(CpuRule):
     """Parallel + vectorized default for any PrimFunc on a CPU."""
 
     name = "fallback"
+    generic = True
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
         """Parallelize and vectorize every root block of ``sch``; the schedule (a list when
