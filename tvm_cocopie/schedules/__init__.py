@@ -8,10 +8,10 @@ fusion:
 
 0. :class:`~.cpu.winograd.Winograd`: Winograd F(m,3) convs (transforms, batched
    GEMM, output transform with the fused epilogue);
-1. :class:`~.cpu.matvec.Matvec`: chains of reductions to small results
-   (squeeze-and-excitation blocks, pooled classifier heads) fused by DNNFusion, each
-   reduction at the root in vector accumulators (ahead of the conv rules, which
-   would take its 1x1-map convs as a conv chain);
+1. :class:`~.cpu.matvec.Matvec`: squeeze-and-excitation blocks fused by DNNFusion
+   (a global pool and the 1x1 convs on its result), each reduction at the root in
+   vector accumulators (ahead of the conv rules, which would take its 1x1-map convs
+   as a conv chain);
    :class:`~.cpu.conv_chain.ConvChain`: a conv and the 1x1 conv that reads it pixel
    by pixel (DNNFusion's row-local conv pairs) in one nest over output rows;
    :class:`~.cpu.gspc_pixels.GspcPixels`: grouped convs whose segments fill a quarter

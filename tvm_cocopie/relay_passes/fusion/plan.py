@@ -221,8 +221,9 @@ def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
     conv after a depthwise one), because then the fused kernel, computed row by row,
     computes every element once, or when the producer's whole result is at most
     ``whole_budget`` bytes (a pooled vector feeding a squeeze-and-excitation block's
-    1x1 convs or a classifier's matmul), computed once at the fused kernel's root. The joined block has one output again (the first
-    block's result was read only by the second), so it stays convex.
+    1x1 convs or a classifier's matmul), computed once at the fused kernel's root. The
+    joined block has one output again (the first block's result was read only by the
+    second), so it stays convex.
     """
     blocks = list(blocks)
     rejected: set = set()

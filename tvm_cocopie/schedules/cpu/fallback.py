@@ -263,15 +263,17 @@ def schedule_any(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:
     return schedule_blocks(sch, info)
 
 
-def schedule_blocks(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule:
+def schedule_blocks(sch: s_tir.Schedule, info: CpuInfo,
+                    reduction=None) -> s_tir.Schedule:
     """Each root block of ``sch`` parallel and vectorized on its own: spatial blocks by
-    :func:`spatial_recipe`, reductions by :func:`schedule_reduction` (returns the
-    schedule to use, maybe a copy)."""
+    :func:`spatial_recipe`, reductions by ``reduction(sch, block, info)`` (default
+    :func:`schedule_reduction`); returns the schedule to use, maybe a copy."""
     for block in root_blocks(sch):
         if not sch.get_loops(block):
             continue
         name = sch.get(block).name_hint
-        recipe = spatial_recipe if is_spatial(sch, block) else schedule_reduction
+        recipe = (spatial_recipe if is_spatial(sch, block)
+                  else reduction or schedule_reduction)
         trial = try_apply(sch, lambda s, b=block, f=recipe: f(s, b, info))
         if trial is None:  # e.g. vectorizing an opaque access: parallel only
             trial = try_apply(sch, lambda s, b=block: fuse_parallel(s, s.get_loops(b)[:1], info))
