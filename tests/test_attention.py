@@ -217,3 +217,62 @@ def test_dnnfusion_leaves_the_attention_kernel_alone(tmp_path):
     x = np.random.default_rng(6).standard_normal((1, 40, 64)).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_parallel_projections_join_into_one_matmul_read_through_the_split():
+    """Horizontal fusion (``PipelineOptions(horizontal=True)``, on with DNNFusion): the
+    three projections of one input become one matmul with the weights side by side,
+    the attention kernel still reads q, k, v (through the split), two kernels fewer, the
+    numbers ONNX Runtime's."""
+    from tvm_cocopie.relay_passes.fusion.horizontal import HorizontalMatmuls
+
+    model = _attention_model()
+    mod = run_until(from_onnx(model), host_target(), "layout")
+    joined = HorizontalMatmuls()
+    out = joined(mod)
+    assert joined.joined == 1
+    script = out["main"].script(show_meta=False)
+    assert script.count("R.matmul(") == 3  # the joined projection, q k^T, p v
+    assert "R.split(" in script
+    from tvm_cocopie.bench.fusion import fusion_stats
+
+    assert any(n.startswith("attention") for n in _kernels(model, PipelineOptions(horizontal=True)))
+    apart = fusion_stats(from_onnx(model), None, PipelineOptions())["kernels"]
+    together = fusion_stats(from_onnx(model), None, PipelineOptions(horizontal=True))["kernels"]
+    assert together == apart - 2, (apart, together)
+    assert PipelineOptions(fusion="dnnfusion").horizontal is None  # None: with DNNFusion
+    x = np.random.default_rng(4).standard_normal((1, 40, 64)).astype(np.float32)
+    got = tvm_cocopie.compile(model, options=PipelineOptions(horizontal=True))(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_projection_of_another_input_stays_apart():
+    """Branches join by their shared input: of x @ w0 + b0, x @ w1 (also a graph output)
+    and z @ w2, the two of x join (the output read from the split), z's keeps its own
+    matmul; the numbers are ONNX Runtime's."""
+    from tvm_cocopie.relay_passes.fusion.horizontal import HorizontalMatmuls
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), f"w{i}")
+             for i in range(3)]
+    inits.append(numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b0"))
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["m0"]),
+             helper.make_node("Add", ["m0", "b0"], ["a0"]),
+             helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+             helper.make_node("MatMul", ["z", "w2"], ["m2"]),
+             helper.make_node("Add", ["a0", "m2"], ["y"])]
+    info = helper.make_tensor_value_info
+    model = make_model(nodes, [info("x", TensorProto.FLOAT, [4, 16]),
+                               info("z", TensorProto.FLOAT, [4, 16])],
+                       [info("y", TensorProto.FLOAT, [4, 8]), info("m1", TensorProto.FLOAT, [4, 8])],
+                       inits)
+    mod = run_until(from_onnx(model), host_target(), "layout")
+    joined = HorizontalMatmuls()
+    out = joined(mod)
+    assert joined.joined == 1
+    assert out["main"].script(show_meta=False).count("R.matmul(") == 2
+    feeds = {"x": rng.standard_normal((4, 16)).astype(np.float32),
+             "z": rng.standard_normal((4, 16)).astype(np.float32)}
+    got = tvm_cocopie.compile(model, options=PipelineOptions(horizontal=True))(**feeds)
+    for a, r in zip(got, ort_run(model, feeds), strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)

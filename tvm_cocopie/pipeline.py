@@ -72,6 +72,9 @@ class PipelineOptions:
     fuse: bool = True
     #: ``"stock"`` (TVM's FuseOps) or ``"dnnfusion"`` (:mod:`.relay_passes.fusion`)
     fusion: str = "stock"
+    #: horizontal fusion: matmuls reading one input with constant weights joined into
+    #: one (:mod:`.relay_passes.fusion.horizontal`); ``None``: with DNNFusion only
+    horizontal: bool | None = None
     #: DNNFusion's profiling database (default: ``fusion.sqlite`` in the cache folder)
     fusion_db: str | None = None
     #: a latency model file (:mod:`.latency`) for the target: DNNFusion's yellow pairs
@@ -114,8 +117,12 @@ def _legalize_stage(target, options: PipelineOptions) -> list:
                 if options.custom_legalize and options.pattern_sparse else [])
     attention = (relay_passes.attention_passes(target)
                  if options.custom_legalize and options.attention else [])
+    horizontal = options.horizontal
+    if horizontal is None:
+        horizontal = options.fuse and options.fusion == "dnnfusion"
     return [
         *patterns,
+        *(relay_passes.horizontal_passes(target) if horizontal else []),
         *attention,
         relax.transform.LegalizeOps(customize_legalize_map=overrides or None),
         relax.transform.AnnotateTIROpPattern(),

@@ -24,6 +24,7 @@ from .attention import attention_kernels
 from .dynamic.divisibility import divisible_dims, restore_quotient_dims, simplify_shapes
 from .fusion.apply import DNNFusion
 from .fusion.database import ProfileDB
+from .fusion.horizontal import horizontal_matmuls
 from .fusion.patterns import op_patterns_from_mapping
 from .fusion.profiler import MeasuredDecision
 from .fusion.regions import fuse_tir
@@ -71,6 +72,15 @@ def attention_passes(target: tvm.target.Target) -> list:
     if target.kind.name != "llvm" or is_hexagon(target):
         return []
     return [attention_kernels(target)]
+
+
+def horizontal_passes(target: tvm.target.Target) -> list:
+    """Horizontal fusion of parallel matmuls with constant weights
+    (:mod:`.fusion.horizontal`), run at the start of the ``legalize`` stage, before the
+    attention rewrite; empty for targets other than CPUs."""
+    if target.kind.name != "llvm" or is_hexagon(target):
+        return []
+    return [horizontal_matmuls()]
 
 
 #: the fusion methods of :func:`fusion_passes`
