@@ -220,8 +220,11 @@ def test_flushed_and_hot_measurements_are_separate_rows(tmp_path):
     x = tvm.te.placeholder((4 << 20,), name="x")
     y = tvm.te.compute(x.shape, lambda i: x[i] * 2.0, name="y")
     func = tvm.te.create_prim_func([x, y])
-    hot_us, = time_primfuncs([func], target, default_rules(target))
-    cold_us, = time_primfuncs([func], target, default_rules(target), flush_bytes=FLUSH_BYTES)
+    # the best of three tries each: one try's hot rounds all landed in a slow spell
+    # (2.5 ms against 1.1 ms flushed) while nothing else ran
+    hot_us = min(time_primfuncs([func], target, default_rules(target))[0] for _ in range(3))
+    cold_us = min(time_primfuncs([func], target, default_rules(target),
+                                 flush_bytes=FLUSH_BYTES)[0] for _ in range(3))
     assert 0 < hot_us and cold_us > 0.8 * hot_us
 
 
