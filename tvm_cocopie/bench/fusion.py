@@ -36,9 +36,9 @@ from ..exprs import static_shape
 from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.fusion.plan import ECG
-from ..relay_passes.fusion.profiler import time_primfunc
+from ..relay_passes.fusion.profiler import first_rule, time_primfunc
 from ..schedules import default_rules
-from ..schedules.base import annotated_blocks, first_rule
+from ..schedules.base import annotated_blocks
 from ..target import parse_target
 from ..topi.cpu.conv2d_nchwc import ANNOTATION as CONV_ANNOTATION
 from ..topi.cpu.dense_packed import ANNOTATION as MATMUL_ANNOTATION

@@ -64,16 +64,6 @@ class CpuRule(dlight.ScheduleRule):
         raise NotImplementedError
 
 
-def first_rule(func: tirx.PrimFunc, target: tvm.target.Target, rules: list):
-    """The first rule of ``rules`` that schedules ``func`` for ``target`` (the one the
-    pipeline's ``ApplyDefaultSchedule`` would take), or ``None``."""
-    with target:
-        for rule in rules:
-            if rule.apply(func, target, False) is not None:
-                return rule
-    return None
-
-
 def _func_name(func) -> str:
     """A readable name: the global symbol, else the blocks' names."""
     attrs = func.attrs

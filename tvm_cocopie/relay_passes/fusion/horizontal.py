@@ -61,7 +61,8 @@ def _branches(block: relax.DataflowBlock, users: dict) -> dict:
             if isinstance(value, relax.Call) and op_name(value) == "add":
                 other = [a for a in value.args if not a.same_as(binding.var)]
                 data = _constant(other[0]) if len(other) == 1 else None
-                if data is not None and data.size == weight.shape[1] and (
+                rank = getattr(binding.var.ty, "ndim", -1)
+                if data is not None and data.size == weight.shape[1] and data.ndim <= rank and (
                         data.ndim == 1 or all(d == 1 for d in data.shape[:-1])):
                     add, bias = candidate, data.reshape(-1).astype(weight.dtype)
         result = add.var if add is not None else binding.var

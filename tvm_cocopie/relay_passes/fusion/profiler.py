@@ -43,7 +43,6 @@ from tvm.s_tir.dlight import ApplyDefaultSchedule
 from ...errors import last_line
 from ...exprs import static_shape
 from ...latency import Dataset, LatencyModel, Row, kernel_features
-from ...schedules.base import first_rule
 from .apply import call_tir_again, fuse_blocks
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
@@ -343,6 +342,16 @@ class MeasuredDecision:
                  for i, (v, n) in enumerate(zip(vars_, group))]
         fused = fuse_tir(fuse_blocks(sub, [Block(nodes, group[-1].kind)]))
         return sub, fused
+
+
+def first_rule(func: tvm.tirx.PrimFunc, target, rules: list):
+    """The first rule of ``rules`` that schedules ``func`` for ``target`` (the one the
+    pipeline's ``ApplyDefaultSchedule`` would take), or ``None``."""
+    with target:
+        for rule in rules:
+            if rule.apply(func, target, False) is not None:
+                return rule
+    return None
 
 
 def _only_primfunc(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
