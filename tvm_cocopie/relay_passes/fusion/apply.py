@@ -17,7 +17,7 @@ import logging
 import tvm
 from tvm import relax
 
-from .locality import ROW_BUDGET_BYTES
+from .locality import ROW_BUDGET_BYTES, WHOLE_BUDGET_BYTES
 from .plan import ECG, Block, Decide, explore
 from .regions import fuse_tir
 
@@ -109,19 +109,22 @@ def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
 class DNNFusion:
     """The ``fusion`` stage by DNNFusion's plan (:mod:`.plan`), then ``FuseTIR``.
 
-    ``DNNFusion(decide=None, max_ops=16, row_budget=...)``: ``decide(mod, nodes,
-    candidate, fused_type)`` settles yellow pairs (:class:`.profiler.MeasuredDecision`;
-    none: they stay apart) and, if it has a ``merge(mod, first, second)`` method, the
-    joins of two blocks (:func:`.plan.merge_blocks`); ``max_ops`` bounds a block,
-    ``row_budget`` a row read row-locally (:mod:`.locality`). After it ran, ``blocks``
-    holds the plan of the last module it fused.
+    ``DNNFusion(decide=None, max_ops=16, row_budget=..., whole_budget=...)``:
+    ``decide(mod, nodes, candidate, fused_type)`` settles yellow pairs
+    (:class:`.profiler.MeasuredDecision`; none: they stay apart) and, if it has a
+    ``merge(mod, first, second)`` method, the joins of two blocks
+    (:func:`.plan.merge_blocks`); ``max_ops`` bounds a block, ``row_budget`` a row read
+    row-locally, ``whole_budget`` a producer's whole result read by a red consumer
+    (:mod:`.locality`). After it ran, ``blocks`` holds the plan of the last module it
+    fused.
     """
 
     def __init__(self, decide: Decide | None = None, max_ops: int = 16,
-                 row_budget: int = ROW_BUDGET_BYTES):
+                 row_budget: int = ROW_BUDGET_BYTES, whole_budget: int = WHOLE_BUDGET_BYTES):
         self.decide = decide
         self.max_ops = max_ops
         self.row_budget = row_budget
+        self.whole_budget = whole_budget
         self.blocks: list[Block] = []
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -135,5 +138,6 @@ class DNNFusion:
             if hasattr(self.decide, "merge"):
                 def merge(first, second):
                     return self.decide.merge(mod, first, second)
-        self.blocks = explore(ECG.of(mod), decide, self.max_ops, merge, self.row_budget)
+        self.blocks = explore(ECG.of(mod), decide, self.max_ops, merge, self.row_budget,
+                              self.whole_budget)
         return fuse_tir(fuse_blocks(mod, self.blocks))

@@ -15,10 +15,11 @@ kernels, whose packed weights it could not join), before the attention rewrite t
 reads the split.
 
 A branch joins when its matmul reads the shared input and a constant 2-D weight of the
-group's reduction size and dtype, and its result is read by nothing but (optionally)
-one add of a constant bias over the last axis; the joined weight and bias are folded
-into constants at compile time, so nothing is concatenated per call. A branch whose
-matmul result is read elsewhere too keeps its own kernel.
+group's reduction size and dtype. When the product's only reader adds a constant bias
+over the last axis, the add joins too (a branch without one adds zeros in the joined
+bias); otherwise every reader of the product reads its part of the split. The joined
+weight and bias are constants made at compile time, so nothing is concatenated per
+call. A branch whose result is a function output keeps its own matmul.
 """
 
 from __future__ import annotations
@@ -38,9 +39,13 @@ def _constant(expr) -> np.ndarray | None:
     return expr.value.numpy() if is_constant(expr) else None
 
 
-def _branches(block: relax.DataflowBlock, users: dict) -> dict:
-    """``{input var: [(matmul binding, bias add binding or None, weight, bias)]}`` of the
-    joinable branches of ``block``."""
+def _branches(block: relax.DataflowBlock) -> list:
+    """The groups of joinable branches of ``block`` (two or more per group), each
+    branch ``(matmul binding, bias add binding or None, weight, bias)``."""
+    users: dict = {}
+    for binding in block.bindings:
+        for var in relax.analysis.free_vars(binding.value):
+            users.setdefault(var, []).append(binding.var)
     by_var = {b.var: b for b in block.bindings}
     outputs = {b.var for b in block.bindings if not isinstance(b.var, relax.DataflowVar)}
     groups: dict = {}
@@ -70,7 +75,7 @@ def _branches(block: relax.DataflowBlock, users: dict) -> dict:
             continue  # a function output keeps its binding
         key = (x, weight.shape[0], str(weight.dtype))
         groups.setdefault(key, []).append((binding, add, weight, bias))
-    return {key: g for key, g in groups.items() if len(g) >= 2}
+    return [g for g in groups.values() if len(g) >= 2]
 
 
 @relax.expr_functor.mutator
@@ -85,12 +90,7 @@ class _Joiner(relax.PyExprMutator):
         self._dropped: set = set()  # branch bindings no longer emitted
 
     def visit_dataflow_block_(self, block):
-        users = {}
-        for binding in block.bindings:
-            for var in relax.analysis.free_vars(binding.value) if not isinstance(
-                    binding.value, relax.Var) else [binding.value]:
-                users.setdefault(var, []).append(binding.var)
-        for group in _branches(block, users).values():
+        for group in _branches(block):
             self._plan[group[0][0].var] = group
             for matmul, add, _, _ in group:
                 self._dropped.add(matmul.var)

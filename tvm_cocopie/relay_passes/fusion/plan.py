@@ -141,7 +141,8 @@ class Block:
 
 def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
             merge: Merge | None = None,
-            row_budget: int = locality.ROW_BUDGET_BYTES) -> list[Block]:
+            row_budget: int = locality.ROW_BUDGET_BYTES,
+            whole_budget: int = locality.WHOLE_BUDGET_BYTES) -> list[Block]:
     """DNNFusion's plan: the blocks of ``graph`` (blocks of one node included), in
     program order of their outputs.
 
@@ -150,7 +151,8 @@ def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
     nodes are left, the moves (Reorganize, Shuffle) and the rest, so that a chain of
     reshapes and transposes, or a reduction and the transpose after it, also gets its
     block. Then :func:`merge_blocks` joins neighbouring blocks (``merge`` settles the
-    pairs that need a measurement; ``row_budget`` bounds a row, :mod:`.locality`).
+    pairs that need a measurement; ``row_budget`` bounds a row, ``whole_budget`` a
+    producer's whole result, :mod:`.locality`).
     """
     owner: dict = {}
     blocks: list[Block] = []
@@ -170,7 +172,7 @@ def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
         blocks.append(block)
     for block in blocks:
         block.nodes.sort(key=lambda n: n.index)
-    blocks = merge_blocks(blocks, merge, max_ops, row_budget)
+    blocks = merge_blocks(blocks, merge, max_ops, row_budget, whole_budget)
     return sorted(blocks, key=lambda b: b.output.index)
 
 

@@ -133,18 +133,17 @@ class MeasuredDecision:
             try:
                 sub, fused_mod = self._candidate(mod, group, bindings)
                 part_funcs = [self._part_func(mod, part, bindings) for part in parts]
-                generic = self._loses_fast_schedule(_only_primfunc(fused_mod), part_funcs)
-                fused_lib = None if generic else self._checked_build(sub, fused_mod)
-                if generic:
+                fused_func, fused_lib = _only_primfunc(fused_mod), None
+                if self._loses_fast_schedule(fused_func, part_funcs):
                     log.info("fused candidate %s gets only the generic schedule where a "
                              "part has a fast one (kept apart, remembered)", name)
-                    fused, parts_us = math.inf, 0.0
-                elif fused_lib is None:
+                elif (fused_lib := self._checked_build(sub, fused_mod)) is None:
                     log.warning("fused candidate %s computes other numbers than its parts "
                                 "(kept apart, remembered)", name)
+                if fused_lib is None:
                     fused, parts_us = math.inf, 0.0
                 else:
-                    funcs = [_only_primfunc(fused_mod), *part_funcs]
+                    funcs = [fused_func, *part_funcs]
                     times = time_primfuncs(funcs, self.target, self.rules, self.min_repeat_ms,
                                            flush_bytes=self.flush_bytes, built=[fused_lib])
                     fused, parts_us = times[0], sum(times[1:])
