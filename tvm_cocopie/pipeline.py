@@ -147,15 +147,16 @@ def _lower_stage(target, options: PipelineOptions) -> list:
     passes = [*relay_passes.restore_passes(options.divisible_dims),
               *cpu_generic.dataflow_lower_passes(target),
               *cpu_generic.finalize_passes(target)]
+    codegen = relay_passes.codegen_passes()
     if not options.static_memory or not is_host(target):
-        return passes  # the scratch is host memory, looked up by a Python function
+        return passes + codegen  # the scratch is host memory, looked up by Python
     # after the memory plan, before outputs' allocations look like planned ones
     # (LowerAllocTensor); the kills KillAfterLastUse puts on the kept tensors dropped
     names = [p.info.name for p in passes]
     plan, kill = names.index("StaticPlanBlockMemory"), names.index("KillAfterLastUse")
     bound = [bound_symbolic_dims(options.dim_bounds)] if options.dim_bounds else []
     return [*bound, *passes[:plan + 1], cache_static_allocations,
-            *passes[plan + 1:kill + 1], keep_scratch_registers, *passes[kill + 1:]]
+            *passes[plan + 1:kill + 1], keep_scratch_registers, *passes[kill + 1:], *codegen]
 
 
 _STAGE_BUILDERS = {

@@ -29,6 +29,7 @@ from .fusion.patterns import op_patterns_from_mapping
 from .fusion.profiler import MeasuredDecision
 from .fusion.regions import fuse_tir
 from .layout import layout_passes_for
+from .noalias import mark_noalias
 from .pattern_sparse import pattern_sparse_convs
 from .rewriting import MathPropertyRewrite
 
@@ -56,6 +57,13 @@ def restore_passes(divisible: bool = False) -> list:
     (``PipelineOptions.divisible_dims``), the quotient dims written back as their dims
     divided, which the memory plan's bounds name (:mod:`.dynamic.divisibility`)."""
     return [restore_quotient_dims] if divisible else []
+
+
+def codegen_passes() -> list:
+    """Passes at the end of the ``lower`` stage, before TVM's code generation: every
+    PrimFunc that soundly can marked ``tirx.noalias`` (:mod:`.noalias`: one function
+    without it costs every kernel of the module its ``noalias``)."""
+    return [mark_noalias]
 
 
 def pattern_passes(target: tvm.target.Target) -> list:
