@@ -79,17 +79,19 @@ def _check(compiled, model, inputs):
 
 @pytest.mark.parametrize("c,o,k,s,groups", [
     (16, 32, 3, 1, 1), (32, 32, 3, 2, 1), (32, 64, 1, 1, 1), (64, 128, 1, 2, 1),
-    (64, 64, 3, 1, 64), (24, 24, 5, 2, 24)])
+    (64, 64, 3, 1, 64), (24, 24, 5, 2, 24), (96, 24, 3, 1, 4), (64, 64, 3, 2, 8)])
 def test_conv_with_symbolic_batch_height_width(c, o, k, s, groups):
     """One build of a conv over symbolic N, H, W runs at sizes its tiles do not divide
-    (1x1, odd, long rows) on the blocked kernels."""
+    (1x1, odd, long rows) on the blocked kernels; grouped convs on GSPC (96 -> 24 in 4
+    groups: on vectors of output pixels; 8 groups of 8: in segments), as static ones."""
     model = _conv_model(c, o, k, s, groups)
     compiled = compile_model(model, None, specialize=False)
     rng = np.random.default_rng(0)
     for n, h, w in [(1, 17, 23), (2, 5, 64), (1, 1, 1), (1, 32, 7)]:
         _check(compiled, model, {"x": rng.standard_normal((n, c, h, w)).astype(np.float32)})
     names = _kernels(compiled, {"x": np.ones((1, c, 9, 9), np.float32)})
-    kind = "depthwise_nchwc" if groups > 1 else "conv2d_nchwc"
+    kind = ("conv2d_nchwc" if groups == 1 else "depthwise_nchwc" if groups == c
+            else "gspc_pixels" if (c, groups) == (96, 4) else "conv2d_gspc")
     assert any(kind in name for name in names), names
     assert not any(name.startswith(("conv2d", "fused_conv2d_add")) and "nchwc" not in name
                    for name in names), names
@@ -369,6 +371,10 @@ def test_mark_noalias_only_where_no_two_pointers_can_alias():
         for i in range(4):
             b[i] = a[i] + 1.0
 
-    mod = mark_noalias(tvm.IRModule({"one": one, "two": two}))
-    assert has_noalias(mod["one"])
+    @T.prim_func(private=True)
+    def one_and_a_scalar(h: T.Buffer((4,), "int64"), n: T.int64):
+        h[1] = h[0] * n
+
+    mod = mark_noalias(tvm.IRModule({"one": one, "two": two, "scalar": one_and_a_scalar}))
+    assert has_noalias(mod["one"]) and has_noalias(mod["scalar"])
     assert not has_noalias(mod["two"])  # its author promised nothing: left as it is

@@ -35,7 +35,7 @@ NOALIAS = "tirx.noalias"
 def _pointers(func: tvm.tirx.PrimFunc) -> int:
     """How many parameters of ``func`` are pointers (buffers or handles)."""
     return sum(1 for p in func.params
-               if isinstance(p.ty, tvm.tirx.BufferType) or str(p.dtype) == "handle")
+               if not isinstance(p.ty, tvm.ir.PrimType))  # a buffer or a pointer
 
 
 def has_noalias(func: tvm.tirx.PrimFunc) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 from ...target import CpuInfo
-from ...topi.cpu.conv2d_nchwc import ANNOTATION
+from ...topi.cpu.conv2d_nchwc import ANNOTATION, PLAN_SIZE
 from ...topi.cpu.gspc import PIXELS_KIND
 from ...topi.cpu.tiling import pixel_tile, vector_registers
 from ..base import (
@@ -68,7 +68,10 @@ def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bo
             parallel_spatial(sch, block, info)
     final = inline_consumers(sch, anchor)
     n, o, y, x, rc, ry, rx = sch.get_loops(anchor)
-    to, yk, xk = pixel_tile(opg, const_extent(sch, y), const_extent(sch, x) // lanes,
+    rows, cols = const_extent(sch, y), const_extent(sch, x)
+    # a symbolic height or width (a model compiled once for every size) planned at
+    # PLAN_SIZE: its tiles then carry a predicate for the sizes they do not divide
+    to, yk, xk = pixel_tile(opg, rows or PLAN_SIZE, (cols or PLAN_SIZE) // lanes,
                             vector_registers(info))
     # the result stored from the registers when a tile's channels lie in one chunk of
     # the blocked output (every tile's region is then exactly its own)

@@ -140,7 +140,8 @@ def pack_groups(data: te.Tensor, geo: ConvGeometry) -> te.Tensor:
     segment's broadcasts are one pointer apart by one float. Computed in the pass that
     pads the input anyway, with the zero border."""
     pt, pl = geo.padding[0], geo.padding[1]
-    h, w, ib = (int(d) for d in data.shape[2:])
+    h, w = data.shape[2:4]  # symbolic for a model compiled once for every size
+    ib = int(data.shape[4])
     rows, cols = input_extent(geo)
     cpg = geo.cpg
 
@@ -220,8 +221,7 @@ def pixel_vectors(geo: ConvGeometry, ob: int, lanes: int) -> bool:
     so their pixel vectors load contiguous input; measured on znver4, pixel over segment
     time at 1 / 2 threads: 576@14 s2 G(16) 4-lane segments 1.31 / 1.41, 144@56 s2 G(4)
     2.2 / 2.2, 144@56 s2 G(8) 2-lane 4.7 / 4.8.)"""
-    static = all(isinstance(v, int) for v in (geo.n, geo.h, geo.w))
-    return static and segment_lanes(geo, ob) <= PIXEL_SEGMENT_FRACTION * lanes
+    return segment_lanes(geo, ob) <= PIXEL_SEGMENT_FRACTION * lanes
 
 
 def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, lanes: int,
@@ -242,10 +242,10 @@ def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, la
     sh, sw = geo.stride
     dh, dw = geo.dilation
     pt, pl = geo.padding[0], geo.padding[1]
-    owp = -(-ow // lanes) * lanes
+    owp = (ow + lanes - 1) // lanes * lanes  # symbolic dims too: no negated floordiv
     rows = (oh - 1) * sh + (geo.kh - 1) * dh + 1
     cols = (owp - 1) * sw + (geo.kw - 1) * dw + 1
-    phase_cols = -(-cols // sw)
+    phase_cols = (cols + sw - 1) // sw
     cpg, opg = geo.cpg, geo.opg
 
     def fpad(b, c, y, p, xq):  # padded column xq * sw + p: a stride's phases apart

@@ -108,8 +108,10 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
             th, tw = depthwise_tile(sized.oh, sized.ow, info)
             tile = cn.ConvTile(ib, ob, 1, th, tw, not symbolic and geo.ow % tw != 0)
         return Conv2dPlan(geo, tile, db, obk, True)
-    if not symbolic and gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
-        tile = gspc_tile(geo, ib, ob, gspc.segments(geo, ob), info)
+    if gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
+        tile = gspc_tile(sized, ib, ob, gspc.segments(geo, ob), info)
+        if symbolic and tile.flat:  # as below: one row, no division by a symbolic width
+            tile = dataclasses.replace(tile, flat=False, th=1)
         return Conv2dPlan(geo, tile, db, obk, False, gspc=True,
                           pixels=gspc.pixel_vectors(geo, ob, info.f32_lanes))
     try:
