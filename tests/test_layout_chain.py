@@ -170,3 +170,38 @@ def test_a_tensor_moved_between_channel_blocks_through_nchw(depthwise):
     want, got = (compile_model(m, target=target, adaptive_threads=False)(x) for m in (mod, new))
     for a, b in zip(got if depthwise else [got], want if depthwise else [want]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def _conv_then_match_cast() -> tvm.IRModule:
+    """conv -> add -> match_cast to a shape equal only at run time -> relu (PP-OCR det's
+    neck with symbolic H and W has such casts before its concat)."""
+    bb = relax.BlockBuilder()
+    h, w = tvm.tirx.Var("H", "int64"), tvm.tirx.Var("W", "int64")
+    x = relax.Var("x", relax.TensorType((1, 16, h, w), "float32"))
+    weight = np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(weight), padding=[1, 1, 1, 1]))
+            a = bb.emit(relax.op.add(c, c))
+            cast = bb.match_cast(a, relax.TensorType((1, 16, (h + 3) // 4 * 4, w), "float32"))
+            out = bb.emit_output(relax.op.nn.relu(cast))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_match_cast_does_not_keep_its_conv_in_nchw(caplog):
+    """TVM's ConvertLayout failed on the cast of a blocked tensor, so the blocked layout
+    kept the conv NCHW (with a warning); the cast now reads its input through an
+    identity without a layout rule, removed right after the conversion."""
+    mod = _conv_then_match_cast()
+    with caplog.at_level(logging.WARNING):
+        out = run_until(mod, host_target(), "layout")
+    assert "stays NCHW" not in caplog.text
+    convs = [b.value for b in out["main"].body.blocks[0].bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+    assert convs and str(convs[0].attrs.data_layout) != "NCHW"
+    assert "stop_lift_params" not in out.script()
+    compiled = compile_model(mod, specialize=False)
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 5)).astype(np.float32)
+    ref = compile_model(mod, options={"layout": False}, specialize=False)(x)
+    np.testing.assert_allclose(compiled(x), ref, rtol=1e-4, atol=1e-4)

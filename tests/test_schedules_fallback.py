@@ -239,3 +239,31 @@ def test_model_with_dynamic_spatial_and_sequence_dims_compiles_and_runs(caplog):
         x = rng.standard_normal((1, 8, h, w)).astype("float32")
         t = rng.standard_normal((1, s, 32)).astype("float32")
         assert_close(compiled(x=x, t=t), ort_run(model, {"x": x, "t": t}))
+
+
+def test_fuse_parallel_never_divides_by_a_second_symbolic_extent():
+    """Loops (n=1, rows, columns) of a map of run-time size: the rows join the parallel
+    loop, the columns do not (fused, every iteration divided by the symbolic width and
+    the accumulators were left in memory); a symbolic batch still lets loops after it
+    join."""
+    from tvm.script import tirx as T
+
+    from tvm_cocopie.schedules.base import fuse_parallel
+    from tvm_cocopie.target import cpu_info, host_target
+
+    @T.prim_func(private=True, s_tir=True)
+    def copy(a: T.handle, b: T.handle):
+        n, h, w = T.int64(), T.int64(), T.int64()
+        A = T.match_buffer(a, (n, 4, h, w), "float32")
+        B = T.match_buffer(b, (n, 4, h, w), "float32")
+        for i0, i1, i2, i3 in T.grid(T.int64(1), T.int64(4), h, w):
+            with T.sblock("B"):
+                v0, v1, v2, v3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
+                B[v0, v1, v2, v3] = A[v0, v1, v2, v3]
+
+    info = cpu_info(host_target())
+    sch = tvm.s_tir.Schedule(copy)
+    loops = sch.get_loops(sch.get_sblock("B"))
+    fused = fuse_parallel(sch, loops, info)
+    assert len(sch.get_loops(sch.get_sblock("B"))) == 2  # (n, c, rows) fused, columns apart
+    assert "w" not in str(sch.get(fused).extent)

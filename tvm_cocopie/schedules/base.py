@@ -362,11 +362,22 @@ def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | N
     want = max(1, info.num_cores) * 8
     chosen = []
     total = 1
-    for loop in loops:
-        chosen.append(loop)
+    symbolic = False
+    for i, loop in enumerate(loops):
         ext = const_extent(sch, loop)
-        if ext is None:  # symbolic (a batch): maybe 1, so the loops after it join too
-            continue
+        if ext is None:
+            # a symbolic extent never joins after another one: it would divide the fused
+            # index of the loops before it at run time, and TVM then cannot compact the
+            # register tile's accumulators (PP-OCR det's 3x3 convs at H/4 x W/4 kept them
+            # in memory: 2x their static time) nor keep the divisions out of inner loops
+            if symbolic:
+                break
+            symbolic = True
+            chosen.append(loop)
+            if i == 0:  # outermost (a batch): maybe 1, so the loops after it join too
+                continue
+            break  # rows of a map of run-time size: enough
+        chosen.append(loop)
         total *= ext
         if total >= want:
             break

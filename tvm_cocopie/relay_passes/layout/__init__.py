@@ -33,6 +33,7 @@ from .constants import fold_layout_constants
 from .conv1d import conv1d_as_conv2d
 from .elementwise import layout_carrying_elementwise
 from .lift import lift_elementwise_tir
+from .match_cast import guard_match_casts, release_match_casts
 from .reblock import reblocked_conv_inputs
 from .shape_ops import convertible_shape_ops
 from .sink import sink_layout_transforms
@@ -55,7 +56,9 @@ def layout_passes_for(target: tvm.target.Target, grouped: str = "gspc") -> list:
         layout_carrying_elementwise,
         convertible_shape_ops,
         relax.transform.CanonicalizeBindings(),  # a slice's users read it, not a tuple item
+        guard_match_casts,  # ConvertLayout fails on a cast of a blocked tensor
         blocked_layout(target, grouped),
+        release_match_casts,
         relax.transform.Normalize(),
         sink_layout_transforms,
         reblocked_conv_inputs(target, grouped),
