@@ -20,12 +20,14 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-_BARRIER = "relax.builtin.stop_lift_params"
+from ...exprs import op_name
+
+#: the identity the casts read through (``relax.`` dropped, as :func:`op_name` gives it)
+_BARRIER = "builtin.stop_lift_params"
 
 
 def _is_barrier(expr) -> bool:
-    return (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
-            and expr.op.name == _BARRIER)
+    return op_name(expr) == _BARRIER
 
 
 def _feature_map(expr) -> bool:
