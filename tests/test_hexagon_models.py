@@ -157,7 +157,9 @@ def test_unsupported_operators_are_all_named_at_once(quantized, tmp_path):
     assert set(err.value.ops) == {"ReduceMax", "Tile"}
 
 
-def test_per_channel_weights_are_refused_with_the_fix(quantized, tmp_path):
+def test_onnx_runtime_per_channel_files_read_with_a_scale_per_channel(quantized, tmp_path):
+    """``quantize_static(..., per_channel=True)`` as users call it: every conv and the FC
+    requantized per output channel, ONNX Runtime within a step per layer."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -177,8 +179,12 @@ def test_per_channel_weights_are_refused_with_the_fix(quantized, tmp_path):
     quantize_static(str(src), str(tmp_path / "pc.onnx"), Reader(),
                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8, per_channel=True)
-    with pytest.raises(UnsupportedOperatorError, match="per_channel=False"):
-        qonnx.read_quantized(onnx.load(str(tmp_path / "pc.onnx")))
+    net = qonnx.read_quantized(onnx.load(str(tmp_path / "pc.onnx")))
+    assert [q.op_class for q in net.layers if getattr(q.rq, "per_channel", False)] == [
+        "conv", "conv", "dwconv", "fc"]
+    net.image = ptq.image_nhwc(ptq.calibration_inputs(float_model, 1, seed=99)[0])
+    agree = hexmodel.layer_agreement(tmp_path / "pc.onnx", net)
+    assert agree["max_steps"] <= 1 and agree["differ"] < 0.01, agree
 
 
 def test_a_float_model_is_refused_by_the_reader_with_the_way_out():

@@ -5,9 +5,10 @@ calibrates a float model on sample inputs and writes the quantized model as ONNX
 ``quantize_static`` does (the tool many users already quantize with, so a file made here
 and one a user brings are the same kind): BatchNorm folded into the convolutions first
 (``quant_pre_process``), activations uint8 with per-tensor scales and zero points from
-min/max calibration, weights int8 symmetric per tensor, biases int32 at the product of
-the input and weight scales. The result runs on ONNX Runtime and on the Hexagon executor
-(:mod:`tvm_cocopie.hexagon.executor.qonnx`) alike.
+min/max calibration, weights int8 symmetric per tensor (or, with ``per_channel=True``,
+per output channel of every Conv / Gemm / MatMul: one scale per channel, zero point 0),
+biases int32 at the product of the input and weight scales. The result runs on ONNX
+Runtime and on the Hexagon executor (:mod:`tvm_cocopie.hexagon.executor.qonnx`) alike.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ def calibration_inputs(model, count: int = 8, seed: int = 0, shapes=None) -> lis
 
 
 def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,
-                  fmt: str = "qdq") -> Path:
+                  fmt: str = "qdq", per_channel: bool = False) -> Path:
     """Quantize float ``model`` (path or ``ModelProto``) to ``output`` and return its path.
 
     ``samples``: the calibration inputs, a list of ``{input name: array}`` (default:
-    ``count`` deterministic ones); ``fmt``: ``"qdq"`` or ``"qoperator"``.
+    ``count`` deterministic ones); ``fmt``: ``"qdq"`` or ``"qoperator"``; ``per_channel``:
+    weight scales per output channel (ONNX Runtime's ``per_channel=True``; closer to the
+    float model where channels' weight ranges differ) instead of one per tensor (the
+    default, as before: every consumer of the file takes it).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -78,11 +82,12 @@ def quantize_onnx(model, output, samples=None, *, count: int = 8, seed: int = 0,
         quantize_static(
             str(pre_path), str(output), _Reader(),
             quant_format=getattr(QuantFormat, FORMATS[fmt]),
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=False,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            per_channel=per_channel,
         )
-    log.info("quantized %s (%s, %d calibration samples) -> %s",
-             model if isinstance(model, (str, Path)) else proto.graph.name, fmt, len(samples),
-             output)
+    log.info("quantized %s (%s, %s weights, %d calibration samples) -> %s",
+             model if isinstance(model, (str, Path)) else proto.graph.name, fmt,
+             "per-channel" if per_channel else "per-tensor", len(samples), output)
     return output
 
 

@@ -46,6 +46,9 @@ def add_parser(subparsers):
     run.add_argument("--calibration", type=int, default=8,
                      help="sample inputs to calibrate a float model on (8)")
     run.add_argument("--seed", type=int, default=0, help="seed of the sample inputs")
+    run.add_argument("--per-channel", action="store_true",
+                     help="quantize a float model's weights per output channel (ONNX "
+                     "Runtime's per_channel=True) instead of per tensor")
     run.add_argument("--save-quantized", metavar="DIR",
                      help="keep the QDQ file made from a float model in this folder")
     run.add_argument("--stock", action="store_true",
@@ -72,12 +75,14 @@ def cmd_run(args) -> int:
     result = run_model(args.model, image_size=args.image_size, calibration=args.calibration,
                        seed=args.seed, timeout=args.timeout, compare_ort=not args.no_ort,
                        stock_runner=stock, workdir=args.save_quantized,
-                       packing=args.packing)
+                       packing=args.packing, per_channel=args.per_channel)
     result["model"] = str(args.model)
     by_class = ", ".join(f"{k} {v}" for k, v in sorted(result["packets_by_class"].items(),
                                                        key=lambda kv: -kv[1]))
+    n_pc = result["per_channel_layers"]
     print(f"{result['layers']} layers {result['layers_by_class']}"
-          f"{' (quantized from float)' if result['quantized_from_float'] else ''}; "
+          f"{' (quantized from float)' if result['quantized_from_float'] else ''}"
+          f"{f', {n_pc} requantized per channel' if n_pc else ''}; "
           f"{result['total_packets']} packets: {by_class}")
     if result.get("total_cycles") is not None:
         print(f"{result['packing']} packing: {result['total_cycles']} estimated cycles "

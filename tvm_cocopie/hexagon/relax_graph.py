@@ -121,6 +121,14 @@ def relax_module(net: QNetwork):
             "the int8 Relax form has no constant operands yet (a bias or position add); run "
             "the network with tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)",
             {"constant": len(net.constants)})
+    per_channel = [q.layer.name for q in net.layers
+                   if getattr(q.rq, "per_channel", False)]
+    if per_channel:
+        raise UnsupportedOperatorError(
+            f"the int8 Relax form requantizes per tensor; {', '.join(per_channel[:4])} "
+            f"{'have' if len(per_channel) > 1 else 'has'} weights quantized per channel: run "
+            "the network with tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)",
+            {"per-channel": len(per_channel)})
     x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):

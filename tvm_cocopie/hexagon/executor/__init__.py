@@ -25,7 +25,10 @@ differ) and max pools, in topological order (a chain when layers name no inputs)
 global average pool runs as a depthwise convolution over the whole map and a fully
 connected layer as a 1x1 convolution of the 1x1 map (:mod:`.qonnx`). Activations are
 uint8 with a zero point per tensor (folded into the int32 bias; the padding of a
-convolution holds it), weights int8 symmetric per tensor.
+convolution holds it), weights int8 symmetric per tensor or per output channel (a
+file's per-channel scales: a :class:`tvm_cocopie.topi.int8.compute.Requant` with a
+multiplier and shift per channel, which the conv, depthwise and matrix-vector kernels
+read from a table after the bias).
 
 Whole models: :mod:`.qonnx` reads a QDQ or QOperator ONNX file into a network with the
 file's scales and zero points, :mod:`.model` runs a user's file whole (a float one

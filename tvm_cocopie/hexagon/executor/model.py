@@ -167,10 +167,11 @@ def quantization_error(float_proto, quantized_path, net, sample: dict) -> dict:
 
 
 def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed: int = 0,
-            workdir=None, fmt: str = "qdq"):
+            workdir=None, fmt: str = "qdq", per_channel: bool = False):
     """``(network, quantized path, input sample, float model or None)`` of ``model``: a
-    float model quantized into ``workdir`` (default: a temporary folder), a quantized one
-    read as it is. The sample is a deterministic input not used for calibration."""
+    float model quantized into ``workdir`` (default: a temporary folder; ``per_channel``:
+    weight scales per output channel), a quantized one read as it is. The sample is a
+    deterministic input not used for calibration."""
     proto = load_model(model, check=False)
     shapes = _shapes(proto, image_size)
     from_float = not qonnx.is_quantized(proto)
@@ -178,9 +179,13 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
     if from_float:
         samples = calibration_inputs(proto, calibration, seed, shapes)
         workdir = Path(workdir or tempfile.mkdtemp(prefix="cocopie_ptq_"))
-        path = quantize_onnx(proto, workdir / "model_qdq.onnx", samples, fmt=fmt)
+        path = quantize_onnx(proto, workdir / "model_qdq.onnx", samples, fmt=fmt,
+                             per_channel=per_channel)
         proto = load_model(path, check=False)
     else:
+        if per_channel:
+            log.warning("per_channel applies to float models; %s is already quantized and is "
+                        "run as it is", model if not hasattr(model, "graph") else "the model")
         path = model if not hasattr(model, "graph") else None
         if path is None:
             workdir = Path(workdir or tempfile.mkdtemp(prefix="cocopie_q_"))
@@ -200,7 +205,8 @@ def prepare(model, *, image_size: int | None = None, calibration: int = 8, seed:
 
 def run_model(model, *, image_size: int | None = None, calibration: int = 8, seed: int = 0,
               timeout: float | None = None, compare_ort: bool = True, stock_runner=None,
-              workdir=None, fmt: str = "qdq", packing: str | None = None) -> dict:
+              workdir=None, fmt: str = "qdq", packing: str | None = None,
+              per_channel: bool = False) -> dict:
     """Run ``model`` whole under ``qemu-hexagon`` (see the module doc); a JSON-ready dict:
     ``exact`` (bit for bit against numpy), packets total / per operator class / per
     role, the plan, memory, ONNX Runtime agreement, and stock TVM's packets if
@@ -209,10 +215,11 @@ def run_model(model, *, image_size: int | None = None, calibration: int = 8, see
     ``packing`` (``"llvm"``, ``"sda"``, ``"soft_to_hard"``, ``"soft_to_none"``) re-packs
     the kernels' assembly as the last step of the build
     (:class:`tvm_cocopie.hexagon.vliw.repack.Repack`) and adds ``total_cycles``, the
-    cycle model's estimate of the run."""
+    cycle model's estimate of the run. ``per_channel``: a float model's weights are
+    quantized per output channel (:func:`tvm_cocopie.ptq.quantize_onnx`)."""
     net, path, sample, float_proto = prepare(model, image_size=image_size,
                                              calibration=calibration, seed=seed,
-                                             workdir=workdir, fmt=fmt)
+                                             workdir=workdir, fmt=fmt, per_channel=per_channel)
     from_float = float_proto is not None
     asm_pass = None
     if packing is not None:
@@ -223,6 +230,8 @@ def run_model(model, *, image_size: int | None = None, calibration: int = 8, see
     lay0 = net.layers[0].layer
     out = {
         "quantized_from_float": from_float,
+        "per_channel_layers": sum(bool(getattr(q.rq, "per_channel", False))
+                                  for q in net.layers),
         "quantized_model": str(path),
         "input": [1, lay0.h, lay0.w, lay0.c],
         "layers": len(net.layers),

@@ -313,7 +313,7 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
         func = int8_compute.qgroup_conv2d_func(lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p,
                                                q.params["groups"], q.rq, q.pad_value)
         em.inputs[f"w{idx}"], em.inputs[f"b{idx}"] = q.weights, q.bias
-        args = [*names, f"w{idx}", f"b{idx}"]
+        args = [*names, f"w{idx}", f"b{idx}", *_requant_table(em, idx, q.rq, lay.o)]
     elif lay.op == "shuffle":
         func, args = int8_compute.shuffle_func(shapes[0], q.params["groups"]), names
     elif lay.op == "attention":
@@ -333,6 +333,16 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
     return Tensor(f"out{idx}", oh, ow, lay.o, None, 0, (1, oh, ow, lay.o))
 
 
+def _requant_table(em: _Emit, idx: int, rq, channels: int) -> list:
+    """The argument a per-channel requantization adds after a kernel's bias (its
+    multipliers and shifts over the ``channels`` the kernel's bias spans); none per
+    tensor."""
+    if not rq.per_channel:
+        return []
+    em.inputs[f"rq{idx}"] = rq.table(channels)
+    return [f"rq{idx}"]
+
+
 def _is_dense(lay: Layer, cur: Tensor) -> bool:
     """A 1x1 conv of a 1x1 map (a fully connected layer, a squeeze-excitation conv)."""
     return (lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0
@@ -347,7 +357,8 @@ def _dense(em: _Emit, idx: int, q: QLayer, variant: str, cur: Tensor) -> Tensor:
     bias = np.zeros(int8_hvx.dense_shapes(lay.c, lay.o)[1], np.int32)
     bias[: lay.o] = q.bias
     em.inputs[f"b{idx}"] = bias
-    em.call(f"layer{idx}", func, [cur.name, f"w{idx}", f"b{idx}", f"out{idx}"],
+    em.call(f"layer{idx}", func, [cur.name, f"w{idx}", f"b{idx}",
+                                  *_requant_table(em, idx, q.rq, len(bias)), f"out{idx}"],
             (lay.name, "kernel"))
     shape = GridGeometry(1, 1, 1).out_shape(variant, lay.o)
     return Tensor(f"out{idx}", 1, 1, lay.o, variant, 1, shape)
@@ -409,7 +420,8 @@ def compile_network(
                 func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
                 em.inputs[f"w{idx}"] = pack_dw_weights(q.weights, variant)
             em.inputs[f"b{idx}"] = pad_bias(q.bias, variant)
-            args = [x_name, f"w{idx}", f"b{idx}", out_name]
+            args = [x_name, f"w{idx}", f"b{idx}",
+                    *_requant_table(em, idx, q.rq, len(em.inputs[f"b{idx}"])), out_name]
         em.call(f"layer{idx}", func, args, (lay.name, "kernel"))
         g = lay.geometry
         valid_h, valid_w = (g.out_h, g.out_w) if not direct else (cur.h, cur.w)

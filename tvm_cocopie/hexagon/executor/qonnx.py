@@ -15,10 +15,15 @@ carry the exact integer arithmetic: every scale and zero point of the file becom
 :class:`~tvm_cocopie.topi.int8.compute.Requant` (conv, FC, pooling) or
 :class:`~tvm_cocopie.topi.int8.compute.AddRequant` (add), the input zero point is folded
 into the int32 bias (``bias - zx * sum(w)``) and is the value of the padding
-(:attr:`.quantization.QLayer.pad_value`). A global average pool becomes a depthwise
-convolution over the whole map with constant weights (``sum(x - zx) * sx / (HW sy)``;
-the identity on a 1x1 map with equal parameters), a fully connected layer a 1x1
-convolution of the 1x1 map, ``Flatten`` a view. int8 activations are read in the uint8
+(:attr:`.quantization.QLayer.pad_value`). Weights quantized per output channel
+(``quantize_static(..., per_channel=True)``: a weight scale per output channel of a
+Conv -- dense, depthwise, grouped -- or of a Gemm / MatMul / ``QLinearMatMul`` /
+``QGemm``, zero points 0) give a per-channel :class:`~tvm_cocopie.topi.int8.compute.Requant`
+(a multiplier and shift per output channel); a per-channel scale along any other axis,
+and per-channel weight zero points other than 0, are refused. A global average pool
+becomes a depthwise convolution over the whole map with constant weights
+(``sum(x - zx) * sx / (HW sy)``; the identity on a 1x1 map with equal parameters), a
+fully connected layer a 1x1 convolution of the 1x1 map, ``Flatten`` a view. int8 activations are read in the uint8
 domain (``x + 128`` and zero point ``+ 128``: the same real numbers, bit for bit).
 
 What the executor cannot run is refused with every unsupported operator named at once
@@ -155,8 +160,14 @@ def _broadcast_pair(node, a, b, verb: str):
     return a, b
 
 
-def _same(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+def _same(a, b) -> bool:
+    """Equal scales (floats, or per-channel arrays element by element) up to float32."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return bool(np.all(np.abs(a - b) <= 1e-6 * np.maximum(np.abs(a), np.abs(b))))
+
+
+def _label(node) -> str:
+    return node.name or node.op_type
 
 
 class _Reader:
@@ -171,6 +182,7 @@ class _Reader:
         self.q: dict = {}  # integer tensor name -> QTensor
         self.dq: dict = {}  # float tensor name -> the QTensor it dequantizes
         self.consts: dict = {}  # float tensor name -> (integer array, scale, zero point)
+        self.const_axes: dict = {}  # ... of a constant quantized per channel: its axis
         self.pending: dict = {}  # float output of an op -> (node, relu/clip node or None)
         self.layers: list = []
         self.names: set = set()
@@ -190,9 +202,10 @@ class _Reader:
         value = self.inits[name]
         if value.size != 1:
             raise UnsupportedOperatorError(
-                f"{node.name or node.op_type}: per-channel {what} ({value.size} values); the "
-                "Hexagon executor requantizes per tensor: quantize with per_channel=False "
-                "(tvm_cocopie.ptq.quantize_onnx does)", {node.op_type: 1})
+                f"{_label(node)}: per-channel {what} ({value.size} values); the Hexagon "
+                "executor takes per-channel scales for the weights of Conv, Gemm and MatMul "
+                "along their output channels only, and one scale and zero point per "
+                "activation tensor", {node.op_type: 1})
         return value.reshape(())
 
     def zero_point(self, name: str | None, node) -> int:
@@ -208,13 +221,48 @@ class _Reader:
                 "8-bit ones (uint8 or int8)", {node.op_type: 1})
         return int(z)
 
-    def weights(self, name: str, scale_name: str, zp_name: str | None, node):
-        """An 8-bit weight initializer as int8 values (a uint8 one minus its zero point)."""
+    def weights(self, name: str, scale_name: str, zp_name: str | None, node, out_axis: int):
+        """An 8-bit weight initializer of a QOperator node as int8 values (a uint8 one minus
+        its zero point) and its scale: a float, or per output channel (along ``out_axis``
+        of the weights) an array (see :meth:`weight_quant`)."""
         if name not in self.inits:
             raise ModelError(f"{node.name}: weights {name!r} are not an initializer")
-        zw = int(self.scalar(zp_name, node, "weight zero point")) if zp_name else 0
-        return (_centred(self.inits[name], zw, node),
-                float(self.scalar(scale_name, node, "weight scale")))
+        for n in (scale_name, zp_name):
+            if n and n not in self.inits:
+                raise ModelError(f"{_label(node)}: the weight quantization {n!r} is not an "
+                                 "initializer; the Hexagon reader needs constant parameters")
+        raw = self.inits[name]
+        scale = self.inits[scale_name]
+        zp = self.inits[zp_name] if zp_name else np.zeros((), raw.dtype)
+        sw, zw = self.weight_quant(node, name, raw.shape, scale, zp, out_axis, out_axis)
+        return _centred(raw, zw, node), sw
+
+    def weight_quant(self, node, name: str, shape, scale, zp, axis: int, out_axis: int):
+        """``(scale, zero point)`` of constant ``name`` of ``shape``, quantized with
+        ``scale`` and ``zp`` (arrays) along ``axis``: per tensor a float and an int; per
+        channel (more than one scale) a float array over the output channels, which must
+        lie along ``out_axis``, and zero point 0 (what ONNX Runtime writes for int8 weights
+        quantized per channel)."""
+        scale, zp = np.asarray(scale), np.asarray(zp)
+        if scale.size == 1 and zp.size == 1:
+            return float(scale.reshape(())), int(zp.reshape(()))
+        ndim = len(shape)
+        axis = axis % ndim if ndim else 0
+        what = f"{_label(node)}: {name!r} quantized per channel"
+        if out_axis is None or axis != out_axis % max(ndim, 1) or scale.size not in (
+                1, shape[axis]):
+            raise UnsupportedOperatorError(
+                f"{what} along axis {axis} ({scale.size} scales, shape {list(shape)}); the "
+                "executor requantizes per output channel: scales along the output channels "
+                f"of a Conv, Gemm or MatMul weight (axis {out_axis})", {node.op_type: 1})
+        if np.any(zp != 0):
+            bad = sorted({int(v) for v in np.ravel(zp)} - {0})[:4]
+            raise UnsupportedOperatorError(
+                f"{what} with non-zero weight zero points ({bad}); the Hexagon executor "
+                "takes symmetric per-channel weights (zero point 0): quantize the weights as "
+                "int8 (weight_type=QInt8, as tvm_cocopie.ptq.quantize_onnx(..., "
+                "per_channel=True) does) or per tensor", {node.op_type: 1})
+        return np.broadcast_to(scale.astype(np.float64).reshape(-1), (shape[axis],)).copy(), 0
 
     def name(self, node, op: str) -> str:
         base = node.name or f"{op}{len(self.layers)}"
@@ -224,13 +272,20 @@ class _Reader:
         self.names.add(name)
         return name
 
-    def requant(self, scale: float, zp: int, node) -> Requant:
-        if not 0 < scale <= MAX_REQUANT_SCALE:
+    def requant(self, scale, zp: int, node) -> Requant:
+        """The fixed-point requantization of ``scale`` (a float, or per output channel an
+        array; per channel collapses to per tensor where every channel gets the same
+        multiplier and shift)."""
+        arr = np.asarray(scale, np.float64)
+        if not np.all((arr > 0) & (arr <= MAX_REQUANT_SCALE)):
             raise UnsupportedOperatorError(
-                f"{node.name}: requantization scale {scale:.4g} is outside (0, "
-                f"{MAX_REQUANT_SCALE:.3g}] (input scale x weight scale / output scale); "
+                f"{node.name}: requantization scale {arr.min():.4g}..{arr.max():.4g} is outside "
+                f"(0, {MAX_REQUANT_SCALE:.3g}] (input scale x weight scale / output scale); "
                 "recalibrate the model", {node.op_type: 1})
-        return Requant.from_scale(scale, zp)
+        rq = Requant.from_scale(scale, zp)
+        if rq.per_channel and len(set(zip(rq.multiplier, rq.shift))) == 1:
+            return Requant(rq.multiplier[0], rq.shift[0], zp)
+        return rq
 
     def activation(self, name: str, node) -> QTensor:
         """The quantized tensor a float input ``name`` of a QDQ op dequantizes."""
@@ -284,7 +339,11 @@ class _Reader:
                     k, s, p, kind=""):
         h, wd, c = x.shape
         o = hw_weights.shape[-1]
-        acc_scale = x.scale * sw
+        if np.ndim(sw) and np.size(sw) != o:
+            raise UnsupportedOperatorError(
+                f"{node.name}: {np.size(sw)} per-channel weight scales for {o} output channels",
+                {node.op_type: 1})
+        acc_scale = x.scale * sw  # per channel: an array over the output channels
         if bias is None:
             b = np.zeros(o, np.int64)
         elif sb is None:  # a float bias: in accumulator units
@@ -535,8 +594,8 @@ class _Reader:
         ins = op_node.input
         if t == "Conv":
             x = self.activation(ins[0], op_node)
-            w, sw = self.const(ins[1], op_node)
-            bias, sb = self.const(ins[2], op_node) if len(ins) > 2 and ins[2] else (None, 1.0)
+            w, sw = self.const(ins[1], op_node, out_axis=0)
+            bias, sb = self.const(ins[2], op_node, 0) if len(ins) > 2 and ins[2] else (None, 1.0)
             return self.conv(op_node, x, w, sw, bias, sb, sy, zy)
         if t == "Gather":
             return self.gather(op_node, sy, zy)
@@ -549,12 +608,12 @@ class _Reader:
                 raise UnsupportedOperatorError(f"{op_node.name}: Gemm with transA/alpha/beta",
                                                {t: 1})
             x = self.activation(ins[0], op_node)
-            w, sw = self.const(ins[1], op_node)
+            w, sw = self.const(ins[1], op_node, out_axis=0 if a.get("transB", 0) else 1)
             if sw is None:
                 raise UnsupportedOperatorError(f"{op_node.name}: float weights {ins[1]!r}; "
                                                "quantize the model's weights", {t: 1})
             w = w.T if a.get("transB", 0) else w
-            bias, sb = self.const(ins[2], op_node) if len(ins) > 2 and ins[2] else (None, 1.0)
+            bias, sb = self.const(ins[2], op_node, 0) if len(ins) > 2 and ins[2] else (None, 1.0)
             return self.dense(op_node, x, w, sw, bias, sb, sy, zy)
         if t in ("Add", "Mul"):
             ops = []
@@ -604,7 +663,7 @@ class _Reader:
         if table_name not in self.consts or _attrs(node).get("axis", 0) != 0:
             raise UnsupportedOperatorError(f"{node.name}: a Gather that is not an embedding "
                                            "lookup of a quantized table", {"Gather": 1})
-        raw, scale, zp = self.consts[table_name]
+        raw, scale, zp = self.scalar_const(table_name, node)
         shift = 128 if raw.dtype == np.int8 else 0
         if not (_same(scale, sy) and zp + shift == zy) or raw.ndim != 2:
             raise UnsupportedOperatorError(f"{node.name}: the embedding is requantized",
@@ -671,13 +730,18 @@ class _Reader:
                 else None
         return _attrs(node).get("max")
 
-    def const(self, name: str, node):
+    def const(self, name: str, node, out_axis: int | None = None):
         """A constant operand of a conv or FC: ``(integer values, scale)`` behind a
         ``DequantizeLinear`` (8-bit weights minus their zero point, checked to fit int8;
         an int32 bias minus its zero point), or ``(float values, None)`` for a float
-        initializer (a bias the quantizer left in float)."""
+        initializer (a bias the quantizer left in float). A constant quantized per channel
+        has an array of scales, which must run along ``out_axis`` (its output channels),
+        and zero points 0 (:meth:`weight_quant`)."""
         if name in self.consts:
             raw, scale, zp = self.consts[name]
+            if np.size(scale) > 1 or np.size(zp) > 1:
+                scale, zp = self.weight_quant(node, name, raw.shape, scale, zp,
+                                              self.const_axes[name], out_axis)
             if raw.dtype in (np.int8, np.uint8):
                 return _centred(raw, zp, node), scale
             return raw.astype(np.int64) - zp, scale
@@ -685,11 +749,29 @@ class _Reader:
             return self.inits[name].astype(np.float64), None
         raise ModelError(f"{node.name}: {name!r} is computed; the executor needs constant weights")
 
+    def scalar_const(self, name: str, node):
+        """``(raw, scale, zero point)`` of a constant quantized per tensor (refused per
+        channel: an operand that is not a conv's or FC's weights)."""
+        raw, scale, zp = self.consts[name]
+        if np.size(scale) > 1 or np.size(zp) > 1:
+            raise UnsupportedOperatorError(
+                f"{_label(node)}: {name!r} is quantized per channel; the executor takes "
+                "per-channel scales for Conv, Gemm and MatMul weights only", {node.op_type: 1})
+        return raw, float(np.reshape(scale, ())), int(np.reshape(zp, ()))
+
     def const_real(self, name: str):
-        """The real values of a constant (dequantized, or a float initializer), else None."""
+        """The real values of a constant (dequantized, per tensor or per channel along its
+        axis, or a float initializer), else None."""
         if name in self.consts:
             raw, scale, zp = self.consts[name]
-            return ((raw.astype(np.float32) - np.float32(zp)) * np.float32(scale))
+            shape = [1] * raw.ndim
+            if np.size(scale) > 1 or np.size(zp) > 1:
+                shape[self.const_axes[name] % raw.ndim] = -1
+
+            def along(v):
+                return np.asarray(v, np.float32).reshape(shape if np.size(v) > 1 else ())
+
+            return (raw.astype(np.float32) - along(zp)) * along(scale)
         if name in self.inits and self.inits[name].dtype.kind == "f":
             return self.inits[name].astype(np.float32)
         return None
@@ -701,7 +783,7 @@ class _Reader:
             raise UnsupportedOperatorError(
                 f"{node.name}: {node.op_type} with a constant {name!r} that is not 8-bit "
                 "quantized", {node.op_type: 1})
-        raw, scale, zp = self.consts[name]
+        raw, scale, zp = self.scalar_const(name, node)
         shift = 128 if raw.dtype == np.int8 else 0
         h, w, c = like.shape
         flat = raw.astype(np.int32) + shift
@@ -722,7 +804,7 @@ class _Reader:
         sc = self.scalar
         if t == "QLinearConv":
             x = self.q_in(ins[0], node)
-            w, sw = self.weights(ins[3], ins[4], ins[5], node)
+            w, sw = self.weights(ins[3], ins[4], ins[5], node, 0)
             bias = self.inits.get(ins[8]) if ins[8] else None
             return self.conv(node, x, w, sw, bias, x.scale * sw, float(sc(ins[6], node, "scale")),
                              self.zero_point(ins[7], node))
@@ -745,7 +827,7 @@ class _Reader:
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0:
                 raise UnsupportedOperatorError(f"{node.name}: {t} with transA/alpha", {t: 1})
             x = self.q_in(ins[0], node)
-            w, sw = self.weights(ins[3], ins[4], ins[5], node)
+            w, sw = self.weights(ins[3], ins[4], ins[5], node, 0 if a.get("transB", 0) else 1)
             w = w.T if a.get("transB", 0) else w
             if t == "QGemm":
                 bias, y_s, y_z = ins[6], ins[7], ins[8]
@@ -807,10 +889,7 @@ class _Reader:
                 self.q[node.output[0]] = out
                 self._name(out, node.output[0])
             elif t == "DequantizeLinear" and ins[0] in self.inits:
-                zp = ins[2] if len(ins) > 2 and ins[2] else None
-                self.consts[node.output[0]] = (
-                    self.inits[ins[0]], float(self.scalar(ins[1], node, "scale")),
-                    int(self.scalar(zp, node, "zero point")) if zp else 0)
+                self.dequantized_constant(node)
             elif t == "DequantizeLinear":
                 self.dq[node.output[0]] = self.q_in(ins[0], node)
             elif t in ("Relu", "Clip") and ins[0] in self.pending and self._foldable(ins[0]):
@@ -830,6 +909,23 @@ class _Reader:
                     f"{node.name} ({t}) on {list(ins)} is outside the quantized graph",
                     {t: 1})
         return self.network()
+
+    def dequantized_constant(self, node) -> None:
+        """A ``DequantizeLinear`` of an initializer: its integers, scale and zero point
+        (floats / ints per tensor, arrays per channel along the node's ``axis``)."""
+        ins = list(node.input) + [""]
+        for n in ins[1:3]:
+            if n and n not in self.inits:
+                raise ModelError(f"{_label(node)}: the {n!r} of a constant is not an "
+                                 "initializer; the Hexagon reader needs constant parameters")
+        scale, zp = self.inits[ins[1]], self.inits[ins[2]] if ins[2] else np.zeros((), np.int64)
+        out = node.output[0]
+        if scale.size == 1 and zp.size == 1:
+            self.consts[out] = (self.inits[ins[0]], float(scale.reshape(())),
+                                int(zp.reshape(())))
+        else:
+            self.consts[out] = (self.inits[ins[0]], scale.astype(np.float64), zp)
+            self.const_axes[out] = int(_attrs(node).get("axis", 1))
 
     def _name(self, t: QTensor, onnx_name: str) -> None:
         if t.layer != "input" and not t.layer.startswith("const"):

@@ -188,7 +188,8 @@ def reference_step(q: QLayer, x, *others):
         cg, og = lay.c // g, lay.o // g
         return np.concatenate([
             reference.qconv2d_nhwc(x[..., i * cg:(i + 1) * cg], q.weights[..., i * og:(i + 1) * og],
-                                   q.bias[i * og:(i + 1) * og], q.rq, lay.s, lay.p, q.pad_value)
+                                   q.bias[i * og:(i + 1) * og], q.rq.channels(i * og, (i + 1) * og),
+                                   lay.s, lay.p, q.pad_value)
             for i in range(g)], axis=-1)
     if lay.op == "slice":
         return x[..., q.params["offset"]: q.params["offset"] + lay.o]

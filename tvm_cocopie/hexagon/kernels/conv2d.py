@@ -23,7 +23,7 @@ import numpy as np
 
 from ...topi.int8.compute import Requant
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, round_up
-from .gemm import EMITTERS, Operands, PackingHint
+from .gemm import EMITTERS, Operands, PackingHint, channel_params
 from .tirgen import T, kernel, ramp
 from .transforms import pack_weights
 
@@ -79,6 +79,8 @@ def conv2d(
 
     ``x``: :func:`pack_input`; ``w``: :func:`pack_conv_weights`; ``bias``:
     :func:`.transforms.pad_bias`; ``y``: the output grid, see :func:`unpack_output`.
+    A per-channel ``rq`` adds ``rq`` after ``bias``: its
+    :meth:`~tvm_cocopie.topi.int8.compute.Requant.table` over the padded channels.
     Without ``col_block`` the ``vrmpy`` loop nest is tiled and unrolled by
     :func:`.gemm.unroll_hint` (or ``hint``, ``vrmpy`` only).
     """
@@ -96,11 +98,13 @@ def conv2d(
         ("x", x_shape, "uint8"),
         ("w", w_shape, "int32"),
         ("bias", (np_,), "int32"),
+        *([("rq", (2, np_), "int32")] if rq.per_channel else []),
         ("y", y_shape, "uint8"),
     ]
     rows = layout.rows
     name = f"qconv{geo.kernel}x{geo.kernel}s{geo.stride}_{variant}"
-    with kernel(name, params) as ((x, w, bias, y), out):
+    with kernel(name, params) as (bufs, out):
+        x, w, bias, *table, y = bufs
 
         def load(p, g, tap):
             phase, shift = geo.tap(*tap) if tap else (0, 0)
@@ -115,6 +119,7 @@ def conv2d(
             w=lambda tap, i, col: w[tap[0] * geo.kernel + tap[1] if tap else 0, i, col],
             bias=lambda col: bias[col],
             store=lambda p, og, vec: T.buffer_store(y, vec, [og, p * rows, ramp(0, 128)]),
+            rq_params=channel_params(table[0]) if table else None,
         )
         if hint is None:
             EMITTERS[variant](ops, rq, col_block)

@@ -16,7 +16,7 @@ import numpy as np
 from ...topi.int8.compute import Requant
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, round_up
 from . import hvx
-from .gemm import block_size, requant4
+from .gemm import block_size, channel_params, requant4
 from .tirgen import T, bind, kernel, ramp, vec_buffer, vload, vstore
 from .transforms import pack_words
 
@@ -39,6 +39,9 @@ def depthwise_conv2d(
 
     ``x``: :func:`.conv2d.pack_input`; ``w``: :func:`pack_dw_weights`; ``bias``:
     :func:`.transforms.pad_bias`; ``y``: output grid (:func:`.conv2d.unpack_output`).
+    A per-channel ``rq`` adds ``rq`` after ``bias`` (its
+    :meth:`~tvm_cocopie.topi.int8.compute.Requant.table`): each of the four vectors
+    requantized together holds one channel (``u % v`` of the group), in every layout.
     """
     layout = LAYOUT_OF[variant]
     v, rows = layout.cols, layout.rows
@@ -50,11 +53,14 @@ def depthwise_conv2d(
         ("x", x_shape, "uint8"),
         ("w", (len(taps), groups), "int32"),
         ("bias", (groups * v,), "int32"),
+        *([("rq", (2, groups * v), "int32")] if rq.per_channel else []),
         ("y", y_shape, "uint8"),
     ]
     cols = col_block or block_size(groups, 4)
     name = f"qdwconv{geo.kernel}x{geo.kernel}s{geo.stride}_{variant}"
-    with kernel(name, params) as ((x, w, bias, y), out):
+    with kernel(name, params) as (bufs, out):
+        x, w, bias, *table, y = bufs
+        rq_params = channel_params(table[0]) if table else None
         even = [vec_buffer(f"even{j}", 64) for j in range(cols)]
         odd = [vec_buffer(f"odd{j}", 64) for j in range(cols)]
         with T.grid(y_shape[1] // rows, groups // cols) as (p, blk):
@@ -83,6 +89,9 @@ def depthwise_conv2d(
                     vstore(odd[j], hvx.vaddhw_acc(vload(odd[j], 64), hvx.hi(prods[0]), hi_b), 64)
             for j in range(cols):
                 e, o = even[j], odd[j]
-                vec = requant4(rq, [vload(e), vload(o), vload(e, 32, 32), vload(o, 32, 32)])
+                g = blk * cols + j
+                chans = [rq_params(g * v + u % v) for u in range(4)] if rq_params else None
+                vec = requant4(rq, [vload(e), vload(o), vload(e, 32, 32), vload(o, 32, 32)],
+                               chans)
                 T.buffer_store(y, vec, [blk * cols + j, p * rows, ramp(0, 128)])
     return out[0]

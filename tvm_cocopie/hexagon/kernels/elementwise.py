@@ -154,7 +154,11 @@ def dense_kernel(variant: str, src_variant: str, src_shape: tuple, k_dim: int, n
     the weights are the vector operand instead: the input's 4-byte words are splatted
     (``vsplat``) and ``vrmpy(Vu.ub, Vv.b)`` sums four products into each of 32 outputs,
     ``blk`` blocks of 32 outputs in registers across the reduction. One ``vmpye``
-    requantization per 32 outputs, then the bytes are written to row 0 of the output grid."""
+    requantization per 32 outputs, then the bytes are written to row 0 of the output grid.
+    A per-channel ``rq`` adds ``rq`` after ``bias`` (its
+    :meth:`~tvm_cocopie.topi.int8.compute.Requant.table` over ``b_shape``): the 32 lanes
+    are 32 channels, so the multipliers and shifts are vector loads (``vmpye`` by a vector,
+    ``vasr`` by a vector)."""
     from ...topi.int8.hvx import dense_shapes
     from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
     from .gemm import block_size
@@ -165,12 +169,15 @@ def dense_kernel(variant: str, src_variant: str, src_shape: tuple, k_dim: int, n
     y_shape = GridGeometry(1, 1, 1).out_shape(variant, n_out)
     blk = block_size(nb, 4)
     params = [("x", tuple(src_shape), "uint8"), ("w", (nb, kq, VBYTES), "int8"),
-              ("bias", b_shape, "int32"), ("y", y_shape, "uint8")]
+              ("bias", b_shape, "int32"),
+              *([("rq", (2, *b_shape), "int32")] if rq.per_channel else []),
+              ("y", y_shape, "uint8")]
 
     def c32(value):
         return tirx.Broadcast(tirx.const(value, "int32"), 32)
 
-    with kernel("dense_hvx", params) as ((x, w, bias, y), out):
+    with kernel("dense_hvx", params) as (bufs, out):
+        x, w, bias, *table, y = bufs
         words = T.alloc_buffer((kq,), "int32", scope="global")
         tmp = vec_buffer("tmp")
         zero = tirx.Broadcast(tirx.const(0, "uint8"), VBYTES)
@@ -195,7 +202,9 @@ def dense_kernel(variant: str, src_variant: str, src_shape: tuple, k_dim: int, n
                     vstore(acc, hvx.vrmpybusv_acc(vload(acc), xs, wv))
             for i, acc in enumerate(accs):
                 base = (ob * blk + i) * 32
-                yq = rq.tir_int32(vload(acc), 32, hvx.mul_shr16)
+                lanes = ([bind(table[0][k, ramp(base, 32)]) for k in range(2)] if table
+                         else None)
+                yq = rq.tir_int32(vload(acc), 32, hvx.mul_shr16, lanes)
                 vstore(tmp, tirx.max(tirx.min(yq, c32(255)), c32(0)))
                 with T.serial(min(32, n_out - base)) as lane:
                     n = base + lane

@@ -34,7 +34,14 @@ class Operands:
     tap ``tap`` (a tuple of loop variables, empty for a matmul); ``w(tap, i, n)`` the
     ``int32`` weight word of reduction step ``i`` and output column ``n``;
     ``bias(n)`` an ``int32``; ``store(p, og, vec)`` writes output vector ``og`` (a
-    group of output columns) of row block ``p``.
+    group of output columns) of row block ``p``; ``rq_params(n)``, for a per-channel
+    requantization, the ``(multiplier, shift)`` of output column ``n`` as int32 values
+    (loaded from the kernel's :meth:`~tvm_cocopie.topi.int8.compute.Requant.table`).
+
+    Per-channel requantization costs the same in all three layouts: before it, every
+    int32 vector holds one output column (``vrmpy``: an accumulator per column; ``vmpa``,
+    ``vmpy``: a column's accumulator pair), so a column's ``(m, s)`` are two scalar loads
+    per vector, splatted into the ``vmpye`` and the shift; no layout is excluded.
     """
 
     row_blocks: int
@@ -45,6 +52,11 @@ class Operands:
     w: Callable
     bias: Callable
     store: Callable
+    rq_params: Callable | None = None
+
+    def params(self, cols):
+        """``rq_params`` of each of the output columns ``cols`` (``None`` per tensor)."""
+        return None if self.rq_params is None else [self.rq_params(c) for c in cols]
 
 
 def block_size(total: int, limit: int) -> int:
@@ -52,9 +64,18 @@ def block_size(total: int, limit: int) -> int:
     return max(d for d in range(1, min(total, limit) + 1) if total % d == 0)
 
 
-def requant4(rq: Requant, vectors):
-    """Requantize four int32x32 vectors and interleave them into one uint8x128."""
-    return hvx.saturate_interleave4(*(rq.tir_int32(v, 32, hvx.mul_shr16) for v in vectors))
+def channel_params(table):
+    """``rq_params`` of :class:`Operands` reading a per-channel requantization's table
+    buffer (``[2, channels]``: multipliers, shifts), each loaded once where used."""
+    return lambda col: (bind(table[0, col]), bind(table[1, col]))
+
+
+def requant4(rq: Requant, vectors, params=None):
+    """Requantize four int32x32 vectors and interleave them into one uint8x128;
+    ``params``: per vector the ``(m, s)`` of its channel (a per-channel ``rq``)."""
+    params = params or [None] * 4
+    return hvx.saturate_interleave4(*(rq.tir_int32(v, 32, hvx.mul_shr16, p)
+                                      for v, p in zip(vectors, params)))
 
 
 def _loops(ops: Operands, nb: int):
@@ -224,7 +245,8 @@ def emit_vrmpy(
                 for b in range(nb):
                     # columns 4b + t of the block, 32 rows each: byte 4r + t of the output
                     vecs = [vload(acc[r][4 * b + t]) for t in range(4)]
-                    ops.store(p, blk * nb + b, requant4(rq, vecs))
+                    cols4 = [blk * cols + 4 * b + t for t in range(4)]
+                    ops.store(p, blk * nb + b, requant4(rq, vecs, ops.params(cols4)))
 
     main = ops.row_blocks - ops.row_blocks % rb
     nest(0, main, rb)
@@ -254,7 +276,8 @@ def emit_vmpa(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
         for b in range(nb):
             c0, c1 = acc[2 * b], acc[2 * b + 1]
             parts = [vload(c0), vload(c1), vload(c0, 32, 32), vload(c1, 32, 32)]
-            ops.store(p, blk * nb + b, requant4(rq, parts))
+            col = blk * cols + 2 * b
+            ops.store(p, blk * nb + b, requant4(rq, parts, ops.params([col, col + 1] * 2)))
 
 
 def emit_vmpy(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
@@ -280,7 +303,7 @@ def emit_vmpy(ops: Operands, rq: Requant, col_block: int | None = None) -> None:
         for j in range(cols):
             e, o = even[j], odd[j]
             parts = [vload(e), vload(o), vload(e, 32, 32), vload(o, 32, 32)]
-            ops.store(p, blk * cols + j, requant4(rq, parts))
+            ops.store(p, blk * cols + j, requant4(rq, parts, ops.params([blk * cols + j] * 4)))
 
 
 EMITTERS = {"vmpy": emit_vmpy, "vmpa": emit_vmpa, "vrmpy": emit_vrmpy}

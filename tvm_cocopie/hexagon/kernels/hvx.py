@@ -100,11 +100,15 @@ def vmpyewuh(vu, vv):
     return _intrin(VEC, "vmpyewuh", vu, vv)
 
 
-def mul_shr16(vu, m: int):
-    """``floor(Vu.w * m / 2**16)`` for a constant ``m`` in [0, 2**16): one ``vmpye``."""
-    if not 0 <= m < 2**16:
-        raise ValueError(f"{m} does not fit an unsigned halfword")
-    return vmpyewuh(vu, tirx.Broadcast(tirx.const(m, "int32"), 32))
+def mul_shr16(vu, m):
+    """``floor(Vu.w * m / 2**16)`` for ``m`` in [0, 2**16): one ``vmpye``. ``m`` is a
+    constant, an int32 scalar value (splat: one channel's multiplier) or an ``int32x32``
+    vector (a multiplier per lane)."""
+    if isinstance(m, int):
+        if not 0 <= m < 2**16:
+            raise ValueError(f"{m} does not fit an unsigned halfword")
+        m = tirx.const(m, "int32")
+    return vmpyewuh(vu, m if m.ty.dtype.lanes == 32 else tirx.Broadcast(m, 32))
 
 
 def saturate_interleave4(y0, y1, y2, y3):

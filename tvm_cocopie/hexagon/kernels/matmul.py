@@ -23,7 +23,7 @@ import numpy as np
 
 from ...topi.int8.compute import Requant
 from ...topi.int8.layouts import LAYOUT_OF, round_up
-from .gemm import EMITTERS, Operands
+from .gemm import EMITTERS, Operands, channel_params
 from .tirgen import T, kernel, ramp
 
 
@@ -69,7 +69,9 @@ def matmul(variant: str, m: int, k: int, n: int, rq: Requant, col_block: int | N
     (:func:`.transforms.pad_bias`), ``y`` the ``m x n`` uint8 output in the same layout.
     ``col_block`` is the number of output vectors computed together (register
     blocking); by default the largest divisor of the output's column groups up to 4
-    (``vmpy``, ``vmpa``) or 2 (``vrmpy``).
+    (``vmpy``, ``vmpa``) or 2 (``vrmpy``). A per-channel ``rq`` adds ``rq`` after
+    ``bias``: its :meth:`~tvm_cocopie.topi.int8.compute.Requant.table` over the padded
+    columns.
     """
     if variant not in EMITTERS:
         raise ValueError(f"unknown HVX matmul variant {variant!r}; use one of {list(EMITTERS)}")
@@ -78,9 +80,11 @@ def matmul(variant: str, m: int, k: int, n: int, rq: Requant, col_block: int | N
         ("x", shapes["x"], "uint8"),
         ("w", shapes["w"], "int32"),
         ("bias", shapes["bias"], "int32"),
+        *([("rq", (2, *shapes["bias"]), "int32")] if rq.per_channel else []),
         ("y", shapes["y"], "uint8"),
     ]
-    with kernel(f"qmatmul_{variant}", params) as ((x, w, bias, y), out):
+    with kernel(f"qmatmul_{variant}", params) as (bufs, out):
+        x, w, bias, *table, y = bufs
         ops = Operands(
             row_blocks=shapes["x"][0],
             in_groups=shapes["x"][1],
@@ -90,6 +94,7 @@ def matmul(variant: str, m: int, k: int, n: int, rq: Requant, col_block: int | N
             w=lambda tap, i, col: w[i, col],
             bias=lambda col: bias[col],
             store=lambda p, og, vec: T.buffer_store(y, vec, [p, og, 0, ramp(0, 128)]),
+            rq_params=channel_params(table[0]) if table else None,
         )
         EMITTERS[variant](ops, rq, col_block)
     return out[0]

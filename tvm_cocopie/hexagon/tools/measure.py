@@ -297,7 +297,10 @@ def stock_network(net, timeout=None) -> dict:
                 lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.rq, lay.op == "dwconv",
                 q.pad_value)
             inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
-            args = [srcs[0], f"w{i}", f"b{i}", out]
+            table = [f"rq{i}"] if q.rq.per_channel else []
+            if table:
+                inputs[f"rq{i}"] = q.rq.table(lay.o)
+            args = [srcs[0], f"w{i}", f"b{i}", *table, out]
         elif lay.op == "add":
             funcs[f"l{i}"] = int8_compute.qadd_func(shape, q.rq, shapes[names[1]])
             args = [*srcs, out]
@@ -323,7 +326,10 @@ def stock_network(net, timeout=None) -> dict:
                 lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.params["groups"], q.rq,
                 q.pad_value)
             inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
-            args = [srcs[0], f"w{i}", f"b{i}", out]
+            table = [f"rq{i}"] if q.rq.per_channel else []
+            if table:
+                inputs[f"rq{i}"] = q.rq.table(lay.o)
+            args = [srcs[0], f"w{i}", f"b{i}", *table, out]
         elif lay.op == "slice":
             funcs[f"l{i}"] = int8_compute.slice_func(shapes[names[0]], q.params["offset"], lay.o)
             args = [srcs[0], out]

@@ -29,66 +29,145 @@ MULTIPLIER_BITS = 15
 SHIFT_RANGE = (17, 40)
 
 
+def _scale_to_fixed(scale: float) -> tuple:
+    """``(m, s)``: the closest ``m / 2**s`` to ``scale`` with ``m`` in [2**14, 2**15),
+    ``s`` clamped to :data:`SHIFT_RANGE`."""
+    if not scale > 0:
+        raise ValueError(f"requantization scale must be positive, got {scale}")
+    exponent = math.floor(math.log2(scale))
+    shift = MULTIPLIER_BITS - 1 - exponent
+    multiplier = round(scale * 2.0**shift)
+    if multiplier >= 2**MULTIPLIER_BITS:
+        multiplier //= 2
+        shift -= 1
+    shift = min(max(shift, SHIFT_RANGE[0]), SHIFT_RANGE[1])
+    multiplier = min(max(round(scale * 2.0**shift), 1), 2**MULTIPLIER_BITS - 1)
+    return multiplier, shift
+
+
 @dataclass(frozen=True)
 class Requant:
-    """Per-tensor requantization ``int32 -> uint8``: ``clip(round(acc * m / 2**s) + zp)``.
+    """Requantization ``int32 -> uint8``: ``clip(round(acc * m / 2**s) + zp)``, per
+    tensor or per output channel.
 
     Rounding is half up (``+ 2**(s-1)`` then an arithmetic shift), as TFLite's
     ``MultiplyByQuantizedMultiplier`` up to its 31-bit multiplier. The 15-bit
     multiplier keeps every intermediate of :meth:`tir_int32` inside int32, so HVX
     evaluates it exactly without 64-bit lanes; its precision (2**-15 relative) is far
     below half an output step.
+
+    Per channel (weights quantized per output channel): ``multiplier`` and ``shift``
+    are tuples, entry ``c`` for output channel ``c``; a scalar is the one-channel case,
+    broadcast. :meth:`numpy` takes the channel as the accumulator's last axis; TIR
+    expressions (:meth:`te`, :meth:`tir_int32`) take the channel's ``(m, s)`` as
+    values (``params``, loaded by the kernel from :meth:`table`), since the channel is
+    a loop variable there. The zero point is the output tensor's: one per tensor.
     """
 
-    multiplier: int
-    shift: int
+    multiplier: int | tuple
+    shift: int | tuple
     zero_point: int = 0
 
     def __post_init__(self):
-        if not 1 <= self.multiplier < 2**MULTIPLIER_BITS:
-            raise ValueError(f"multiplier {self.multiplier} is outside [1, 2**15)")
-        if not SHIFT_RANGE[0] <= self.shift <= SHIFT_RANGE[1]:
-            raise ValueError(f"shift {self.shift} is outside {list(SHIFT_RANGE)}")
+        vec = [isinstance(v, (list, tuple, np.ndarray)) for v in (self.multiplier, self.shift)]
+        if any(vec):
+            ms = tuple(int(v) for v in np.ravel(self.multiplier))
+            ss = tuple(int(v) for v in np.ravel(self.shift))
+            if not all(vec) or len(ms) != len(ss) or not ms:
+                raise ValueError(f"per-channel requantization needs as many multipliers as "
+                                 f"shifts, got {len(ms)} and {len(ss)}")
+            object.__setattr__(self, "multiplier", ms)
+            object.__setattr__(self, "shift", ss)
+        else:
+            object.__setattr__(self, "multiplier", int(self.multiplier))
+            object.__setattr__(self, "shift", int(self.shift))
+        for m in np.ravel(self.multiplier):
+            if not 1 <= m < 2**MULTIPLIER_BITS:
+                raise ValueError(f"multiplier {m} is outside [1, 2**15)")
+        for s in np.ravel(self.shift):
+            if not SHIFT_RANGE[0] <= s <= SHIFT_RANGE[1]:
+                raise ValueError(f"shift {s} is outside {list(SHIFT_RANGE)}")
         if not 0 <= self.zero_point <= 255:
             raise ValueError(f"zero point {self.zero_point} is outside [0, 255]")
 
     @classmethod
-    def from_scale(cls, scale: float, zero_point: int = 0) -> Requant:
-        """The closest ``m / 2**s`` to ``scale`` with ``m`` in [2**14, 2**15)."""
-        if not scale > 0:
-            raise ValueError(f"requantization scale must be positive, got {scale}")
-        exponent = math.floor(math.log2(scale))
-        shift = MULTIPLIER_BITS - 1 - exponent
-        multiplier = round(scale * 2.0**shift)
-        if multiplier >= 2**MULTIPLIER_BITS:
-            multiplier //= 2
-            shift -= 1
-        shift = min(max(shift, SHIFT_RANGE[0]), SHIFT_RANGE[1])
-        multiplier = min(max(round(scale * 2.0**shift), 1), 2**MULTIPLIER_BITS - 1)
-        return cls(multiplier, shift, zero_point)
+    def from_scale(cls, scale, zero_point: int = 0) -> Requant:
+        """The closest ``m / 2**s`` to ``scale`` with ``m`` in [2**14, 2**15); a 1-D array
+        of scales gives a per-channel requantization (one ``(m, s)`` per entry)."""
+        if np.ndim(scale) == 0:
+            return cls(*_scale_to_fixed(float(scale)), zero_point)
+        pairs = [_scale_to_fixed(float(v)) for v in np.ravel(scale)]
+        return cls(tuple(m for m, _ in pairs), tuple(s for _, s in pairs), zero_point)
 
     @property
-    def scale(self) -> float:
-        """The real scale the fixed-point multiplier and shift stand for."""
+    def per_channel(self) -> bool:
+        """Whether the multiplier and shift are vectors over output channels."""
+        return isinstance(self.multiplier, tuple)
+
+    @property
+    def scale(self):
+        """The real scale the fixed-point multiplier and shift stand for (an array per
+        channel)."""
+        if self.per_channel:
+            return np.asarray(self.multiplier, np.float64) / 2.0 ** np.asarray(self.shift)
         return self.multiplier / 2.0**self.shift
 
+    def channels(self, start: int, stop: int) -> Requant:
+        """The requantization of output channels ``start .. stop`` (a per-tensor one is
+        its own)."""
+        if not self.per_channel:
+            return self
+        return Requant(self.multiplier[start:stop], self.shift[start:stop], self.zero_point)
+
+    def table(self, channels: int) -> np.ndarray:
+        """int32 ``[2, channels]``: row 0 the multipliers, row 1 the shifts of channels
+        ``0 .. channels - 1`` (what a per-channel kernel reads; a scalar broadcast;
+        channels past the vector, a layout's padding, get ``m = 0``: output ``zp``)."""
+        m = np.broadcast_to(np.asarray(self.multiplier, np.int32), (1,) if not
+                            self.per_channel else (len(self.multiplier),))
+        s = np.broadcast_to(np.asarray(self.shift, np.int32), m.shape)
+        out = np.zeros((2, channels), np.int32)
+        out[1] = SHIFT_RANGE[0]
+        n = min(channels, len(m)) if self.per_channel else channels
+        out[0, :n] = m[:n] if self.per_channel else m[0]
+        out[1, :n] = s[:n] if self.per_channel else s[0]
+        return out
+
     def numpy(self, acc) -> np.ndarray:
-        """Reference requantization of an int32 array, in int64 arithmetic."""
+        """Reference requantization of an int32 array, in int64 arithmetic (per channel:
+        along the last axis)."""
         acc = np.asarray(acc, dtype=np.int64)
-        y = ((acc * self.multiplier + (1 << (self.shift - 1))) >> self.shift) + self.zero_point
+        m = np.asarray(self.multiplier, np.int64)
+        s = np.asarray(self.shift, np.int64)
+        y = ((acc * m + np.left_shift(np.int64(1), s - 1)) >> s) + self.zero_point
         return np.clip(y, 0, 255).astype(np.uint8)
 
-    def te(self, acc):
-        """The TE/TIR expression of :meth:`numpy` for one int32 value (int64 arithmetic)."""
+    def _params(self, params):
+        if params is not None:
+            return params
+        if self.per_channel:
+            raise ValueError("a per-channel Requant needs its channel's (multiplier, shift) "
+                             "as params (the kernel loads them from Requant.table)")
+        return self.multiplier, self.shift
+
+    def te(self, acc, params=None):
+        """The TE/TIR expression of :meth:`numpy` for one int32 value (int64 arithmetic);
+        ``params``: the value's channel's ``(m, s)`` as int32 TIR values (per channel)."""
         from tvm import tirx
 
-        wide = acc.astype("int64") * tirx.const(self.multiplier, "int64")
-        y = (wide + tirx.const(1 << (self.shift - 1), "int64")) >> tirx.const(self.shift, "int64")
+        m, s = self._params(params)
+        if isinstance(s, int):
+            rounding, s = tirx.const(1 << (s - 1), "int64"), tirx.const(s, "int64")
+        else:
+            s = s.astype("int64")
+            rounding = tirx.const(1, "int64") << (s - tirx.const(1, "int64"))
+        m = tirx.const(m, "int64") if isinstance(m, int) else m.astype("int64")
+        y = (acc.astype("int64") * m + rounding) >> s
         y = y + tirx.const(self.zero_point, "int64")
         y = tirx.max(tirx.min(y, tirx.const(255, "int64")), tirx.const(0, "int64"))
         return y.astype("uint8")
 
-    def tir_int32(self, acc, lanes: int = 1, mul_shr16=None):
+    def tir_int32(self, acc, lanes: int = 1, mul_shr16=None, params=None):
         """``round(acc * m / 2**s) + zp`` in int32 only, before the clip; exact.
 
         Since ``s >= 17``, ``floor((acc*m + 2**(s-1)) / 2**s)
@@ -97,29 +176,40 @@ class Requant:
         ``hi*m + ((lo*m) >> 16)`` with ``acc = hi*2**16 + lo``, all inside int32
         (``|hi*m| < 2**30``, ``lo*m < 2**31``). A target may pass one instruction
         instead (HVX: ``vmpye``). ``acc`` is an int32 value of ``lanes`` lanes.
+        ``params``: ``(m, s)`` as int32 TIR values (one for all lanes, or ``lanes``
+        lanes: a channel per lane), required per channel; else the constants.
         """
         from tvm import tirx
 
         def c(v):
+            if not isinstance(v, int):  # a value: splat a scalar, keep a vector of lanes
+                return v if lanes == 1 or v.ty.dtype.lanes == lanes else tirx.Broadcast(v, lanes)
             k = tirx.const(v, "int32")
             return k if lanes == 1 else tirx.Broadcast(k, lanes)
 
+        m, s = self._params(params)
         if mul_shr16 is None:
 
             def mul_shr16(v, m):
                 hi, lo = v >> c(16), v & c(0xFFFF)
                 return hi * c(m) + ((lo * c(m)) >> c(16))
 
-        t = mul_shr16(acc, self.multiplier) + c(1 << (self.shift - 17))
-        return (t >> c(self.shift - 16)) + c(self.zero_point)
+        if isinstance(s, int):
+            rounding, down = c(1 << (s - 17)), c(s - 16)
+        else:
+            rounding, down = c(1) << (c(s) - c(17)), c(s) - c(16)
+        t = mul_shr16(acc, m) + rounding
+        return (t >> down) + c(self.zero_point)
 
     def numpy_int32(self, acc) -> np.ndarray:
-        """:meth:`tir_int32` in numpy int32 arithmetic (to prove the identity)."""
+        """:meth:`tir_int32` in numpy int32 arithmetic (to prove the identity; per
+        channel along the last axis)."""
         acc = np.asarray(acc, dtype=np.int32)
         hi, lo = acc >> 16, acc & 0xFFFF
-        m = np.int32(self.multiplier)
-        t = hi * m + np.int32(1 << (self.shift - 17)) + ((lo * m) >> 16)
-        return (t >> np.int32(self.shift - 16)) + np.int32(self.zero_point)
+        m = np.asarray(self.multiplier, np.int32)
+        s = np.asarray(self.shift, np.int32)
+        t = hi * m + np.left_shift(np.int32(1), s - 17) + ((lo * m) >> 16)
+        return (t >> (s - 16)) + np.int32(self.zero_point)
 
 
 @dataclass(frozen=True)
@@ -221,8 +311,9 @@ class MulRequant:
 # ------------------------------------------------------------------------- TE computes
 
 
-def qmatmul(x, w, bias, rq: Requant, name: str = "qmatmul"):
-    """``y[m, n] = rq(sum_k x[m, k] * w[k, n] + bias[n])``; x uint8 [M, K], w int8 [K, N]."""
+def qmatmul(x, w, bias, rq: Requant, name: str = "qmatmul", rq_table=None):
+    """``y[m, n] = rq(sum_k x[m, k] * w[k, n] + bias[n])``; x uint8 [M, K], w int8 [K, N]
+    (``rq_table``: :func:`requant_table` of a per-channel ``rq``)."""
     from tvm import te
 
     _, k_dim = x.shape
@@ -232,12 +323,28 @@ def qmatmul(x, w, bias, rq: Requant, name: str = "qmatmul"):
         lambda i, j: te.sum(x[i, k].astype("int32") * w[k, j].astype("int32"), axis=k),
         name=f"{name}_acc",
     )
-    return te.compute(acc.shape, lambda i, j: rq.te(acc[i, j] + bias[j]), name=name)
+    return te.compute(acc.shape, lambda i, j: requant_at(rq, rq_table, acc[i, j] + bias[j], j),
+                      name=name)
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, pad: int) -> int:
     """Output size of a convolution along one axis."""
     return (size + 2 * pad - kernel) // stride + 1
+
+
+def requant_table(rq: Requant, channels: int, name: str = "rq"):
+    """The int32 ``[2, channels]`` placeholder a per-channel ``rq`` is read from (row 0
+    multipliers, row 1 shifts: :meth:`Requant.table`), or ``None`` per tensor. Kernels and
+    computes that take it have it as the parameter after the bias."""
+    from tvm import te
+
+    return te.placeholder((2, channels), "int32", name=name) if rq.per_channel else None
+
+
+def requant_at(rq: Requant, table, acc, channel):
+    """``rq`` of the int32 value ``acc`` of output channel ``channel`` (a TIR index):
+    the table's ``(m, s)`` per channel, the constants per tensor."""
+    return rq.te(acc, None if table is None else (table[0, channel], table[1, channel]))
 
 
 def _zero_pad_nhwc(x, pad: int, name: str, value: int = 0):
@@ -258,9 +365,10 @@ def _zero_pad_nhwc(x, pad: int, name: str, value: int = 0):
 
 
 def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: str = "qconv2d",
-                 pad_value: int = 0):
+                 pad_value: int = 0, rq_table=None):
     """NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C, O] (HWIO), padded
-    with ``pad_value`` (the input's zero point, folded into ``bias``)."""
+    with ``pad_value`` (the input's zero point, folded into ``bias``); ``rq_table``:
+    :func:`requant_table` of a per-channel ``rq``."""
     from tvm import te
 
     _, h, wd, c = (int(d) for d in x.shape)
@@ -281,13 +389,14 @@ def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0, name: s
         ),
         name=f"{name}_acc",
     )
-    return te.compute(acc.shape, lambda *i: rq.te(acc[i] + bias[i[3]]), name=name)
+    return te.compute(acc.shape, lambda *i: requant_at(rq, rq_table, acc[i] + bias[i[3]], i[3]),
+                      name=name)
 
 
 def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride=1, pad=0, name="qdwconv2d",
-                           pad_value: int = 0):
+                           pad_value: int = 0, rq_table=None):
     """Depthwise NHWC int8 convolution: x uint8 [1, H, W, C], w int8 [KH, KW, C], padded
-    with ``pad_value``."""
+    with ``pad_value`` (``rq_table`` as :func:`qconv2d_nhwc`)."""
     from tvm import te
 
     _, h, wd, c = (int(d) for d in x.shape)
@@ -304,35 +413,46 @@ def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride=1, pad=0, name="qdwco
         ),
         name=f"{name}_acc",
     )
-    return te.compute(acc.shape, lambda *i: rq.te(acc[i] + bias[i[3]]), name=name)
+    return te.compute(acc.shape, lambda *i: requant_at(rq, rq_table, acc[i] + bias[i[3]], i[3]),
+                      name=name)
 
 
 # --------------------------------------------------------------- whole PrimFuncs
 
 
+def _with_table(table) -> list:
+    return [] if table is None else [table]
+
+
 def qmatmul_func(m: int, k: int, n: int, rq: Requant):
-    """A PrimFunc ``(x, w, bias, y)`` of :func:`qmatmul`, unscheduled (stock TVM's view)."""
+    """A PrimFunc ``(x, w, bias, y)`` of :func:`qmatmul`, unscheduled (stock TVM's view);
+    ``(x, w, bias, rq, y)`` for a per-channel ``rq`` (:func:`requant_table`)."""
     from tvm import te
 
     x = te.placeholder((m, k), "uint8", name="x")
     w = te.placeholder((k, n), "int8", name="w")
     b = te.placeholder((n,), "int32", name="bias")
-    return te.create_prim_func([x, w, b, qmatmul(x, w, b, rq)])
+    table = requant_table(rq, n)
+    return te.create_prim_func([x, w, b, *_with_table(table),
+                                qmatmul(x, w, b, rq, rq_table=table)])
 
 
 def qconv2d_func(h, w_, c, o, kernel, stride, pad, rq: Requant, depthwise=False, pad_value=0):
-    """A PrimFunc ``(x, w, bias, y)`` of the NHWC (depthwise) convolution, unscheduled."""
+    """A PrimFunc ``(x, w, bias, y)`` of the NHWC (depthwise) convolution, unscheduled
+    (``(x, w, bias, rq, y)`` for a per-channel ``rq``)."""
     from tvm import te
 
     x = te.placeholder((1, h, w_, c), "uint8", name="x")
     b = te.placeholder((o,), "int32", name="bias")
+    table = requant_table(rq, o)
     if depthwise:
         wt = te.placeholder((kernel, kernel, c), "int8", name="w")
-        y = qdepthwise_conv2d_nhwc(x, wt, b, rq, stride, pad, pad_value=pad_value)
+        y = qdepthwise_conv2d_nhwc(x, wt, b, rq, stride, pad, pad_value=pad_value,
+                                   rq_table=table)
     else:
         wt = te.placeholder((kernel, kernel, c, o), "int8", name="w")
-        y = qconv2d_nhwc(x, wt, b, rq, stride, pad, pad_value=pad_value)
-    return te.create_prim_func([x, wt, b, y])
+        y = qconv2d_nhwc(x, wt, b, rq, stride, pad, pad_value=pad_value, rq_table=table)
+    return te.create_prim_func([x, wt, b, *_with_table(table), y])
 
 
 def qadd_func(shape: tuple, arq: AddRequant, b_shape: tuple | None = None):
@@ -408,7 +528,8 @@ def upsample_func(shape: tuple, factor: int):
 
 def qgroup_conv2d_func(h, w_, c, o, kernel, stride, pad, groups, rq: Requant, pad_value=0):
     """A PrimFunc ``(x, w, bias, y)``: a grouped NHWC int8 convolution, weights
-    ``[K, K, C/g, O]`` (output channel ``oc`` reads input group ``oc // (O/g)``)."""
+    ``[K, K, C/g, O]`` (output channel ``oc`` reads input group ``oc // (O/g)``);
+    ``(x, w, bias, rq, y)`` for a per-channel ``rq``."""
     from tvm import te
 
     cg, og = c // groups, o // groups
@@ -425,8 +546,9 @@ def qgroup_conv2d_func(h, w_, c, o, kernel, stride, pad, groups, rq: Requant, pa
             padded[n, i * stride + ry, j * stride + rx, (co // og) * cg + rc].astype("int32")
             * wt[ry, rx, rc, co].astype("int32"), axis=[ry, rx, rc]),
         name="acc")
-    y = te.compute(acc.shape, lambda *i: rq.te(acc[i] + b[i[3]]), name="y")
-    return te.create_prim_func([x, wt, b, y])
+    table = requant_table(rq, o)
+    y = te.compute(acc.shape, lambda *i: requant_at(rq, table, acc[i] + b[i[3]], i[3]), name="y")
+    return te.create_prim_func([x, wt, b, *_with_table(table), y])
 
 
 def slice_func(shape: tuple, offset: int, n: int):

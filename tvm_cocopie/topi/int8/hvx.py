@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 
-from .compute import Requant
+from .compute import Requant, requant_at, requant_table
 from .layouts import LAYOUT_OF, GridGeometry, round_up
 
 #: PrimFunc attribute holding the JSON descriptor of an HVX-layout operator.
@@ -88,7 +88,9 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
     Shapes are those of :func:`tvm_cocopie.hexagon.kernels.conv2d.conv2d`: ``x`` the phase grids
     ``(S*S, G, rows, v)``, ``w`` the packed words ``(K*K, words, O')``, ``bias``
     ``(O',)``, ``y`` the output grid ``(G', rows', v)``. Every grid row is computed
-    (columns past the image are junk, as in the kernel).
+    (columns past the image are junk, as in the kernel). A per-channel ``rq`` adds
+    ``rq`` after ``bias`` (:func:`~.compute.requant_table` over ``O'``; the descriptor
+    holds the vectors too), in every variant.
     """
     from tvm import te
 
@@ -112,9 +114,11 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
         ),
         name="acc",
     )
-    y = te.compute(y_shape, lambda g, r, j: rq.te(acc[g, r, j] + bias[g * v + j]), name="y")
+    table = requant_table(rq, np_)
+    y = te.compute(y_shape, lambda g, r, j: requant_at(rq, table, acc[g, r, j] + bias[g * v + j],
+                                                       g * v + j), name="y")
     return describe(
-        te.create_prim_func([x, w, bias, y]),
+        te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
         op="conv", variant=variant, geo=_geo_list(geo), c=channels, o=out_channels,
         rq=[rq.multiplier, rq.shift, rq.zero_point],
     )
@@ -131,7 +135,8 @@ def dense_shapes(k: int, n: int) -> tuple:
 def qdense_grid(variant: str, src, out_channels: int, rq: Requant):
     """PrimFunc ``(x, w, bias, y)``: a fully connected layer of the 1x1 map ``src`` (its
     grid, any layout) into a 1x1 map's output grid in ``variant``'s layout (row 0 holds
-    the outputs, the other rows zero). Weights as :func:`dense_shapes` (int8)."""
+    the outputs, the other rows zero). Weights as :func:`dense_shapes` (int8); a
+    per-channel ``rq`` adds ``rq`` after ``bias`` (over the bias' length)."""
     from tvm import te, tirx
 
     lay = LAYOUT_OF[variant]
@@ -151,15 +156,19 @@ def qdense_grid(variant: str, src, out_channels: int, rq: Requant):
         name="acc",
     )
 
+    table = requant_table(rq, b_shape[0])
+
     def body(g, r, j):
         n = g * v + j
-        value = rq.te(acc[tirx.min(n, b_shape[0] - 1)] + bias[tirx.min(n, b_shape[0] - 1)])
+        safe = tirx.min(n, b_shape[0] - 1)
+        value = requant_at(rq, table, acc[safe] + bias[safe], safe)
         return tirx.if_then_else(tirx.all(r == 0, n < out_channels), value,
                                  tirx.const(0, "uint8"))
 
     y = te.compute(y_shape, body, name="y")
     return describe(
-        te.create_prim_func([x, w, bias, y]), op="dense", variant=variant, k=k_dim,
+        te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
+        op="dense", variant=variant, k=k_dim,
         o=out_channels, src=[src.variant, list(src.shape)],
         rq=[rq.multiplier, rq.shift, rq.zero_point],
     )
@@ -169,7 +178,8 @@ def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
     """PrimFunc ``(x, w, bias, y)`` of a depthwise int8 conv in ``variant``'s layout.
 
     ``w``: ``(K*K, G)`` words whose byte ``j`` is the weight of channel ``g*v + j % v``
-    (:func:`tvm_cocopie.hexagon.kernels.depthwise.pack_dw_weights`).
+    (:func:`tvm_cocopie.hexagon.kernels.depthwise.pack_dw_weights`); a per-channel
+    ``rq`` adds ``rq`` after ``bias`` (over ``G * v``).
     """
     from tvm import te
 
@@ -191,9 +201,11 @@ def qdepthwise_grid(variant: str, geo, channels: int, rq: Requant):
         ),
         name="acc",
     )
-    y = te.compute(y_shape, lambda g, r, j: rq.te(acc[g, r, j] + bias[g * v + j]), name="y")
+    table = requant_table(rq, groups * v)
+    y = te.compute(y_shape, lambda g, r, j: requant_at(rq, table, acc[g, r, j] + bias[g * v + j],
+                                                       g * v + j), name="y")
     return describe(
-        te.create_prim_func([x, w, bias, y]),
+        te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
         op="dwconv", variant=variant, geo=_geo_list(geo), c=channels,
         rq=[rq.multiplier, rq.shift, rq.zero_point],
     )
