@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import onnx
 import pytest
 import tvm
 from tvm import relax
@@ -205,3 +206,53 @@ def test_a_match_cast_does_not_keep_its_conv_in_nchw(caplog):
     x = np.random.default_rng(1).standard_normal((1, 16, 8, 5)).astype(np.float32)
     ref = compile_model(mod, options={"layout": False}, specialize=False)(x)
     np.testing.assert_allclose(compiled(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def _symbolic_fpn_neck() -> onnx.ModelProto:
+    """x -> conv -> c1; c1 -> stride-2 conv -> nearest 2x upsample -> + c1 -> conv, with
+    symbolic H and W: the sum's operands are equal in shape only at run time (even sizes),
+    so the import reads one through a ``match_cast`` (a detector neck's top-down path)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def weight(name, shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2,
+                                       name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Resize", ["c2", "", "scales"], ["up"], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        helper.make_node("Add", ["up", "c1"], ["s"]),
+        helper.make_node("Conv", ["s", "w3"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    inits = [weight("w1", (16, 16, 3, 3)), weight("w2", (16, 16, 3, 3)),
+             weight("w3", (16, 16, 3, 3)),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    graph = helper.make_graph(
+        nodes, "fpn_neck", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                          [1, 16, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, "H", "W"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_symbolic_neck_stays_blocked_through_its_cast_and_upsampling():
+    """The match_cast of a blocked level, the add it feeds and the upsampling ``take``
+    after it are moved into the blocked layout (with symbolic dims ConvertLayout left them
+    NCHW: PP-OCR det's neck ran 6 feature-map transforms per call its static build does
+    not have); only the graph's input and output are transformed; numbers = ORT."""
+    import onnxruntime as ort
+
+    model = _symbolic_fpn_neck()
+    mod = run_until(from_onnx(model), host_target(2), "layout")
+    assert "R.match_cast" in mod.script()  # the case this test is about
+    assert layout_transforms(mod) == 2, mod.script()
+    compiled = compile_model(model, specialize=False)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for h, w in ((16, 24), (32, 10)):
+        x = np.random.default_rng(h).standard_normal((1, 16, h, w)).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(compiled(x)), session.run(None, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-4)

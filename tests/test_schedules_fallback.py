@@ -5,6 +5,7 @@ the build."""
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from test_kernels_common import (
 from tvm import relax, tirx
 from tvm.relax import op as R
 
+from tvm_cocopie.api import compile_model
 from tvm_cocopie.schedules import Fallback, default_rules
 from tvm_cocopie.schedules.base import CpuRule
 
@@ -267,3 +269,36 @@ def test_fuse_parallel_never_divides_by_a_second_symbolic_extent():
     fused = fuse_parallel(sch, loops, info)
     assert len(sch.get_loops(sch.get_sblock("B"))) == 2  # (n, c, rows) fused, columns apart
     assert "w" not in str(sch.get(fused).extent)
+
+
+def test_a_conv_epilogue_stays_at_its_register_tile_with_symbolic_rows_and_columns():
+    """A 1x1 conv + epilogue over a map of run-time height and width: when the parallel
+    loops above the tile stop at the symbolic rows, the epilogue still attaches at the
+    tile (``fuse_parallel_upto``), its loops all of constant extent; attached at the
+    fused rows, it ran over whole rows and the accumulators became a row buffer in
+    memory (PP-OCR det's 1x1 convs at H/16: 2x their static time)."""
+    from tvm_cocopie.pipeline import run_until
+    from tvm_cocopie.schedules.base import root_blocks
+    from tvm_cocopie.target import host_target
+
+    bb = relax.BlockBuilder()
+    h, w = tvm.tirx.Var("H", "int64"), tvm.tirx.Var("W", "int64")
+    x = relax.Var("x", relax.TensorType((1, 192, h, w), "float32"))
+    weight = np.random.default_rng(0).standard_normal((192, 192, 1, 1)).astype(np.float32)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(weight)))
+            out = bb.emit_output(relax.op.nn.relu(relax.op.add(c, c)))
+        bb.emit_func_output(out)
+    mod = run_until(bb.get(), host_target(2), "schedule")
+    (conv,) = [f for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
+    sch = tvm.s_tir.Schedule(conv)
+    loops = sch.get_loops(root_blocks(sch)[-1])
+    extents = [sch.get(loop).extent for loop in loops]
+    assert any(not isinstance(e, tvm.tirx.IntImm) for e in extents[:2])  # symbolic tiles
+    assert all(isinstance(e, tvm.tirx.IntImm) for e in extents[-3:]), extents
+    assert math.prod(int(e) for e in extents[-3:]) <= 16 * 16
+    compiled = compile_model(bb.get(), specialize=False)
+    data = np.random.default_rng(1).standard_normal((1, 192, 6, 13)).astype(np.float32)
+    want = np.maximum(2 * np.einsum("oc,nchw->nohw", weight[:, :, 0, 0], data), 0)
+    np.testing.assert_allclose(np.asarray(compiled(data)), want, rtol=1e-4, atol=1e-3)

@@ -357,8 +357,22 @@ def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | N
     so that a static split over the thread pool stays balanced. ``work`` (innermost
     iterations of the whole nest) below ``min_work`` keeps it serial.
     """
+    return fuse_parallel_upto(sch, loops, info, work, min_work)[0]
+
+
+def fuse_parallel_upto(sch: s_tir.Schedule, loops: list, info: CpuInfo,
+                       work: int | None = None, min_work: int = MIN_PARALLEL_WORK):
+    """:func:`fuse_parallel`, returning ``(the fused loop, the innermost loop of loops
+    still standing)``: the fused one when every loop joined, else ``loops[-1]``.
+
+    For a caller that fuses the loops down to its attach point only when the ones above
+    give too few iterations: a symbolic extent stops the fusion early (rows of a map of
+    run-time size count as enough), and the consumer must then still attach at the tile
+    (the accumulators of a register tile; attached at the fused rows they became a
+    buffer of a whole row: PP-OCR det's 1x1 convs at H/16 ran 2x their static time).
+    """
     if not loops:
-        return None
+        return None, None
     want = max(1, info.num_cores) * 8
     chosen = []
     total = 1
@@ -384,4 +398,4 @@ def fuse_parallel(sch: s_tir.Schedule, loops: list, info: CpuInfo, work: int | N
     fused = sch.fuse(*chosen) if len(chosen) > 1 else chosen[0]
     if info.num_cores > 1 and (work is None or work >= min_work):
         sch.parallel(fused)
-    return fused
+    return fused, fused if len(chosen) == len(loops) else loops[-1]

@@ -16,9 +16,15 @@ inverse, the transforms commute with these operators::
     z = concat((U(x1), U(x2)), C)          zb = concat((x1, x2), C/k)
     u = take(U(x), idx, H or W)            ub = take(x, idx, H or W)
     s = shuffle(U(x))                      sb = P(x)  (one transform: the permutation)
+    m = match_cast(U(x), (N, C, h, w))     mb = match_cast(x, (N, C/k, h, w, k))
+    a = add(U(x1), U(x2)) (and the other   ab = add(x1, x2)
+        same-shape element-wise binaries)
 
 when every non-scalar operand is ``U`` of a tensor blocked by the same ``k`` and the
-channel bounds are multiples of ``k``; the results chain (a slice feeding a concat),
+channel bounds are multiples of ``k`` (spatial dims may be symbolic: with symbolic H and
+W a detector's neck casts each upsampled level to its neighbour's shape, and
+``ConvertLayout`` left the cast, the add after it and the next upsampling in NCHW: six
+feature-map transforms a call in PP-OCR det that its static build does not have); the results chain (a slice feeding a concat),
 and a remaining use in the original layout gets ``U(result)`` instead. Runs after
 ``ConvertLayout``; dead-code elimination then drops the transforms no one reads.
 Not covered: a ``where`` whose consumers ``ConvertLayout`` already placed in NCHW
@@ -28,9 +34,14 @@ Not covered: a ``where`` whose consumers ``ConvertLayout`` already placed in NCH
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 
 _WHERE = "relax.where"
+#: operators sunk as where is: same-shape element-wise ones (no broadcast: one blocked
+#: shape, or scalars)
+_ELEMENTWISE = (_WHERE, "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+                "relax.maximum", "relax.minimum")
 _SLICE = "relax.strided_slice"
 _CONCAT = "relax.concat"
 _TAKE = "relax.take"
@@ -56,14 +67,25 @@ def _scalar(expr) -> bool:
 
 
 def _shape(expr):
-    ty = getattr(expr, "ty", None)
+    return _type_shape(getattr(expr, "ty", None))
+
+
+def _type_shape(ty):
     shape = getattr(ty, "shape", None)
     if shape is None or not isinstance(shape, relax.ShapeExpr):
         return None
-    try:
-        return [int(d) for d in shape.values]
-    except TypeError:
-        return None
+    # a symbolic dim (a detector's H and W, SOD²) stays an expression: the rewrites only
+    # do arithmetic on the channel axes, and compare the others with _same_dims
+    return [int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values]
+
+
+def _same_dims(a, b) -> bool:
+    """Two shapes of :func:`_shape` are equal, dim by dim (symbolic ones structurally)."""
+    return len(a) == len(b) and all(
+        x == y if isinstance(x, int) and isinstance(y, int)
+        else tvm_ffi.structural_equal(tirx.const(x, "int64") if isinstance(x, int) else x,
+                                     tirx.const(y, "int64") if isinstance(y, int) else y)
+        for x, y in zip(a, b))
 
 
 @relax.expr_functor.mutator
@@ -83,18 +105,35 @@ class _Sink(relax.PyExprMutator):
                 self.set_var_remap(binding.var, hit[0])  # T(U(wb)) is wb
                 return
             self._note_unblock(binding.var, value)
+        if isinstance(value, relax.Var):  # an alias: it is what it names
+            for known in (self.unblocks, self.sunk):
+                if value in known:
+                    known[binding.var] = known[value]
         method = _SINKS.get(_op_name(value))
         if method is not None and isinstance(binding.var, relax.DataflowVar):
             sunk = getattr(self, method)(value)
             if sunk is not None:
-                blocked, unblock = sunk
-                shape = _shape(blocked)
-                unblocked = self.builder_.emit(relax.op.layout_transform(blocked, unblock))
-                self.set_var_remap(binding.var, unblocked)
-                self.sunk[binding.var] = (blocked, unblock.inverse(shape))
-                self.unblocks[binding.var] = (blocked, unblock, shape)
+                self._bind_sunk(binding.var, *sunk)
                 return
         super().visit_var_binding_(binding)
+
+    def visit_match_cast_(self, binding):
+        self.values[binding.var] = binding.value
+        sunk = (self.sink_match_cast(binding)
+                if isinstance(binding.var, relax.DataflowVar) else None)
+        if sunk is None:
+            super().visit_match_cast_(binding)
+        else:
+            self._bind_sunk(binding.var, *sunk)
+
+    def _bind_sunk(self, var, blocked, unblock) -> None:
+        """``var`` (of the input) is now ``U(blocked)``: bound so, and remembered for the
+        operators after it and for a transform back (``T(U(b))`` is ``b``)."""
+        shape = _shape(blocked)
+        unblocked = self.builder_.emit(relax.op.layout_transform(blocked, unblock))
+        self.set_var_remap(var, unblocked)
+        self.sunk[var] = (blocked, unblock.inverse(shape))
+        self.unblocks[var] = (blocked, unblock, shape)
 
     def _note_unblock(self, var, value):
         blocked = value.args[0]
@@ -110,8 +149,12 @@ class _Sink(relax.PyExprMutator):
             return self.visit_expr(blocked), unblock, shape
         return None
 
-    def sink_where(self, call):
-        """``(where over the blocked operands, U)``, or ``None``."""
+    def sink_elementwise(self, call):
+        """``(the operator over the blocked operands, U)`` for ``where`` and the binary
+        element-wise operators whose operands are ``U`` of tensors of one blocked shape
+        (or scalars), or ``None``. With symbolic dims an add of two pyramid levels reads
+        one through a ``match_cast`` (:meth:`sink_match_cast`), which ``ConvertLayout``
+        leaves in NCHW, and the add with it."""
         sources = []
         for arg in call.args:
             src = None if _scalar(arg) else self._blocked(arg)
@@ -123,7 +166,25 @@ class _Sink(relax.PyExprMutator):
             return None
         args = [self.visit_expr(arg) if src is None else src[0]
                 for arg, src in zip(call.args, sources)]
-        return self.builder_.emit(relax.op.where(*args)), found[0][1]
+        make = getattr(relax.op, _op_name(call).rsplit(".", 1)[-1])
+        return self.builder_.emit(make(*args)), found[0][1]
+
+    def sink_match_cast(self, binding):
+        """``match_cast(U(x), (N, C, h, w))`` as ``U(match_cast(x, (N, C/k, h, w, k)))``:
+        the cast of a symbolic model (two shapes equal at run time only) checks the same
+        dims in the blocked layout; ``None`` where it cannot."""
+        src = self._blocked(binding.value)
+        target = _type_shape(binding.ty)
+        if src is None or target is None or len(target) != 4 or len(src[2]) != 5:
+            return None
+        blocked, unblock, shape = src
+        block, channels = shape[-1], target[1]
+        if not isinstance(block, int) or not isinstance(channels, int) or \
+                channels % block or not _same_dims([shape[1]], [channels // block]):
+            return None
+        ty = relax.TensorType([target[0], channels // block, target[2], target[3], block],
+                              binding.ty.dtype)
+        return self.builder_.match_cast(blocked, ty), unblock
 
     def sink_slice(self, call):
         """A block-aligned channel slice of ``U(x)`` as a slice of ``x``, or ``None``."""
@@ -134,6 +195,8 @@ class _Sink(relax.PyExprMutator):
             return None
         blocked, unblock, shape = src
         block = shape[-1]
+        if not isinstance(block, int) or not isinstance(shape[1], int):
+            return None
         begin, end = begin[0], end[0]
         channels = shape[1] * block
         end = min(end, channels)
@@ -191,7 +254,8 @@ class _Sink(relax.PyExprMutator):
         blocked, unblock, shape = src
         n, groups, per_group, h, w = split
         block = shape[-1]
-        if [n, groups * per_group, h, w] != out or shape[1] * block != out[1]:
+        if not _same_dims([n, groups * per_group, h, w], out) or \
+                not _same_dims([shape[1] * block], [out[1]]):
             return None
 
         def shuffle(b, cb, y, x, ci):
@@ -216,15 +280,16 @@ def _same_blocking(sources, same_shape: bool = False) -> bool:
     """The tensors are blocked alike: same ``U``, same block (same shape if asked)."""
     _, unblock, shape = sources[0]
     for _, other, other_shape in sources[1:]:
-        if not other.is_equivalent_to(unblock) or other_shape[-1] != shape[-1] or \
-                len(other_shape) != len(shape) or (same_shape and other_shape != shape):
+        if not other.is_equivalent_to(unblock) or not _same_dims(other_shape[-1:], shape[-1:]) or \
+                len(other_shape) != len(shape) or (
+                    same_shape and not _same_dims(other_shape, shape)):
             return False
     return True
 
 
 #: operator -> the method of :class:`_Sink` that moves it inside the blocked layout
 _SINKS = {
-    _WHERE: "sink_where",
+    **{name: "sink_elementwise" for name in _ELEMENTWISE},
     _SLICE: "sink_slice",
     _CONCAT: "sink_concat",
     _TAKE: "sink_take",

@@ -39,6 +39,7 @@ from ..base import (
     block_work,
     const_extent,
     fuse_parallel,
+    fuse_parallel_upto,
     inline_consumers,
     inline_prologue,
     parallel_spatial,
@@ -245,8 +246,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
     if par_iters < 4 * max(1, info.num_cores) and band == 1:
-        attach = fuse_parallel(sch, [*par_loops, attach], info, work, min_macs)
-        par = attach
+        par, attach = fuse_parallel_upto(sch, [*par_loops, attach], info, work, min_macs)
     else:
         par = fuse_parallel(sch, par_loops, info, work, min_macs)
     if knobs.pad_inline:
