@@ -37,28 +37,23 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
-_WHERE = "relax.where"
+from ...exprs import op_name
+
+_WHERE = "where"
 #: operators sunk as where is: same-shape element-wise ones (no broadcast: one blocked
 #: shape, or scalars)
-_ELEMENTWISE = (_WHERE, "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
-                "relax.maximum", "relax.minimum")
-_SLICE = "relax.strided_slice"
-_CONCAT = "relax.concat"
-_TAKE = "relax.take"
-_RESHAPE = "relax.reshape"
-_PERMUTE = "relax.permute_dims"
-_TRANSFORM = "relax.layout_transform"
-
-
-def _op_name(expr) -> str | None:
-    """The operator a Relax call applies (``None``: not an operator call)."""
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return str(expr.op.name)
-    return None
+_ELEMENTWISE = (_WHERE, "add", "subtract", "multiply", "divide",
+                "maximum", "minimum")
+_SLICE = "strided_slice"
+_CONCAT = "concat"
+_TAKE = "take"
+_RESHAPE = "reshape"
+_PERMUTE = "permute_dims"
+_TRANSFORM = "layout_transform"
 
 
 def _is_op(expr, name: str) -> bool:
-    return _op_name(expr) == name
+    return op_name(expr) == name
 
 
 def _scalar(expr) -> bool:
@@ -109,7 +104,7 @@ class _Sink(relax.PyExprMutator):
             for known in (self.unblocks, self.sunk):
                 if value in known:
                     known[binding.var] = known[value]
-        method = _SINKS.get(_op_name(value))
+        method = _SINKS.get(op_name(value))
         if method is not None and isinstance(binding.var, relax.DataflowVar):
             sunk = getattr(self, method)(value)
             if sunk is not None:
@@ -166,7 +161,7 @@ class _Sink(relax.PyExprMutator):
             return None
         args = [self.visit_expr(arg) if src is None else src[0]
                 for arg, src in zip(call.args, sources)]
-        make = getattr(relax.op, _op_name(call).rsplit(".", 1)[-1])
+        make = getattr(relax.op, op_name(call))
         return self.builder_.emit(make(*args)), found[0][1]
 
     def sink_match_cast(self, binding):
