@@ -153,8 +153,9 @@ REGRID_GATHER_PACKETS_PER_BYTE = 10.0
 
 
 def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
-    """GCD²'s global selection over the network (cost model, nothing run); ``local``:
-    each layer's cheapest plan alone, transforms ignored."""
+    """GCD²'s global selection over the network (cost model, nothing run; layers
+    requantized per channel priced so); ``local``: each layer's cheapest plan alone,
+    transforms ignored."""
 
     first = net.layers[0].layer
     h, w, c = net.input_shape or (first.h, first.w, first.c)
@@ -162,7 +163,7 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
     layers += [Layer(name, "const", (), v.shape[1], v.shape[2], v.shape[3], v.shape[3])
                for name, v in net.constants.items()]  # constants: sources, layout-free
     prev = "input"
-    exact = {}
+    exact, per_channel = {}, set()
     for q in net.layers:
         lay = q.layer
         layers.append(
@@ -170,9 +171,12 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
                   lay.k, lay.s, lay.p)
         )
         exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
+        if getattr(q.rq, "per_channel", False):
+            per_channel.add(lay.name)
         prev = lay.name
     graph = selection_graph(layers, model, vmpa_ok=lambda lay: exact.get(lay.name, False),
-                            gather_packets_per_byte=REGRID_GATHER_PACKETS_PER_BYTE)
+                            gather_packets_per_byte=REGRID_GATHER_PACKETS_PER_BYTE,
+                            per_channel=lambda lay: lay.name in per_channel)
     sel = local_select(graph) if local else global_select(graph)
     return {k: v for k, v in sel.plan.items() if k != "input" and k not in net.constants}
 

@@ -14,6 +14,9 @@ that follow from the loop nests of :mod:`..kernels.gemm`, :mod:`..kernels.depthw
 - ``vec``/``bytes``: vectors or bytes moved by a transform;
 - ``const``: call overhead.
 
+A requantization per output channel (weights quantized per channel) adds
+:data:`PER_CHANNEL_PACKETS_PER_OUT` packets per output vector (``per_channel=True``).
+
 The coefficients, one set per family (``matmul``, ``conv``, ``dwconv``, ``repack``,
 ``to_rowmajor``, ``from_rowmajor``) and variant, are fitted by non-negative least
 squares on emulator packet counts of a few shapes (:func:`..tools.calibrate.calibrate`, run by
@@ -52,6 +55,16 @@ STATED_ERROR = {
     "to_rowmajor": 0.5,
     "from_rowmajor": 0.5,
 }
+
+#: Packets a per-channel requantization adds per output vector of a conv, depthwise or
+#: matmul kernel (two scalar loads and splats per channel the vector holds: 4 in
+#: ``vrmpy``, 2 in ``vmpa``, 1 in ``vmpy``, where LLVM hoists them out of the column
+#: loop). Medians of qemu-hexagon packet counts, per channel minus per tensor, over eight
+#: conv / depthwise shapes (3x3 and 1x1, stride 1 and 2, 7x7 to 56x56, 16 to 256 channels;
+#: spread 2-10 in vrmpy, one vmpa outlier at 36). Per tensor the shipped coefficients
+#: apply unchanged. It reorders plans: a 28x28x32 3x3 depthwise measured 7262 / 7695
+#: packets (vrmpy / vmpy) per tensor, 9386 / 8005 per channel.
+PER_CHANNEL_PACKETS_PER_OUT = {"vrmpy": 6.4, "vmpa": 3.5, "vmpy": 0.6}
 
 #: What a model predicts, and the coefficients shipped for it.
 MEASURES = {"packets": COEFFICIENTS, "cycles": CYCLE_COEFFICIENTS}
@@ -189,9 +202,10 @@ class CostModel:
         """``family/variant``: which coefficients price ``work``."""
         return f"{work.family}/{work.variant}"
 
-    def predict(self, work: Work) -> float:
+    def predict(self, work: Work, per_channel: bool = False) -> float:
         """Predicted packets of ``work``; :class:`~tvm_cocopie.errors.CocopieError` if the model
-        has no coefficients for it."""
+        has no coefficients for it. ``per_channel``: requantized per output channel
+        (:data:`PER_CHANNEL_PACKETS_PER_OUT` per output vector on top)."""
         coef = self.coefficients.get(self.key(work))
         if coef is None:
             flag = "" if self.measure == "packets" else f" --measure {self.measure}"
@@ -200,21 +214,24 @@ class CostModel:
                 f"{self.key(work)}; recalibrate with "
                 f"`python -m tvm_cocopie.hexagon.tools.calibrate{flag}`"
             )
-        return float(sum(c * v for c, v in zip(coef, work.vector())))
+        packets = float(sum(c * v for c, v in zip(coef, work.vector())))
+        if per_channel:
+            packets += PER_CHANNEL_PACKETS_PER_OUT[work.variant] * dict(work.counts)["out"]
+        return packets
 
     # convenience wrappers used by selection
-    def matmul(self, variant, m, k, n) -> float:
+    def matmul(self, variant, m, k, n, per_channel: bool = False) -> float:
         """Predicted packets of an ``m x k`` by ``k x n`` matmul in ``variant``."""
-        return self.predict(matmul_work(variant, m, k, n))
+        return self.predict(matmul_work(variant, m, k, n), per_channel)
 
-    def conv(self, variant, geo, channels, out_channels) -> float:
+    def conv(self, variant, geo, channels, out_channels, per_channel: bool = False) -> float:
         """Predicted packets of a ``geo`` convolution from ``channels`` to ``out_channels`` in
-        ``variant``."""
-        return self.predict(conv_work(variant, geo, channels, out_channels))
+        ``variant`` (``per_channel``: requantized per output channel)."""
+        return self.predict(conv_work(variant, geo, channels, out_channels), per_channel)
 
-    def dwconv(self, variant, geo, channels) -> float:
+    def dwconv(self, variant, geo, channels, per_channel: bool = False) -> float:
         """Predicted packets of a ``geo`` depthwise convolution of ``channels`` in ``variant``."""
-        return self.predict(dwconv_work(variant, geo, channels))
+        return self.predict(dwconv_work(variant, geo, channels), per_channel)
 
     def transform(self, src, dst, m, k) -> float:
         """Predicted packets of moving an ``m x k`` matrix from layout ``src`` to ``dst`` (0 when

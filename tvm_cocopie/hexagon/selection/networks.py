@@ -166,18 +166,21 @@ def mobilenetv2_layers(image: int = 224, classes: int = 1000, stages=None) -> li
     return net.layers
 
 
-def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
-    """Predicted packets of each execution plan of ``layer``."""
+def plan_costs(layer: Layer, model, vmpa_ok: bool, per_channel: bool = False) -> dict:
+    """Predicted packets of each execution plan of ``layer`` (``per_channel``: its
+    requantization is per output channel, dearer in the layouts with more channels per
+    vector: :data:`.costmodel.PER_CHANNEL_PACKETS_PER_OUT`)."""
     if layer.op in ("input", "const"):
         return {"rowmajor": 0.0}
     if layer.op == "conv":
         variants = [v for v in LAYOUT_OF if v != "vmpa" or vmpa_ok]
-        return {v: model.conv(v, layer.geometry, layer.c, layer.o) for v in variants}
+        return {v: model.conv(v, layer.geometry, layer.c, layer.o, per_channel)
+                for v in variants}
     if layer.op == "matmul":
         variants = [v for v in LAYOUT_OF if v != "vmpa" or vmpa_ok]
-        return {v: model.matmul(v, 1, layer.c, layer.o) for v in variants}
+        return {v: model.matmul(v, 1, layer.c, layer.o, per_channel) for v in variants}
     if layer.op == "dwconv":
-        return {v: model.dwconv(v, layer.geometry, layer.c) for v in LAYOUT_OF}
+        return {v: model.dwconv(v, layer.geometry, layer.c, per_channel) for v in LAYOUT_OF}
     vectors = -(-layer.rows * layer.o // 128)
     if layer.op == "attention":  # its HVX kernel works on 4-column grids only
         return {"vrmpy": 40.0 * vectors * max(layer.c // 4, 1)}
@@ -188,11 +191,13 @@ def plan_costs(layer: Layer, model, vmpa_ok: bool) -> dict:
     return dict.fromkeys(LAYOUT_OF, cost)
 
 
-def selection_graph(layers, model=None, vmpa_ok=None, gather_packets_per_byte=None) -> Graph:
+def selection_graph(layers, model=None, vmpa_ok=None, gather_packets_per_byte=None,
+                    per_channel=None) -> Graph:
     """The :class:`.search.Graph` of ``layers`` with costs from ``model``.
 
     ``vmpa_ok(layer) -> bool`` says whether ``vmpa`` is exact for the layer's weights
-    (default: never, as for 8-bit per-tensor weights). ``gather_packets_per_byte``: price
+    (default: never, as for 8-bit per-tensor weights); ``per_channel(layer) -> bool``
+    whether the layer requantizes per output channel (default: never). ``gather_packets_per_byte``: price
     a change of layout between two layers at this many packets per byte of the tensor
     (the static executor moves tensors across layouts with a gather, not with the
     repack kernels the cost model is calibrated on).
@@ -200,9 +205,11 @@ def selection_graph(layers, model=None, vmpa_ok=None, gather_packets_per_byte=No
 
     model = model or CostModel.default()
     vmpa_ok = vmpa_ok or (lambda layer: False)
+    per_channel = per_channel or (lambda layer: False)
     by = {lay.name: lay for lay in layers}
     nodes = [
-        Node(lay.name, plan_costs(lay, model, vmpa_ok(lay)), lay.inputs, info={"layer": lay})
+        Node(lay.name, plan_costs(lay, model, vmpa_ok(lay), per_channel(lay)), lay.inputs,
+             info={"layer": lay})
         for lay in layers
     ]
 
