@@ -17,7 +17,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
-from ...exprs import static_shape
+from ...exprs import batched_shape, static_shape
 from .common import converter, dtype_of, rank_of, scalar
 from .registry import register
 
@@ -62,8 +62,9 @@ class LayerNormalization(stock.OnnxOpConverter):
 
 def _one_op(x, scale, bias, axes, eps: float, same_dtype: bool):
     """``relax.nn.layer_norm`` for a normalization over the last axis with per-element
-    scale and bias of that length, else ``None`` (the decomposed form)."""
-    shape = static_shape(x)
+    scale and bias of that length, else ``None`` (the decomposed form). The leading dims
+    may be symbolic (an encoder's run-time sequence: decomposed, its LN was 3 kernels)."""
+    shape = batched_shape(x, tuple(range(rank_of(x) - 1)))
     if not same_dtype or shape is None or axes != [len(shape) - 1]:
         return None
     n = shape[-1]
