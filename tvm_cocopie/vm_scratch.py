@@ -34,28 +34,37 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import math
 import threading
 from collections.abc import Sequence
 
 import tvm_ffi
+
+from .errors import InputShapeError
 
 log = logging.getLogger(__name__)
 
 #: The packed function the static-memory pass calls: ``(closure, plan text) -> tuple``.
 CACHED_SCRATCH = "tvm_cocopie.vm.cached_scratch"
 _lock = threading.Lock()
-#: closure address -> (the closure, the tuple of tensors)
-_entries: dict[int, tuple[object, object]] = {}
+#: closure address -> [the closure, the tuple of tensors, the dims of the views last
+#: made (or None), the tuple with those views]
+_entries: dict[int, list] = {}
 
 
-def plan_text(storages: Sequence[int], tensors: Sequence[tuple[int, Sequence[int], str]]) -> str:
+def plan_text(storages: Sequence[int], tensors: Sequence[tuple[int, Sequence[int], str]],
+              views: Sequence[tuple[int, int, str]] = ()) -> str:
     """The plan :data:`CACHED_SCRATCH` allocates: storage sizes in bytes, and tensors as
     ``(storage index, shape, dtype)`` (each at the start of its storage), in the order of
-    the tuple."""
-    return json.dumps({"storages": [int(n) for n in storages],
-                       "tensors": [[int(s), [int(d) for d in shape], str(dtype)]
-                                   for s, shape, dtype in tensors]},
-                      separators=(",", ":"))
+    the tuple; then ``views`` of symbolic shape, ``(tensor index, rank, dtype)``: views
+    at the start of that tensor's storage, their shapes given per call (the call's third
+    argument: every view's dims in a row), appended to the tuple."""
+    spec = {"storages": [int(n) for n in storages],
+            "tensors": [[int(s), [int(d) for d in shape], str(dtype)]
+                        for s, shape, dtype in tensors]}
+    if views:
+        spec["views"] = [[int(t), int(rank), str(dtype)] for t, rank, dtype in views]
+    return json.dumps(spec, separators=(",", ":"))
 
 
 def allocate(plan: str):
@@ -80,7 +89,7 @@ def _strong_refs(obj) -> int:
 def release_dead() -> int:
     """Drop the scratch of VMs that no longer exist; returns how many entries went."""
     with _lock:
-        dead = [key for key, (closure, _) in _entries.items() if _strong_refs(closure) <= 1]
+        dead = [key for key, entry in _entries.items() if _strong_refs(entry[0]) <= 1]
         for key in dead:
             del _entries[key]
     return len(dead)
@@ -92,18 +101,49 @@ def live_entries() -> int:
     return len(_entries)
 
 
+def with_views(scratch, plan: str, dims: Sequence[int]):
+    """``scratch`` and, after it, the views of ``plan`` (:func:`plan_text`) at ``dims``
+    (each view's dims in a row): one call's tuple. A view larger than its storage (an
+    input dim above the build's ``dim_bounds``) raises."""
+    spec = json.loads(plan)
+    items = list(scratch)
+    at = 0
+    for tensor, rank, dtype in spec["views"]:
+        shape = tuple(int(d) for d in dims[at:at + rank])
+        at += rank
+        base = scratch[tensor]
+        need = math.prod(shape) * tvm_ffi.dtype(dtype).itemsize
+        have = math.prod(base.shape) * tvm_ffi.dtype(str(base.dtype)).itemsize
+        if need > have:
+            raise InputShapeError(
+                f"an intermediate tensor of shape {list(shape)} ({dtype}) needs {need} bytes "
+                f"and the memory plan has {have}: an input dim is above the dim_bounds the "
+                "model was compiled with; compile with larger PipelineOptions(dim_bounds=...)")
+        items.append(base._create_view(shape, dtype))
+    return tvm_ffi.convert(items)
+
+
 @tvm_ffi.register_global_func(CACHED_SCRATCH)
-def cached_scratch(closure, plan: str):
+def cached_scratch(closure, plan: str, dims=None):
     """The scratch of ``closure`` (a function of the calling VM): ``plan`` allocated at
-    the first call, the same tensors at every later one."""
+    the first call, the same tensors at every later one. ``dims`` (a shape tuple): the
+    plan's views are made at these dims and appended, kept until a call with other dims
+    (a model with symbolic dims run at one size makes its views once, not 4 VM calls per
+    intermediate tensor and call)."""
     key = closure.__chandle__()
     entry = _entries.get(key)
-    if entry is not None:
+    if entry is None:
+        scratch = allocate(plan)
+        released = release_dead()
+        entry = [closure, scratch, None, None]
+        with _lock:
+            _entries[key] = entry
+        log.debug("scratch of %d tensors allocated for a VM (%d kept, %d released)",
+                  len(scratch), len(_entries), released)
+    if dims is None:
         return entry[1]
-    scratch = allocate(plan)
-    released = release_dead()
-    with _lock:
-        _entries[key] = (closure, scratch)
-    log.debug("scratch of %d tensors allocated for a VM (%d kept, %d released)",
-              len(scratch), len(_entries), released)
-    return scratch
+    dims = tuple(dims)
+    if entry[2] != dims:
+        entry[3] = with_views(entry[1], plan, dims)
+        entry[2] = dims
+    return entry[3]

@@ -24,8 +24,13 @@ Per inference a function's intermediates then cost 1 + (distinct tensors) VM cal
 allocation and about as many kills. Outputs are never in the plan, so they stay fresh
 tensors every call; storages of symbolic size and storages holding a tensor not at
 offset 0 stay allocated per call. A tensor of symbolic shape in a constant-size storage
-(its size bounded: :func:`bound_symbolic_dims`) becomes a view of that storage, made per
-call. Who shares the scratch (one set per VM, one
+(its size bounded: :func:`bound_symbolic_dims`) becomes a view of that storage, made by
+the lookup once per set of dim values (every view's dims, computed by the VM, are its
+third argument; the views are appended to the tuple and kept while the dims stay): one
+``tuple_getitem`` per tensor and call, where a view made per call cost four VM calls
+(the shape, a null value, the view, the item; BERT's encoder at 32 tokens: ~280 calls).
+Only a view whose shape uses a dim defined inside the function is made per call. Who
+shares the scratch (one set per VM, one
 call at a time) is described in :mod:`tvm_cocopie.vm_scratch`.
 """
 
@@ -88,6 +93,24 @@ def _referenced_functions(mod: tvm.IRModule) -> set[str]:
     return found
 
 
+def _param_dims(func: relax.Function) -> set:
+    """The symbolic vars the function's parameters define (known at its start)."""
+    found = set()
+    for param in func.params:
+        shape = getattr(getattr(param, "ty", None), "shape", None)
+        for dim in getattr(shape, "values", None) or ():
+            if isinstance(dim, tvm.tirx.Var):
+                found.add(dim)
+    return found
+
+
+def _uses_only(expr, known: set) -> bool:
+    """Whether every symbolic var in the shape ``expr`` is one of ``known``."""
+    if not isinstance(expr, relax.ShapeExpr):
+        return False
+    return all(not tvm.tirx.analysis.undefined_vars(dim, list(known)) for dim in expr.values)
+
+
 class _Plan:
     """The part of one function's memory plan that moves into its scratch tuple."""
 
@@ -112,17 +135,29 @@ class _Plan:
         self.storages = list(sizes)
         index = {var: i for i, var in enumerate(self.storages)}
         self.tensors: list = []  # (storage index, shape, dtype), the tuple's items
-        #: var -> tuple item, ``(item, shape expr, dtype)`` for a view of a symbolic
-        #: shape into the item that is its whole storage, None: dropped
+        #: views of symbolic shape made by the lookup, after the tensors in its tuple:
+        #: (the item of their whole storage, shape expr, dtype)
+        self.views: list = []
+        #: var -> tuple item, ``("view", k)`` for the lookup's k-th view, ``(item, shape
+        #: expr, dtype)`` for a view made per call, None: dropped
         self.replace: dict = dict.fromkeys(self.storages)
+        known = _param_dims(func)
+        pending = {}
         for var, (storage, dims, dtype, shape) in tensors.items():
             if storage not in index:
                 continue
-            if dims is None:  # a symbolic shape in a bounded storage: a view per call
-                whole = (index[storage], (sizes[storage],), "uint8")
-                self.replace[var] = (self._item(whole), shape, dtype)
+            if dims is None:  # a symbolic shape in a bounded storage: a view
+                whole = self._item((index[storage], (sizes[storage],), "uint8"))
+                if _uses_only(shape, known):  # made by the lookup, once per size
+                    pending[var] = (whole, shape, dtype)
+                else:  # a dim defined inside the function: made per call
+                    self.replace[var] = (whole, shape, dtype)
             else:
                 self.replace[var] = self._item((index[storage], dims, dtype))
+        for var, view in pending.items():
+            if view not in self.views:
+                self.views.append(view)
+            self.replace[var] = ("view", self.views.index(view))
         self.sizes = [sizes[var] for var in self.storages]
 
     def _item(self, item) -> int:
@@ -131,26 +166,38 @@ class _Plan:
         return self.tensors.index(item)
 
     def text(self) -> str:
-        return plan_text(self.sizes, self.tensors)
+        return plan_text(self.sizes, self.tensors,
+                         [(item, len(shape.values), dtype) for item, shape, dtype in self.views])
+
+    def dims(self) -> relax.ShapeExpr | None:
+        """Every view's dims in a row (the lookup's third argument), or ``None``."""
+        if not self.views:
+            return None
+        return relax.ShapeExpr([d for _, shape, _ in self.views for d in shape.values])
 
     def ty(self) -> relax.TupleType:
-        return relax.TupleType([relax.TensorType(list(dims), dtype)
-                                for _, dims, dtype in self.tensors])
+        return relax.TupleType(
+            [relax.TensorType(list(dims), dtype) for _, dims, dtype in self.tensors]
+            + [relax.TensorType(list(shape.values), dtype) for _, shape, dtype in self.views])
 
 
 @relax.expr_functor.mutator
 class _ReadScratch(relax.PyExprMutator):
     """Each planned binding rebound to its item of the scratch tuple, or dropped."""
 
-    def __init__(self, mod, scratch: relax.Var, replace: dict):
+    def __init__(self, mod, scratch: relax.Var, replace: dict, first_view: int):
         super().__init__(mod)
         self.scratch = scratch
         self.replace = replace
+        self.first_view = first_view  # the tuple item of the lookup's first view
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.replace:
             index = self.replace[binding.var]
-            if isinstance(index, tuple):  # a view of a symbolic shape into its storage
+            if isinstance(index, tuple) and index[0] == "view":  # made by the lookup
+                self.builder_.emit_normalized(relax.VarBinding(
+                    binding.var, relax.TupleGetItem(self.scratch, self.first_view + index[1])))
+            elif isinstance(index, tuple):  # a view of a symbolic shape into its storage
                 item, shape, dtype = index
                 value = self.builder_.normalize(relax.op.memory.view(
                     relax.TupleGetItem(self.scratch, item), shape=shape, dtype=dtype))
@@ -165,9 +212,11 @@ class _ReadScratch(relax.PyExprMutator):
 def _with_scratch(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func: relax.Function,
                   plan: _Plan) -> relax.Function:
     scratch = relax.Var("scratch", plan.ty())
-    lookup = relax.Call(relax.ExternFunc(CACHED_SCRATCH), [gv, tvm.ir.expr.StringImm(plan.text())],
-                        ty_args=[plan.ty()])
-    body = _ReadScratch(mod, scratch, plan.replace).visit_expr(func.body)
+    args = [gv, tvm.ir.expr.StringImm(plan.text())]
+    if plan.dims() is not None:
+        args.append(plan.dims())
+    lookup = relax.Call(relax.ExternFunc(CACHED_SCRATCH), args, ty_args=[plan.ty()])
+    body = _ReadScratch(mod, scratch, plan.replace, len(plan.tensors)).visit_expr(func.body)
     first = relax.BindingBlock([relax.VarBinding(scratch, lookup)])
     seq = relax.SeqExpr([first, *body.blocks], body.body)
     return relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span)
