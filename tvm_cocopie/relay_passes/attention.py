@@ -9,8 +9,9 @@ of unit axes, ``reshape``, a part of a ``split``: the heads split off a projecti
 transposed, a fused QKV projection's parts) is read through by the kernel instead of
 copied, and a ``permute_dims`` of its result (the heads merged
 back) is written by the kernel's store. The
-chain is taken when the scores and probabilities have no other use, shapes are static
-float32 with equal batch dims (no broadcast), the scale is a positive scalar constant,
+chain is taken when the scores and probabilities have no other use, shapes are
+float32 with equal batch dims (no broadcast), static but for the sequence lengths (S and
+T may be symbolic: an encoder over a run-time sequence), the scale is a positive scalar constant,
 the key length is at least two vectors and the value width whole vectors; otherwise it
 is left to the separate kernels. It runs at the start of the ``legalize`` stage; a
 following ``DeadCodeElimination`` drops the replaced bindings.
@@ -22,9 +23,10 @@ import logging
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
-from ..exprs import const_np, is_constant, op_name, static_shape, var_uses
+from ..exprs import batched_shape, const_np, is_constant, op_name, var_uses
 from ..target import cpu_info
 from ..topi.cpu.attention import View, attention, attention_tile
 from .fusion.plan import ALONE
@@ -34,6 +36,26 @@ log = logging.getLogger(__name__)
 #: the kernel's ``op_pattern``: opaque to stock fusion (its schedule is the kernel's own;
 #: DNNFusion is told by :data:`~.fusion.plan.ALONE`)
 OPAQUE = 8
+
+
+def _dims(expr) -> list | None:
+    """The shape of ``expr``: ints, and TIR expressions for symbolic dims (a sequence of
+    run-time length); ``None`` without a shape."""
+    ndim = getattr(getattr(expr, "ty", None), "ndim", -1)
+    return batched_shape(expr, tuple(range(ndim))) if ndim >= 0 else None
+
+
+def _same(a, b) -> bool:
+    """Two dims (ints or TIR expressions) are equal for every size."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, int) or isinstance(b, int):
+        return False
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def _same_dims(a, b) -> bool:
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
 
 
 def _scalar(expr) -> float | None:
@@ -107,7 +129,7 @@ class _AttentionRewriter(relax.PyExprMutator):
         """``(x, View)``: the operand ``var`` read through the view ops it is made by
         (single-use ``permute_dims``, ``squeeze`` of unit axes, ``reshape``, a part of a
         ``split``) from ``x``, with no copy kernel; ``(var, None)`` when none."""
-        shape = static_shape(var)
+        shape = _dims(var)
         steps, source = [], var
         while True:
             step = self._view_step(source)
@@ -117,25 +139,33 @@ class _AttentionRewriter(relax.PyExprMutator):
             steps.append(entry)
         if not steps or shape is None:
             return var, None
+        # a symbolic dim must be a plain variable of the tensor read (the kernel maps the
+        # view's dims to its own variables by name): else the operand is copied
+        source_dims = _dims(source) or []
+        names = {str(n.name) for n in source_dims if isinstance(n, tvm.tirx.Var)}
+        dims = [*shape, *(n for kind, *rest in steps if kind == "reshape" for n in rest[0])]
+        if any(not isinstance(n, int) and not (isinstance(n, tvm.tirx.Var)
+                                               and str(n.name) in names) for n in dims):
+            return var, None
         return source, View(tuple(shape), tuple(steps))
 
     def _view_step(self, var):
         """``(input, step)`` for a view op ``var`` is bound to (see :class:`View`)."""
         perm = self._bound(var, "permute_dims")
-        if perm is not None and static_shape(perm.args[0]) is not None:
-            rank = len(static_shape(perm.args[0]))
+        if perm is not None and _dims(perm.args[0]) is not None:
+            rank = len(_dims(perm.args[0]))
             axes = perm.attrs.axes
             axes = tuple(range(rank))[::-1] if axes is None else tuple(int(a) for a in axes)
             return perm.args[0], ("permute", axes)
         sq = self._bound(var, "squeeze")
-        if sq is not None and sq.attrs.axis is not None and static_shape(sq.args[0]):
-            shape = static_shape(sq.args[0])
+        if sq is not None and sq.attrs.axis is not None and _dims(sq.args[0]):
+            shape = _dims(sq.args[0])
             axes = tuple(int(a) % len(shape) for a in sq.attrs.axis)
-            if all(shape[a] == 1 for a in axes):
+            if all(_same(shape[a], 1) for a in axes):
                 return sq.args[0], ("squeeze", axes)
         rs = self._bound(var, "reshape")
-        if rs is not None and static_shape(rs.args[0]) is not None:
-            return rs.args[0], ("reshape", tuple(static_shape(rs.args[0])))
+        if rs is not None and _dims(rs.args[0]) is not None:
+            return rs.args[0], ("reshape", tuple(_dims(rs.args[0])))
         return self._split_part(var)
 
     def _split_part(self, var):
@@ -146,10 +176,12 @@ class _AttentionRewriter(relax.PyExprMutator):
         split = self._value(item.tuple_value)
         if split is None or op_name(split) != "split":
             return None
-        shape = static_shape(split.args[0])
+        shape = _dims(split.args[0])
         if shape is None:
             return None
         axis = int(split.attrs.axis) % len(shape)
+        if not isinstance(shape[axis], int):
+            return None
         sections = split.attrs.indices_or_sections
         if isinstance(sections, tvm.tirx.IntImm | int):
             begin = item.index * (shape[axis] // int(sections))
@@ -200,19 +232,25 @@ class _AttentionRewriter(relax.PyExprMutator):
         pre = self._scaled(q)  # ViT scales q before the product: fold it into the kernel
         if pre is not None:
             q, scale = pre[0], scale * pre[1]
-        shapes = [static_shape(x) for x in (q, kt, v)]
+        # S and T may be symbolic (an encoder over a run-time sequence); the batch and
+        # head dims, the head width D and the value width E are static
+        shapes = [_dims(x) for x in (q, kt, v)]
         if any(s is None or len(s) < 3 for s in shapes):
             return None
         qs, ks, vs = shapes
         rank = len(qs)
         if int(sm.attrs.axis) not in (-1, rank - 1) or len(ks) != rank or len(vs) != rank:
             return None
-        if not (qs[:-2] == ks[:-2] == vs[:-2]) or qs[-1] != ks[-2] or ks[-1] != vs[-2]:
+        fixed = [*qs[:-2], qs[-1], vs[-1]]
+        if not all(isinstance(n, int) for n in fixed):
+            return None
+        if not (_same_dims(qs[:-2], ks[:-2]) and _same_dims(qs[:-2], vs[:-2])) or \
+                not _same(qs[-1], ks[-2]) or not _same(ks[-1], vs[-2]):
             return None
         if any(str(x.ty.dtype) != "float32" for x in (q, kt, v)):
             return None
         t, e = ks[-1], vs[-1]
-        if t < 2 * self.lanes or e % self.lanes:
+        if (isinstance(t, int) and t < 2 * self.lanes) or e % self.lanes:
             return None
         sources, views = zip(*(self._view(x) for x in (q, kt, v)), strict=True)
         tile = attention_tile(self.lanes)

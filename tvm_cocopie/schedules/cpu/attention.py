@@ -4,7 +4,7 @@
 
     parallel  batch x head x D                      attn_k_pack: K^T, padded columns
     parallel  batch x head, query-row chunks         (fused; about 8 tasks per core)
-      serial  row tiles of ``rows`` in the chunk
+      serial  row tiles of ``rows`` in the chunk     (a run-time sequence: a task per tile)
         attn_q_pack  the tile's query rows
         attn_scores  tiles of rows x (cols x lanes) accumulators over D (FMA)
         attn_max*    row maximum in vector lanes, tail, lanes combined
@@ -63,11 +63,18 @@ def schedule_attention(sch: s_tir.Schedule, info: CpuInfo, rows: int, cols: int)
     out = b["attn_norm"]
     *batch, i, _ = sch.get_loops(out)
     extents = [const_extent(sch, lp) for lp in (*batch, i)]
-    nbatch, tiles = math.prod(extents[:-1]), extents[-1] // rows
-    chunks = chunk_count(nbatch, tiles, info.num_cores)
-    ic, it, _ = sch.split(i, [chunks, tiles // chunks, rows])
-    task = sch.fuse(*batch, ic) if batch else ic
-    sch.parallel(task)
+    if None in extents[:-1]:
+        raise ValueError("attention with a symbolic batch or head count")
+    if extents[-1] is None:  # a sequence of run-time length: a task per row tile
+        it, _ = sch.split(i, [None, rows])
+        it = sch.fuse(*batch, it) if batch else it
+        sch.parallel(it)
+    else:
+        nbatch, tiles = math.prod(extents[:-1]), extents[-1] // rows
+        chunks = chunk_count(nbatch, tiles, info.num_cores)
+        ic, it, _ = sch.split(i, [chunks, tiles // chunks, rows])
+        task = sch.fuse(*batch, ic) if batch else ic
+        sch.parallel(task)
 
     # producers at the row tile, last first so each finds its consumer placed
     for name in ("attn_pv", "attn_sum", "attn_sum_part", "attn_exp", "attn_max",

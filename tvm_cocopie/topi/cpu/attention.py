@@ -59,9 +59,21 @@ def attention_tile(lanes: int) -> AttentionTile:
     return AttentionTile(rows=4, cols=2, lanes=lanes)
 
 
-def padded_columns(t: int, tile: AttentionTile) -> int:
-    """``t`` rounded up to whole register tiles."""
-    return -(-t // tile.width) * tile.width
+def padded_columns(t, tile: AttentionTile):
+    """``t`` rounded up to whole register tiles (an int, or an expression for a symbolic
+    ``t``)."""
+    if isinstance(t, int):
+        return -(-t // tile.width) * tile.width
+    return tirx.floordiv(t + (tile.width - 1), tile.width) * tile.width
+
+
+def _dim(n):
+    """A shape's dim as an int, or the expression of a symbolic one."""
+    return int(n) if isinstance(n, int | tirx.IntImm) else n
+
+
+def _is_one(n) -> bool:
+    return isinstance(n, int) and n == 1
 
 
 def _unpermuted(idx, axes) -> list:
@@ -80,11 +92,28 @@ class View:
     - ``("squeeze", axes)``: unit ``axes`` of the input squeezed away;
     - ``("offset", axis, begin, extent)``: one part of a ``split`` along ``axis`` of an
       input ``extent`` long there;
-    - ``("reshape", input_shape)``: a reshape of the input (static shapes).
+    - ``("reshape", input_shape)``: a reshape of the input.
+
+    Dims may be symbolic (a sequence of run-time length): ints and TIR expressions.
     """
 
     shape: tuple
     steps: tuple = ()
+
+    def rebound(self, dims: dict) -> View:
+        """The view with each symbolic dim (a variable) replaced by ``dims[its name]``:
+        the pass writes the graph's variables, the kernel's compute has its own (the
+        same names). A symbolic dim that is not a plain variable is not supported."""
+        def one(n):
+            if isinstance(n, int | tirx.IntImm):
+                return int(n)
+            if isinstance(n, tirx.Var) and str(n.name) in dims:
+                return dims[str(n.name)]
+            raise ValueError(f"attention view over a dim {n} that is not a variable of "
+                             "its operand")
+        steps = tuple((kind, tuple(one(n) for n in rest[0])) if kind == "reshape"
+                      else (kind, *rest) for kind, *rest in self.steps)
+        return View(tuple(one(n) for n in self.shape), steps)
 
     def index(self, idx) -> tuple:
         """The given tensor's index of the operand's ``idx``."""
@@ -108,7 +137,7 @@ class View:
                 shape = list(step[1])
                 idx = []
                 for n in reversed(shape):
-                    idx.insert(0, flat % n if n > 1 else 0)
+                    idx.insert(0, 0 if _is_one(n) else flat % n)
                     flat = flat // n
         return tuple(idx)
 
@@ -116,14 +145,16 @@ class View:
 def _through(x: te.Tensor, view: View | None):
     """The operand ``view`` makes of ``x``: its shape and an index function."""
     if view is None:
-        return [int(n) for n in x.shape], lambda idx: x[tuple(idx)]
+        return [_dim(n) for n in x.shape], lambda idx: x[tuple(idx)]
+    view = view.rebound({str(n.name): n for n in x.shape if isinstance(n, tirx.Var)})
     return list(view.shape), lambda idx: x[view.index(idx)]
 
 
 def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
               tile: AttentionTile, views=(None, None, None), out_axes=None) -> te.Tensor:
     """``softmax(q @ kt * scale, axis=-1) @ v`` for ``q [*b, S, D]``, ``kt [*b, D, T]``,
-    ``v [*b, T, E]`` (static shapes, the same batch dims); ``[*b, S, E]``.
+    ``v [*b, T, E]`` (the same batch dims; ``S`` and ``T`` may be symbolic, a sequence
+    of run-time length); ``[*b, S, E]``.
 
     ``views``: for each of ``q``, ``kt``, ``v``, the :class:`View` the kernel reads it
     through from the tensor given (the heads split off a ``[B, S, H, D]`` projection,
@@ -137,9 +168,11 @@ def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
     t = k_shape[-1]
     e = v_shape[-1]
     tp = padded_columns(t, tile)
-    sp = -(-s // tile.rows) * tile.rows
+    sp = (-(-s // tile.rows) * tile.rows if isinstance(s, int)
+          else tirx.floordiv(s + (tile.rows - 1), tile.rows) * tile.rows)
     lanes = tile.lanes
-    whole = t - t % lanes
+    static = isinstance(t, int)
+    whole = t - t % lanes if static else None
     dtype = q.dtype
     zero = tirx.const(0.0, dtype)
 
@@ -152,14 +185,20 @@ def attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, scale: float,
     rd = te.reduce_axis((0, d), "rd")
     scores = te.compute((*batch, sp, tp), lambda *i: te.sum(
         q_pack[(*i[:-1], rd)] * k_pack[(*i[:-2], rd, i[-1])], axis=rd), name="attn_scores")
-    ro = te.reduce_axis((0, whole // lanes), "ro")
-    max_part = te.compute((*batch, sp, lanes), lambda *i: te.max(
-        scores[(*i[:-1], ro * lanes + i[-1])], axis=ro), name="attn_max_part")
-    if t > whole:
+    if static:
+        ro = te.reduce_axis((0, whole // lanes), "ro")
+        max_part = te.compute((*batch, sp, lanes), lambda *i: te.max(
+            scores[(*i[:-1], ro * lanes + i[-1])], axis=ro), name="attn_max_part")
+    else:  # T of run-time size: every padded column, a padded one masked out
+        ro = te.reduce_axis((0, tp // lanes), "ro")
+        max_part = te.compute((*batch, sp, lanes), lambda *i: te.max(tirx.if_then_else(
+            ro * lanes + i[-1] < t, scores[(*i[:-1], ro * lanes + i[-1])],
+            tirx.min_value(dtype)), axis=ro), name="attn_max_part")
+    if static and t > whole:
         rt = te.reduce_axis((0, t - whole), "rt")
         max_tail = te.compute((*batch, sp), lambda *i: te.max(
             scores[(*i, rt + whole)], axis=rt), name="attn_max_tail")
-    else:  # no tail: a reduction over nothing would never run its init (garbage)
+    else:  # no tail (or masked above): a reduction over nothing would never run its init
         max_tail = te.compute((*batch, sp), lambda *i: tirx.min_value(dtype),
                               name="attn_max_tail")
     rl = te.reduce_axis((0, lanes), "rl")
