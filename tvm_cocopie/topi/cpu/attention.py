@@ -130,16 +130,42 @@ class View:
             elif kind == "offset":
                 idx[step[1]] = idx[step[1]] + step[2]
                 shape[step[1]] = step[3]
-            else:  # reshape: ravel in the result's shape, unravel in the input's
-                flat = 0
-                for i, n in zip(idx, shape, strict=True):
-                    flat = flat * n + i
-                shape = list(step[1])
-                idx = []
-                for n in reversed(shape):
-                    idx.insert(0, 0 if _is_one(n) else flat % n)
-                    flat = flat // n
+            else:  # reshape
+                idx, shape = _reshaped_index(idx, shape, list(step[1]))
         return tuple(idx)
+
+
+def _same_dim(a, b) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return a.same_as(b)
+
+
+def _reshaped_index(idx: list, shape: list, source: list) -> tuple[list, list]:
+    """The index into ``source`` (a reshape's input shape) of ``idx`` in its result
+    ``shape``: the dims both keep at their start and end pass through, the ones between
+    are raveled in the result and unraveled in the input, the outermost of those without
+    a modulo. (Raveling the whole index put a modulo by a symbolic sequence length in
+    every load of a head's row: BERT's attention over a run-time sequence ran 2x its
+    static time.)"""
+    head = 0
+    while head < min(len(shape), len(source)) and _same_dim(shape[head], source[head]):
+        head += 1
+    tail = 0
+    while (tail < min(len(shape), len(source)) - head
+           and _same_dim(shape[-1 - tail], source[-1 - tail])):
+        tail += 1
+    mid = slice(head, len(idx) - tail)
+    flat = 0
+    for i, n in zip(idx[mid], shape[mid], strict=True):
+        flat = flat * n + i
+    dims = source[head:len(source) - tail]
+    inner = []
+    for n in reversed(dims[1:]):
+        inner.insert(0, 0 if _is_one(n) else flat % n)
+        flat = flat // n
+    middle = ([flat] + inner) if dims else []
+    return [*idx[:head], *middle, *idx[len(idx) - tail:]], source
 
 
 def _through(x: te.Tensor, view: View | None):
