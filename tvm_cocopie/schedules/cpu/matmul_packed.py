@@ -58,6 +58,7 @@ from ..base import (
     blocks_after,
     const_extent,
     fuse_parallel,
+    fuse_parallel_upto,
     inline_consumers,
     inline_prologue,
     is_spatial,
@@ -133,11 +134,16 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
             par_loops, attach = [*batch, mo], no
         extents = [const_extent(sch, loop) for loop in par_loops]
         iters = math.prod(e or 1 for e in extents)
-        # a symbolic extent (rows of a sequence) counts as enough: fusing the panel loop in
-        # too would divide by symbolic extents in every tile (int64 divisions: attention's
-        # Q K^T at 128 tokens 158 -> 128 us without, the static kernel's 127)
-        if iters < 4 * max(1, info.num_cores) and None not in extents:
-            attach = fuse_parallel(sch, [*par_loops, attach], info, work, MIN_PARALLEL_MACS)
+        # a symbolic extent (rows of a sequence) after static ones counts as enough:
+        # fusing the panel loop in too would divide by symbolic extents in every tile
+        # (int64 divisions: attention's Q K^T at 128 tokens 158 -> 128 us without, the
+        # static kernel's 127); outermost, the panels join it (their index is the fused
+        # one modulo a constant): 32 tokens in 13-row tiles were 3 tasks for 2 cores
+        # (BERT's projections at S=32 1.45x their static time)
+        leading = extents[0] is None and None not in extents[1:]
+        if iters < 4 * max(1, info.num_cores) and (None not in extents or leading):
+            _, attach = fuse_parallel_upto(sch, [*par_loops, attach], info, work,
+                                           MIN_PARALLEL_MACS)
         else:
             fuse_parallel(sch, par_loops, info, work, MIN_PARALLEL_MACS)
     sch.reverse_compute_at(final, attach, preserve_unit_loops=knobs.sample_tiles)
