@@ -1,0 +1,76 @@
+"""Symbolic builds at random valid sizes (issue 17's hypothesis test): the BERT-style
+encoder with a symbolic sequence length and the CRNN recognizer with a symbolic line
+width, each compiled once (its memory planned for a bound, the views of each size made
+once), then run at sizes hypothesis draws, in the order it draws them (sizes alternate,
+so the kept views are re-made), every output against ONNX Runtime on the same dynamic
+model; a size above the bound is refused with an ``InputShapeError``, never run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, ort_run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tvm_cocopie
+from tvm_cocopie.bench.dynamic import encoder_symbolic_sequence
+from tvm_cocopie.errors import InputShapeError
+from tvm_cocopie.models.crnn import crnn
+
+#: the dims' bounds the builds plan their memory for
+MAX_TOKENS, MAX_WIDTH = 96, 200
+REL_TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    model = encoder_symbolic_sequence(num_layers=2, hidden=64, heads=4, ffn=128, vocab=100)
+    compiled = tvm_cocopie.compile(model, None, specialize=False,
+                                   options={"dim_bounds": {"S": MAX_TOKENS}})
+    return model, compiled
+
+
+@pytest.fixture(scope="module")
+def recognizer():
+    model = crnn(image_size=32, hidden=16, dynamic_width=True)
+    compiled = tvm_cocopie.compile(model, None, specialize=False,
+                                   options={"dim_bounds": {"W": MAX_WIDTH}})
+    return model, compiled
+
+
+_SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@_SETTINGS
+@given(tokens=st.integers(1, MAX_TOKENS), seed=st.integers(0, 2**16))
+def test_encoder_at_random_lengths(encoder, tokens, seed):
+    model, compiled = encoder
+    (spec,) = compiled.inputs
+    ids = np.random.default_rng(seed).integers(0, 100, (1, tokens)).astype(np.int64)
+    feeds = {spec.name: ids}
+    assert_close(tvm_cocopie_outputs(compiled, feeds), ort_run(model, feeds), REL_TOL)
+
+
+@_SETTINGS
+@given(width=st.integers(4, MAX_WIDTH), seed=st.integers(0, 2**16))
+def test_recognizer_at_random_widths(recognizer, width, seed):
+    model, compiled = recognizer
+    (spec,) = compiled.inputs
+    x = np.random.default_rng(seed).standard_normal((1, 1, 32, width)).astype(np.float32)
+    feeds = {spec.name: x}
+    assert_close(tvm_cocopie_outputs(compiled, feeds), ort_run(model, feeds), REL_TOL)
+
+
+def test_sizes_above_the_bounds_are_refused(encoder, recognizer):
+    (_, enc), (_, rec) = encoder, recognizer
+    with pytest.raises(InputShapeError, match="bound"):
+        enc(**{enc.inputs[0].name: np.zeros((1, MAX_TOKENS + 1), np.int64)})
+    with pytest.raises(InputShapeError, match="bound"):
+        rec(**{rec.inputs[0].name: np.zeros((1, 1, 32, MAX_WIDTH + 4), np.float32)})
+
+
+def tvm_cocopie_outputs(compiled, feeds) -> list:
+    out = compiled(**feeds)
+    return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])]
