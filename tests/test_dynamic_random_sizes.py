@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 import tvm_cocopie
 from tvm_cocopie.bench.dynamic import encoder_symbolic_sequence
+from tvm_cocopie.bench.runtime_stats import vm_call_counts
 from tvm_cocopie.errors import InputShapeError
 from tvm_cocopie.models.crnn import crnn
+from tvm_cocopie.relay_passes.fusion.database import ProfileDB
 
 #: the dims' bounds the builds plan their memory for
 MAX_TOKENS, MAX_WIDTH = 96, 200
@@ -74,3 +76,26 @@ def test_sizes_above_the_bounds_are_refused(encoder, recognizer):
 def tvm_cocopie_outputs(compiled, feeds) -> list:
     out = compiled(**feeds)
     return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])]
+
+
+def test_dnnfusion_decides_symbolic_candidates_at_a_planned_size(tmp_path):
+    """DNNFusion on the encoder with a symbolic sequence: its yellow candidates are
+    measured at the planned length (``dim_bounds``) instead of staying apart, the plan
+    holds for every length (fewer kernels than stock fusion), numbers = ORT. (Before,
+    every symbolic candidate stayed apart, and the plan left here did not build.)"""
+    model = encoder_symbolic_sequence(num_layers=1, hidden=64, heads=4, ffn=128, vocab=100)
+    kernels = {}
+    for fusion in ("stock", "dnnfusion"):
+        compiled = tvm_cocopie.compile(model, None, specialize=False, options={
+            "fusion": fusion, "fusion_db": str(tmp_path / "fusion.sqlite"),
+            "dim_bounds": {"S": 64}})
+        for tokens in (3, 40):
+            ids = np.random.default_rng(tokens).integers(0, 100, (1, tokens)).astype(np.int64)
+            feeds = {compiled.inputs[0].name: ids}
+            assert_close(tvm_cocopie_outputs(compiled, feeds), ort_run(model, feeds), REL_TOL)
+        counts = vm_call_counts(compiled.executable, [ids])
+        kernels[fusion] = sum(n for name, n in counts.items()
+                              if not name.startswith(("vm.builtin.", "tvm_cocopie.vm.")))
+    assert kernels["dnnfusion"] < kernels["stock"], kernels
+    db = ProfileDB(str(tmp_path / "fusion.sqlite"))
+    assert len(db) > 0  # candidates were measured (at S=64) and remembered

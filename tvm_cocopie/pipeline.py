@@ -172,7 +172,7 @@ _STAGE_BUILDERS = {
     "fusion": lambda target, options: (
         relay_passes.fusion_passes(target, options.fusion, schedules.default_rules(target),
                                    options.fusion_db, options.latency_model,
-                                   options.latency_dataset)
+                                   options.latency_dataset, options.dim_bounds)
         if options.fuse else []
     ),
     "schedule": _schedule_stage,

@@ -96,7 +96,8 @@ FUSION_METHODS = ("stock", "dnnfusion")
 
 
 def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
-                  database=None, latency_model=None, latency_dataset=None) -> list:
+                  database=None, latency_model=None, latency_dataset=None,
+                  dim_bounds=None) -> list:
     """Fusion passes for ``target``, run on legalized, pattern-annotated PrimFuncs.
 
     ``method``: ``"stock"`` is TVM's ``FuseOps`` + ``FuseTIR`` (after
@@ -109,7 +110,9 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
     database does not hold are predicted by it instead of measured (a missing or
     unusable file raises :class:`~tvm_cocopie.latency.LatencyModelError`).
     ``latency_dataset``: a latency dataset file the measured candidates are also
-    stored in (:class:`~tvm_cocopie.latency.Dataset`).
+    stored in (:class:`~tvm_cocopie.latency.Dataset`). ``dim_bounds``: the sizes
+    DNNFusion measures a candidate with symbolic dims at (the others at
+    :data:`.fusion.profiler.PLANNED_DIM`).
     """
     if method == "dnnfusion":
         decide = None
@@ -118,7 +121,8 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
                          if latency_model is not None else None)
             dataset = Dataset(target, latency_dataset) if latency_dataset is not None else None
             decide = MeasuredDecision(target, rules, ProfileDB(database), predictor=predictor,
-                                      measure_missing=predictor is None, dataset=dataset)
+                                      measure_missing=predictor is None, dataset=dataset,
+                                      plan_dims=dim_bounds)
         return [DNNFusion(decide)]
     if method != "stock":
         raise CompilationError(

@@ -47,12 +47,13 @@ def call_tir_again(call: relax.Call, args: list) -> relax.Call:
     return relax.call_tir(call.args[0], args, out_ty)
 
 
-def fuse_blocks(mod: tvm.IRModule, blocks: list[Block]) -> tvm.IRModule:
-    """``mod`` with every block of two or more calls in a ``Primitive`` function
-    (``FuseTIR`` still to run)."""
+def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.IRModule:
+    """``mod`` with every block of ``least`` (two) or more calls in a ``Primitive``
+    function (``FuseTIR`` still to run; a block of one call so made becomes its kernel
+    specialized to the call's shapes)."""
     main = mod["main"]
     bindings = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}
-    fused = [b for b in blocks if len(b.nodes) > 1]
+    fused = [b for b in blocks if len(b.nodes) >= least]
     if not fused:
         return mod
     by_output = {b.output.var: b for b in fused}

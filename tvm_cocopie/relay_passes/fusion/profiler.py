@@ -15,7 +15,12 @@ numbers (a schedule that does not support the fused form), or that only the gene
 schedule (the fallback) takes while one of its parts has a fast rule, is recorded as
 infinitely slow and never fuses.
 
-A candidate with a symbolic shape is not measured: it stays apart.
+A candidate with a symbolic shape (SOD²: a run-time sequence, width or batch) is
+measured at a planned size: ``main`` with each symbolic dim bound to ``plan_dims[name]``
+(the user's ``dim_bounds``; else :data:`PLANNED_DIM`), each kernel timed as
+``FuseTIR`` makes it for its call there (static shapes), and the decision holds for the symbolic kernel (the
+database keys it by the planned shapes). Before, such a candidate stayed apart: a
+dynamic model lost every yellow fusion.
 
 With a latency model (``predictor``, :class:`~tvm_cocopie.latency.LatencyModel`) and
 ``measure_missing=False``, a candidate the database does not hold is decided by
@@ -75,8 +80,11 @@ class MeasuredDecision:
     def __init__(self, target, rules: list, db: ProfileDB | None = None, margin: float = -0.02,
                  min_repeat_ms: int = 5, flush_bytes: int | None = None,
                  predictor: LatencyModel | None = None, measure_missing: bool = True,
-                 dataset: Dataset | None = None, source: str = "fusion"):
+                 dataset: Dataset | None = None, source: str = "fusion",
+                 plan_dims: dict | None = None):
         self.target = target
+        self.plan_dims = {str(k): int(v) for k, v in (plan_dims or {}).items()}
+        self._planned: tuple | None = None  # (module, its planned copy, var -> planned var)
         self.rules = list(rules)
         self.db = db if db is not None else ProfileDB()
         self.margin = margin
@@ -110,8 +118,15 @@ class MeasuredDecision:
         predicted instead, when not ``measure_missing``); fuse if faster by
         ``margin``."""
         shapes = [static_shape(n.var) for n in group]
-        if any(s is None for s in shapes):
-            return False
+        if any(s is None for s in shapes):  # symbolic: decided at the planned size
+            planned = self._at_planned_size(mod)
+            if planned is None:
+                return False
+            mod, renamed = planned
+            group, parts = _renamed(group, renamed), [_renamed(p, renamed) for p in parts]
+            shapes = [static_shape(n.var) for n in group]
+            if any(s is None for s in shapes):
+                return False
         bindings = {b.var: b.value for blk in mod["main"].body.blocks for b in blk.bindings}
         kernels = [bindings[n.var].args[0] for n in group]
         ops = [f"{tvm_ffi.structural_hash(mod[gv]) & 0xFFFFFFFFFFFF:x}" for gv in kernels]
@@ -248,10 +263,37 @@ class MeasuredDecision:
         self.dataset.put(rows)
 
     def _part_func(self, mod: tvm.IRModule, part: list, bindings: dict):
-        """One part's PrimFunc: its kernel, or its nodes fused."""
+        """One part's PrimFunc: its kernel (specialized to its call's shapes where it
+        has symbolic ones), or its nodes fused."""
+        if len(part) == 1 and static_shape(part[0].var) is not None and _symbolic_kernel(
+                mod[bindings[part[0].var].args[0]]):
+            # a symbolic kernel called at the planned size: specialized by FuseTIR
+            return _only_primfunc(self._candidate(mod, part, bindings, least=1)[1])
         if len(part) == 1:
             return mod[bindings[part[0].var].args[0]]
         return _only_primfunc(self._candidate(mod, part, bindings)[1])
+
+    def _at_planned_size(self, mod: tvm.IRModule):
+        """``(mod with main's symbolic dims bound to their planned sizes, its binding
+        vars by the original ones)``, made once per module; ``None`` if it cannot be."""
+        if self._planned is not None and self._planned[0] is mod:
+            return self._planned[1:]
+        main = mod["main"]
+        names = {str(v.name) for v in relax.analysis.defined_symbolic_vars(main)}
+        try:
+            planned = relax.transform.BindSymbolicVars(
+                {n: self.plan_dims.get(n, PLANNED_DIM) for n in names}, "main")(mod)
+            old = [b.var for blk in main.body.blocks for b in blk.bindings]
+            new = [b.var for blk in planned["main"].body.blocks for b in blk.bindings]
+            if len(old) != len(new):
+                raise ValueError("binding the dims changed main's bindings")
+        except Exception as err:  # noqa: BLE001 - symbolic candidates then stay apart
+            log.warning("symbolic dims not bound to planned sizes (%s): symbolic fusion "
+                        "candidates stay apart", last_line(err))
+            self._planned = (mod, None, None)
+            return None
+        self._planned = (mod, planned, dict(zip(old, new)))
+        return self._planned[1:]
 
     def _checked_build(self, sub: tvm.IRModule, fused: tvm.IRModule):
         """The fused kernel, scheduled and built, if it computes what its scheduled parts
@@ -310,7 +352,7 @@ class MeasuredDecision:
         lib["main"](*tensors)
         return tensors[-1].numpy(), lib
 
-    def _candidate(self, mod: tvm.IRModule, group: list, bindings: dict):
+    def _candidate(self, mod: tvm.IRModule, group: list, bindings: dict, least: int = 2):
         """The group's calls alone in a module (``sub``) and fused into one PrimFunc as
         the pipeline would fuse them (``fused``): ``(sub, fused)``."""
         inside = {n.var for n in group}
@@ -339,7 +381,7 @@ class MeasuredDecision:
         vars_ = [b.var for blk in main.body.blocks for b in blk.bindings]
         nodes = [Node(i, v, n.kernel, n.kind, n.out_bytes)
                  for i, (v, n) in enumerate(zip(vars_, group))]
-        fused = fuse_tir(fuse_blocks(sub, [Block(nodes, group[-1].kind)]))
+        fused = fuse_tir(fuse_blocks(sub, [Block(nodes, group[-1].kind)], least))
         return sub, fused
 
 
@@ -351,6 +393,22 @@ def first_rule(func: tvm.tirx.PrimFunc, target, rules: list):
             if rule.apply(func, target, False) is not None:
                 return rule
     return None
+
+
+#: the size a symbolic dim is measured at when no ``dim_bounds`` names it
+PLANNED_DIM = 128
+
+
+def _renamed(nodes: list, renamed: dict) -> list:
+    """Copies of ``nodes`` bound to their vars in the planned module."""
+    return [Node(n.index, renamed[n.var], n.kernel, n.kind, n.out_bytes) for n in nodes]
+
+
+def _symbolic_kernel(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether a buffer parameter of ``func`` has a dim that is not a constant."""
+    return any(not isinstance(d, tvm.tirx.IntImm)
+               for p in func.params if isinstance(getattr(p, "ty", None), tvm.tirx.BufferType)
+               for d in p.ty.shape)
 
 
 def _only_primfunc(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
