@@ -8,10 +8,12 @@ model; a size above the bound is refused with an ``InputShapeError``, never run.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from conftest import assert_close, ort_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 import tvm_cocopie
 from tvm_cocopie.bench.dynamic import encoder_symbolic_sequence
@@ -99,3 +101,34 @@ def test_dnnfusion_decides_symbolic_candidates_at_a_planned_size(tmp_path):
     assert kernels["dnnfusion"] < kernels["stock"], kernels
     db = ProfileDB(str(tmp_path / "fusion.sqlite"))
     assert len(db) > 0  # candidates were measured (at S=64) and remembered
+
+
+def _conv_pool_conv() -> onnx.ModelProto:
+    """conv -> relu -> 2x2 max pool -> conv -> relu over a line of symbolic width: the
+    second conv's shapes are ``W // 2``, an expression, so its kernels take ``W`` as a
+    scalar argument."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("w1", (16, 1, 3, 3)), ("w2", (32, 16, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1] * 4),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "line", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 32, "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, "OW"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_dnnfusion_builds_kernels_that_take_symbolic_dims_as_scalars(tmp_path):
+    """A fused block whose kernels take ``W`` as a scalar (shapes ``W // 2``) gets ``W``
+    as a shape parameter, the scalar kept in its body (made a parameter of its own, the
+    fused function lost its result's shape, or FuseTIR defined ``W`` twice: PP-OCR rec
+    and the CRNN did not build with DNNFusion); = ORT at three widths."""
+    model = _conv_pool_conv()
+    compiled = tvm_cocopie.compile(model, None, specialize=False, options={
+        "fusion": "dnnfusion", "fusion_db": str(tmp_path / "fusion.sqlite")})
+    for width in (8, 30, 64):
+        x = np.random.default_rng(width).standard_normal((1, 1, 32, width)).astype(np.float32)
+        assert_close(tvm_cocopie_outputs(compiled, {"x": x}), ort_run(model, {"x": x}), REL_TOL)

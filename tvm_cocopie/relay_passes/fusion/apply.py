@@ -32,10 +32,48 @@ def _block_inputs(block: Block, bindings: dict) -> list:
         for arg in bindings[node.var].args[1].fields:
             if arg in inside or (isinstance(arg, relax.Var) and arg in seen):
                 continue
+            if is_scalar_arg(arg):  # a symbolic dim or a number: kept
+                continue  # in the body (the dims come in as the function's shape)
             if isinstance(arg, relax.Var):
                 seen.add(arg)
             out.append(arg)
     return out
+
+
+def is_scalar_arg(arg) -> bool:
+    """Whether a kernel call's argument is a scalar (a symbolic dim, or a number), not a
+    tensor: it stays in a fused function's body, the dims it uses passed as a shape."""
+    return isinstance(getattr(arg, "ty", None), tvm.ir.PrimType)
+
+
+
+def _shape_dims(ty) -> list:
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None and isinstance(ty, relax.TupleType):
+        return [d for field in ty.fields for d in _shape_dims(field)]
+    return list(values or [])
+
+
+def undefined_dims(block: Block, bindings: dict, inputs: list) -> list:
+    """The symbolic variables the block's calls use (in their argument and result
+    shapes) that no input's shape defines, a dim of its own (a shape such as
+    ``(W - 1) // 4 + 1`` uses ``W`` without defining it): a fused function without them
+    loses its result's shape (PP-OCR rec, the CRNN and the encoder with symbolic dims
+    did not build)."""
+    defined = {d for arg in inputs for d in _shape_dims(getattr(arg, "ty", None))
+               if isinstance(d, tvm.tirx.Var)}
+    used: dict = {}
+    for node in block.nodes:
+        call = bindings[node.var]
+        dims = [a for a in call.args[1].fields if is_scalar_arg(a)]
+        for ty in [getattr(a, "ty", None) for a in call.args[1].fields] + [call.ty_args[0]]:
+            dims += _shape_dims(ty)
+        for dim in dims:
+            for var in tvm.tirx.analysis.undefined_vars(dim, []):
+                used.setdefault(str(var.name), var)
+    names = {str(v.name) for v in defined}
+    return [var for name, var in sorted(used.items()) if name not in names]
 
 
 def call_tir_again(call: relax.Call, args: list) -> relax.Call:
@@ -44,7 +82,11 @@ def call_tir_again(call: relax.Call, args: list) -> relax.Call:
     out_ty = call.ty_args[0]
     if isinstance(out_ty, relax.TupleType):
         out_ty = list(out_ty.fields)
-    return relax.call_tir(call.args[0], args, out_ty)
+    # a kernel taking symbolic dims as scalars keeps them (its call's ``tir_vars``)
+    new = relax.call_tir(call.args[0], args, out_ty)
+    if len(call.args) > 2:
+        new = relax.Call(new.op, [*new.args, call.args[2]], new.attrs, new.ty_args)
+    return new
 
 
 def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.IRModule:
@@ -64,6 +106,10 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
         inputs = _block_inputs(block, bindings)
         params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(inputs)]
         env = dict(zip(inputs, params))
+        dims = undefined_dims(block, bindings, inputs)
+        if dims:  # symbolic dims the inputs' shapes do not define: passed as a shape
+            inputs = [*inputs, relax.ShapeExpr(dims)]
+            params = [*params, relax.Var("tir_vars", relax.ShapeType(dims))]
         name = "fused_" + "_".join(n.kernel for n in block.nodes)[:120]
         with bb.function(name, params, attrs={"Primitive": True}, private=True):
             with bb.dataflow():

@@ -46,9 +46,9 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.s_tir.dlight import ApplyDefaultSchedule
 
 from ...errors import last_line
-from ...exprs import static_shape
+from ...exprs import param_dim_names, static_shape
 from ...latency import Dataset, LatencyModel, Row, kernel_features
-from .apply import call_tir_again, fuse_blocks
+from .apply import call_tir_again, fuse_blocks, is_scalar_arg
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
 from .plan import Block, Node
@@ -279,7 +279,7 @@ class MeasuredDecision:
         if self._planned is not None and self._planned[0] is mod:
             return self._planned[1:]
         main = mod["main"]
-        names = {str(v.name) for v in relax.analysis.defined_symbolic_vars(main)}
+        names = {str(n) for n in param_dim_names(main)}  # the others follow from them
         try:
             planned = relax.transform.BindSymbolicVars(
                 {n: self.plan_dims.get(n, PLANNED_DIM) for n in names}, "main")(mod)
@@ -360,6 +360,8 @@ class MeasuredDecision:
         for n in group:
             for arg in bindings[n.var].args[1].fields:
                 if arg in inside or (isinstance(arg, relax.Var) and arg in seen):
+                    continue
+                if is_scalar_arg(arg):  # a (planned) dim: kept in the body
                     continue
                 if isinstance(arg, relax.Var):
                     seen.add(arg)
