@@ -24,6 +24,7 @@ import re
 import numpy as np
 import onnx
 import pytest
+import tvm
 from conftest import assert_close, ort_run
 from onnx import helper, numpy_helper
 from test_kernels_common import (
@@ -35,7 +36,7 @@ from test_kernels_common import (
     scheduled,
     tensor_var,
 )
-from tvm import relax, tirx
+from tvm import relax, te, tirx
 from tvm.relax import op as R
 
 import tvm_cocopie
@@ -43,6 +44,7 @@ from tvm_cocopie.bench.runtime_stats import vm_call_counts
 from tvm_cocopie.models.bert import bert_encoder
 from tvm_cocopie.schedules import RowReduction
 from tvm_cocopie.schedules.base import root_blocks
+from tvm_cocopie.schedules.versions import versioned
 
 REL_TOL = 1e-5
 LENGTHS = (1, 5, 13, 64)  # one token, lengths off the vector width (8) and the tile (4)
@@ -281,6 +283,27 @@ def test_symbolic_kernel_carries_a_serial_version():
     for rows in (2, 600):
         data = rng.standard_normal((rows, 256)).astype("float32")
         assert_allclose(run(mod, [data]), np.exp(data.astype(np.float64)) + data)
+
+
+def test_no_version_for_sizes_where_every_tensor_is_empty():
+    """A second version that would run only where a buffer has no elements (``W < 4``
+    for ``W // 4`` rows) is not made: TIR's simplifier, knowing that branch's bounds,
+    folded the reshape's ``// (W // 4)`` into a division by zero and the build failed
+    (the CRNN through DNNFusion). The kernel = numpy."""
+    width = _var("W")
+    rows = width // 4
+    a = te.placeholder((rows, 256), "float32", "A")
+    # the index arithmetic of a reshape over run-time rows (the identity here)
+    b = te.compute((rows, 256), lambda i, j: a[(j * rows + i) % rows,
+                                               (j * rows + i) // rows] + 1.0, name="B")
+    func = te.create_prim_func([a, b, width])
+    sch = versioned(func, lambda s, first: s, width >= 4)
+    assert "version_1" not in sch.mod["main"].script()
+    lib = tvm.tirx.build(sch.mod, target=tvm.target.Target(TARGET))
+    data = rng.standard_normal((3, 256)).astype("float32")
+    out = tvm.runtime.empty((3, 256), "float32")
+    lib["main"](tvm.runtime.tensor(data), out, 12)
+    assert_allclose(out.numpy(), data.astype(np.float64) + 1)
 
 
 @pytest.mark.parametrize("m", [3, 32])

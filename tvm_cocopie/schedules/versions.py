@@ -16,11 +16,13 @@ shape variables by ``Bind``, its buffers by ``DeclBuffer`` views of the same dat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
 
 from tvm import relax, s_tir, tirx
+from tvm.sym import Analyzer
 
 from ..errors import last_line
 from ..target import CpuInfo
@@ -82,6 +84,25 @@ def _renamed(realize: s_tir.SBlockRealize, name: str) -> s_tir.SBlockRealize:
     return s_tir.SBlockRealize(realize.iter_values, realize.predicate, block)
 
 
+def _only_empty(func: tirx.PrimFunc, condition: tirx.PrimExpr) -> bool:
+    """Whether, where ``condition`` holds, some buffer of ``func`` provably has no elements.
+
+    A version for such sizes never does work, and it must not be built at all: TIR's
+    simplifier, knowing the branch's bounds (``W < 4``, so ``W // 4`` is 0, inside loops
+    over ``W // 4``), folds a reshape's index arithmetic (``... // (W // 4)``) into a
+    division by zero and the build fails. Shape variables are taken as non-negative."""
+    analyzer = Analyzer()
+    dims = [dim for param in func.params if _is_buffer(param) for dim in param.shape
+            if not isinstance(dim, tirx.IntImm)]
+    free = {var for expr in [condition, *dims] for var in tirx.analysis.undefined_vars(expr)}
+    with contextlib.ExitStack() as scopes:
+        for var in free:
+            scopes.enter_context(analyzer.constraint_scope(var >= 0))
+        # simplified first: the analyzer bounds a variable only from a simple condition
+        scopes.enter_context(analyzer.constraint_scope(analyzer.simplify(condition)))
+        return any(analyzer.can_prove(dim <= 0) for dim in dims)
+
+
 def versioned(func: tirx.PrimFunc, schedule: Callable[[s_tir.Schedule, bool], object],
               condition: tirx.PrimExpr) -> s_tir.Schedule | None:
     """``func`` scheduled twice, ``schedule(sch, True)`` and ``schedule(sch, False)``, in one
@@ -98,6 +119,13 @@ def versioned(func: tirx.PrimFunc, schedule: Callable[[s_tir.Schedule, bool], ob
     if second is None:
         return first
     fa, fb = first.mod["main"], second.mod["main"]
+    condition = Analyzer().simplify(condition)
+    if _only_empty(fa, tirx.Not(condition)):
+        log.debug("one version only: the second would run on empty tensors only")
+        return first
+    if _only_empty(fa, condition):
+        log.debug("one version only: the first would run on empty tensors only")
+        return second
     try:
         both = tirx.IfThenElse(condition, _renamed(fa.body, "version_0"), tirx.SeqStmt(
             [*_bind_params(fa, fb), _renamed(fb.body, "version_1")]))
