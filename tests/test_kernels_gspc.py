@@ -57,6 +57,11 @@ CASES = {
     "misaligned-18-s2": (1, 144, 11, 11, 144, 3, 2, (1, 1, 1, 1), 1, 8),
     "misaligned-9": (1, 72, 8, 8, 72, 3, 1, (1, 1, 1, 1), 1, 8),  # 1-lane segments
     "cpg2-opg8": (1, 16, 9, 9, 64, 3, 1, (1, 1, 1, 1), 1, 8),  # one group per chunk
+    # small maps: pixel vectors over the flattened output grid (16 lanes), its rows'
+    # tails dropped; stride phases, dilation and uneven padding move the grid's reach
+    "flat-7x7": (1, 64, 7, 7, 64, 3, 1, (1, 1, 1, 1), 1, 16),
+    "flat-s2-asym": (2, 64, 13, 11, 64, 3, 2, (1, 0, 2, 1), 1, 16),
+    "flat-dilation2": (1, 32, 5, 5, 32, 3, 1, (2, 2, 2, 2), 2, 8),
 }
 
 
@@ -108,6 +113,21 @@ def test_fused_epilogue(name):
     # on AVX-512: up to 8), or for segments of a quarter vector or less the pixel vectors
     splits = [int(v) for v in re.findall(r'"split": (\d+)', text)]
     assert (splits and all(v >= 2 for v in splits)) or gspc.PIXELS_KIND in text, splits
+
+
+def test_small_maps_run_pixel_vectors_over_the_flattened_grid():
+    """7x7 outputs fill 7 of 16 lanes row by row, 49 of 64 over the flattened grid of
+    9-point rows (the window's reach): that grid is chosen; 56x56 keeps rows, and so
+    does a symbolic shape and 8-lane vectors (7 of 8 lanes). Numbers: the cases above."""
+    assert gspc.flat_grid(_geo(CASES["flat-7x7"]), 16) == 9
+    assert gspc.flat_grid(_geo(CASES["flat-s2-asym"]), 16) == 5 + 1  # 5 columns out, the window 1 phase column past
+    assert gspc.flat_grid(_geo(CASES["flat-dilation2"]), 16) == 5 + 4
+    assert gspc.flat_grid(_geo((1, 144, 56, 56, 144, 3, 1, (1, 1, 1, 1), 1, 16)), 16) is None
+    assert gspc.flat_grid(_geo(CASES["flat-7x7"]), 8) is None
+    if cpu_info(TARGET).f32_lanes == 16:
+        (text,) = [f.script() for n, f in prim_funcs(scheduled(_model(
+            CASES["flat-7x7"])[0])).items() if "conv2d" in n]
+        assert gspc.PIXELS_KIND in text and '"flat": 1' in text
 
 
 def _kernels(mod, **options) -> set[str]:

@@ -76,7 +76,8 @@ def schedule_gspc_pixels(sch: s_tir.Schedule, anchor, info: CpuInfo, tunable: bo
     # the result stored from the registers when a tile's channels lie in one chunk of
     # the blocked output (every tile's region is then exactly its own)
     ob = int(sch.get(final).writes[0].source.shape[-1]) if final is not None else 0
-    fused = bool(ob) and ob % to == 0
+    # (not over the flattened grid: a tile of grid points is no rectangle of the result)
+    fused = bool(ob) and ob % to == 0 and not int(ann.get("flat", 0))
     if final is not None and not fused:
         parallel_spatial(sch, final, info)
     work = block_work(sch, anchor)

@@ -70,7 +70,7 @@ class Matvec(CpuRule):
             return None  # a matmul is the packed matmul kernel's (see the module doc)
         for block in convs:
             ann = sch.get(block).annotations[CONV_ANNOTATION]
-            if int(ann["oh"]) * int(ann["ow"]) != 1:
+            if "oh" not in ann or int(ann["oh"]) * int(ann["ow"]) != 1:
                 return None  # a map of pixels: the conv kernels' tiles
         reductions = [b for b in root_blocks(sch) if not is_spatial(sch, b)]
         if len(reductions) < 2:

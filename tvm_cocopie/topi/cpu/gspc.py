@@ -224,6 +224,66 @@ def pixel_vectors(geo: ConvGeometry, ob: int, lanes: int) -> bool:
     return segment_lanes(geo, ob) <= PIXEL_SEGMENT_FRACTION * lanes
 
 
+#: a static conv runs its pixel vectors over the flattened output grid
+#: (:func:`flat_grid`) where that fills its vectors at least this much better than whole
+#: rows do (7x7 maps on 16 lanes: 49 of 64 lanes against 7 of 16)
+FLAT_GAIN = 1.25
+
+
+def flat_grid(geo: ConvGeometry, lanes: int) -> int | None:
+    """Row pitch ``P`` of the flattened output grid where the pixel-vector conv runs on
+    vectors over it, else ``None``.
+
+    Over a grid of ``OH`` rows of ``P = OW + ((KW - 1) * DW) // SW`` columns (the output
+    row and the window's reach past it), output ``q = y * P + x`` reads input element
+    ``q + a * P + b`` of each phase plane of the stride for tap offsets ``a, b``:
+    contiguous along ``q``, so a vector of ``lanes`` consecutive grid points spans rows.
+    Points with ``x >= OW`` are computed and dropped. Chosen where whole rows fill
+    vectors poorly (:data:`FLAT_GAIN`); a symbolic shape keeps rows."""
+    if geo.symbolic_spatial:
+        return None
+    oh, ow = int(geo.oh), int(geo.ow)
+    pitch = ow + ((geo.kw - 1) * geo.dilation[1]) // geo.stride[1]
+    rows_fill = ow / (-(-ow // lanes) * lanes)
+    flat_fill = oh * ow / (-(-oh * pitch // lanes) * lanes)
+    return pitch if flat_fill >= FLAT_GAIN * rows_fill else None
+
+
+def _flat_conv(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, lanes: int,
+               pitch: int, out_dtype: str, attrs: dict):
+    """The pad and conv blocks over the flattened grid (:func:`flat_grid`): the input
+    padded into ``(N, C, SH, SW, L)``, each phase plane of the stride a grid of ``pitch``
+    columns flattened; the conv ``(N, O, 1, OH * pitch rounded up to lanes)``."""
+    ib = int(data.shape[4])
+    h, w = geo.h, geo.w
+    sh, sw = geo.stride
+    dh, dw = geo.dilation
+    pt, pl = geo.padding[0], geo.padding[1]
+    cpg, opg = geo.cpg, geo.opg
+    points = -(-geo.oh * pitch // lanes) * lanes
+    reach = ((geo.kh - 1) * dh) // sh * pitch + ((geo.kw - 1) * dw) // sw
+    length = points + reach
+
+    def fpad(b, c, py, px, f):  # phase (py, px) of the stride, grid point f
+        y, x = f // pitch * sh + py, f % pitch * sw + px
+        inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl)
+        return tirx.if_then_else(inside, data[b, c // ib, y - pt, x - pl, c % ib],
+                                 tirx.const(0, data.dtype))
+
+    dpad = te.compute((geo.n, geo.c, sh, sw, length), fpad, name="data_pad")
+    rc = te.reduce_axis((0, cpg), "rc")
+    ry = te.reduce_axis((0, geo.kh), "ry")
+    rx = te.reduce_axis((0, geo.kw), "rx")
+    conv = te.compute(
+        (geo.n, geo.o, 1, points),
+        lambda b, o, _, q: te.sum(
+            dpad[b, o // opg * cpg + rc, (ry * dh) % sh, (rx * dw) % sw,
+                 q + (ry * dh) // sh * pitch + (rx * dw) // sw].astype(out_dtype)
+            * weight[o, rc, ry, rx].astype(out_dtype), axis=[rc, ry, rx]),
+        name="conv2d_nchwc", attrs=attrs)
+    return lambda b, o, y, x: conv[b, o, 0, y * pitch + x]
+
+
 def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, lanes: int,
                        ob: int, out_dtype: str = "float32") -> te.Tensor:
     """``(N, C/ib, H, W, ib) x OIHW weight -> (N, O/ob, OH, OW, ob)`` with vectors of
@@ -235,8 +295,16 @@ def conv2d_gspc_pixels(data: te.Tensor, weight: te.Tensor, geo: ConvGeometry, la
     vectors), the conv over ``(N, O, OH, OW')`` (``OW'`` a multiple of ``lanes``, each
     output channel reading its own group's ``C_PG`` input channels, broadcasting one
     weight per FMA), and the blocked result read back across the channels; the weight
-    stays OIHW (each FMA broadcasts one value of it)."""
+    stays OIHW (each FMA broadcasts one value of it). Small maps run over the flattened
+    output grid instead of whole rows (:func:`flat_grid`)."""
     ib = int(data.shape[4])
+    pitch = flat_grid(geo, lanes)
+    if pitch is not None:
+        attrs = {ANNOTATION: {"kind": PIXELS_KIND, "lanes": lanes, "opg": geo.opg, "flat": 1}}
+        point = _flat_conv(data, weight, geo, lanes, pitch, out_dtype, attrs)
+        return te.compute((geo.n, geo.o // ob, geo.oh, geo.ow, ob),
+                          lambda b, c, y, x, lane: point(b, c * ob + lane, y, x),
+                          name="conv2d_nchwc_out")
     n, h, w = geo.n, geo.h, geo.w
     oh, ow = geo.oh, geo.ow
     sh, sw = geo.stride
