@@ -59,6 +59,10 @@ CASES = {
     "cpg2-opg8": (1, 16, 9, 9, 64, 3, 1, (1, 1, 1, 1), 1, 8),  # one group per chunk
     # small maps: pixel vectors over the flattened output grid (16 lanes), its rows'
     # tails dropped; stride phases, dilation and uneven padding move the grid's reach
+    # half-vector segments on 16 lanes: groups across the chunks (24 per group) run on
+    # pixel vectors, groups inside a chunk (8 per group) on segments
+    "across-24-g2": (1, 48, 10, 12, 48, 3, 1, (1, 1, 1, 1), 1, 2),
+    "inside-8-g16": (1, 128, 10, 10, 128, 3, 1, (1, 1, 1, 1), 1, 16),
     "flat-7x7": (1, 64, 7, 7, 64, 3, 1, (1, 1, 1, 1), 1, 16),
     "flat-s2-asym": (2, 64, 13, 11, 64, 3, 2, (1, 0, 2, 1), 1, 16),
     "flat-dilation2": (1, 32, 5, 5, 32, 3, 1, (2, 2, 2, 2), 2, 8),
@@ -158,6 +162,9 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
     # strided too (the input's column phases stored apart): 4 lanes at stride 2
     assert ("gspc_pixels" if lanes == 16 else "split") in _kernels(_model(CASES["cpg4-stride2"])[0])
     assert "winograd_M" in _kernels(_model(CASES["g2-winograd"])[0])
+    if lanes == 16:  # 8-lane segments: pixel vectors where the groups cross the chunks
+        assert "gspc_pixels" in _kernels(_model(CASES["across-24-g2"])[0])
+        assert "split" in _kernels(_model(CASES["inside-8-g16"])[0])
     assert "depthwise" in _kernels(_model(CASES["depthwise-C"])[0])
     # 8 channels per group: whole chunks (the blocked kernel), at 8 lanes and on AVX-512
     # too, where 24 channels take chunks of 8 (tiling.channel_block)

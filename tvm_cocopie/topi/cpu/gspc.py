@@ -165,8 +165,7 @@ def conv2d_gspc(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, tile: Con
     cb, ti = reduction_extents(geo, ib)
     sh, sw = geo.stride
     dh, dw = geo.dilation
-    across = cpg % ib != 0 and ib % cpg != 0  # groups across chunk boundaries
-    if across:
+    if groups_across_chunks(geo, ib):
         dpad = pack_groups(data, geo)
     else:
         dpad = pad_nchwc(data, geo, *input_extent(geo))
@@ -212,16 +211,35 @@ PIXELS_KIND = "gspc_pixels"
 #: FMA waste 87-94% of it (MobileNetV2 G(16)'s 9 channels per group ran at 6-11
 #: GFLOP/s, 0.16-0.28x ONNX Runtime's speed), four 75%
 PIXEL_SEGMENT_FRACTION = 0.25
+#: ... and at most this fraction where its groups cross the input chunks (packed one
+#: group per chunk by :func:`pack_groups`) on 16-lane vectors
+PIXEL_SEGMENT_FRACTION_ACROSS = 0.5
 
 
-def pixel_vectors(geo: ConvGeometry, ob: int, lanes: int) -> bool:
+def groups_across_chunks(geo: ConvGeometry, ib: int) -> bool:
+    """Whether a group's input channels are neither whole chunks of ``ib`` nor inside one."""
+    return geo.cpg % ib != 0 and ib % geo.cpg != 0
+
+
+def pixel_vectors(geo: ConvGeometry, ib: int, ob: int, lanes: int) -> bool:
     """Whether this GSPC conv runs on vectors of ``lanes`` output pixels instead of
-    channels: its segments fill at most :data:`PIXEL_SEGMENT_FRACTION` of a vector and
-    its shape is static. (Strided convs too: the input's column phases are stored apart,
-    so their pixel vectors load contiguous input; measured on znver4, pixel over segment
-    time at 1 / 2 threads: 576@14 s2 G(16) 4-lane segments 1.31 / 1.41, 144@56 s2 G(4)
-    2.2 / 2.2, 144@56 s2 G(8) 2-lane 4.7 / 4.8.)"""
-    return segment_lanes(geo, ob) <= PIXEL_SEGMENT_FRACTION * lanes
+    channels: its segments fill at most :data:`PIXEL_SEGMENT_FRACTION` of a vector, or
+    :data:`PIXEL_SEGMENT_FRACTION_ACROSS` where its groups cross the input chunks.
+    (Strided convs too: the input's column phases are stored apart, so their pixel
+    vectors load contiguous input; measured on znver4, pixel over segment time at 1 / 2
+    threads: 576@14 s2 G(16) 4-lane segments 1.31 / 1.41, 144@56 s2 G(4) 2.2 / 2.2,
+    144@56 s2 G(8) 2-lane 4.7 / 4.8.)
+
+    Half-vector segments (8 of 16 lanes), measured on AVX-512 (Emerald Rapids), pixel
+    over segment time at 1 / 2 threads: groups across chunks (24, 72 or 120 channels
+    per group in chunks of 16) 0.46-0.93, e.g. 960@7 G(8) 0.51 / 0.46, 576@14 G(8)
+    0.62 / 0.59, 144@56 G(2) 0.64 / 0.70, 96@112 s2 G(4) 0.91 / 1.03; groups inside a
+    chunk (8 channels) mostly the other way, e.g. 128@28 G(16) 1.86 / 2.21, ResNeXt's
+    256@28 G(32) 2.23 / 1.98: they stay on segments. Not measured on 8 or 4 lanes
+    (AVX2, NEON), which keep the quarter-vector bound."""
+    wide = lanes >= 16 and groups_across_chunks(geo, ib)
+    limit = PIXEL_SEGMENT_FRACTION_ACROSS if wide else PIXEL_SEGMENT_FRACTION
+    return segment_lanes(geo, ob) <= limit * lanes
 
 
 #: a static conv runs its pixel vectors over the flattened output grid

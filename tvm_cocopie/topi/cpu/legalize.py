@@ -113,7 +113,7 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
         if symbolic and tile.flat:  # as below: one row, no division by a symbolic width
             tile = dataclasses.replace(tile, flat=False, th=1)
         return Conv2dPlan(geo, tile, db, obk, False, gspc=True,
-                          pixels=gspc.pixel_vectors(geo, ob, info.f32_lanes))
+                          pixels=gspc.pixel_vectors(geo, ib, ob, info.f32_lanes))
     try:
         tile = conv_tile(sized, ib, ob, info)
         if symbolic and tile.flat:  # the same pixels as one row: no division by a width
