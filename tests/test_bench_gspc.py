@@ -42,7 +42,7 @@ def test_compare_layer_times_and_checks_every_contender():
     records = gspc.compare_layer(layer, None, [1], repeat=2, max_seconds=5)
     assert pool_threads() == before  # the process's pool given back as it was
     (rec,) = records
-    assert rec["kind"] == "gspc" and rec["threads"] == 1
+    assert rec["kind"] == "shift" and rec["threads"] == 1  # 4 channels per group
     for key in ("cocopie", "previous", "tvm", "ort"):
         assert rec[f"{key}_ms"] > 0
     for key in ("cocopie", "previous", "tvm"):

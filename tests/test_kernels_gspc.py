@@ -29,7 +29,7 @@ from tvm.relax import op as R
 
 from tvm_cocopie.errors import CompilationError
 from tvm_cocopie.target import cpu_info
-from tvm_cocopie.topi.cpu import gspc, tiling
+from tvm_cocopie.topi.cpu import gspc, gspc_shift, tiling
 from tvm_cocopie.topi.cpu.conv2d_nchwc import ConvGeometry
 
 # (N, C, H, W, O, K, stride, padding (t, l, b, r), dilation, groups)
@@ -63,9 +63,13 @@ CASES = {
     # pixel vectors, groups inside a chunk (8 per group) on segments
     "across-24-g2": (1, 48, 10, 12, 48, 3, 1, (1, 1, 1, 1), 1, 2),
     "inside-8-g16": (1, 128, 10, 10, 128, 3, 1, (1, 1, 1, 1), 1, 16),
-    "flat-7x7": (1, 64, 7, 7, 64, 3, 1, (1, 1, 1, 1), 1, 16),
-    "flat-s2-asym": (2, 64, 13, 11, 64, 3, 2, (1, 0, 2, 1), 1, 16),
-    "flat-dilation2": (1, 32, 5, 5, 32, 3, 1, (2, 2, 2, 2), 2, 8),
+    "flat-7x7": (1, 72, 7, 7, 72, 3, 1, (1, 1, 1, 1), 1, 8),  # 9 per group: 1-lane segments
+    "flat-s2-asym": (2, 72, 13, 11, 72, 3, 2, (1, 0, 2, 1), 1, 8),
+    "flat-dilation2": (1, 36, 5, 5, 36, 3, 1, (2, 2, 2, 2), 2, 4),
+    # small groups inside a chunk on lane-shifted input vectors (gspc_shift): stride 2 over
+    # an odd width, dilation with uneven padding at batch 2
+    "shift-cpg2-s2": (1, 32, 11, 9, 32, 3, 2, (1, 1, 1, 1), 1, 16),
+    "shift-cpg4-dil-asym": (2, 64, 9, 10, 64, 3, 1, (2, 1, 0, 2), 2, 16),
 }
 
 
@@ -114,9 +118,11 @@ def test_fused_epilogue(name):
     assert len(convs) == 1 and all("relu" in n for n in convs)  # the epilogue fused in
     text = next(iter(convs.values())).script()
     # GSPC's segments, fused: chunk lanes / segment lanes (8-lane AVX2: 2 or 4; 16 lanes
-    # on AVX-512: up to 8), or for segments of a quarter vector or less the pixel vectors
+    # on AVX-512: up to 8), or for segments of a quarter vector or less the pixel vectors,
+    # or for 2-4 channels per group inside a chunk the shifted vectors
     splits = [int(v) for v in re.findall(r'"split": (\d+)', text)]
-    assert (splits and all(v >= 2 for v in splits)) or gspc.PIXELS_KIND in text, splits
+    assert ((splits and all(v >= 2 for v in splits)) or gspc.PIXELS_KIND in text
+            or f'"kind": "{gspc_shift.KIND}"' in text), splits
 
 
 def test_small_maps_run_pixel_vectors_over_the_flattened_grid():
@@ -139,7 +145,7 @@ def _kernels(mod, **options) -> set[str]:
     for func in prim_funcs(scheduled(mod, **options)).values():
         text = func.script()
         for tag in ('"split"', "winograd_M", "depthwise", "cocopie.conv2d_nchwc",
-                    gspc.PIXELS_KIND):
+                    gspc.PIXELS_KIND, '"shift"'):
             if tag in text:
                 names.add(tag.strip('"'))
     return names
@@ -150,17 +156,21 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
     group): a Winograd GEMM per group; C groups: the depthwise kernel; and with
     ``grouped="blocked"`` the narrow groups go back to the block-diagonal kernel."""
     lanes = cpu_info(TARGET).f32_lanes
-    narrow = _kernels(_model(CASES["resnext-cpg4"])[0])
-    # 4 lanes per segment: a quarter of a 16-lane vector (pixel vectors), half of 8 lanes
-    assert ("gspc_pixels" if lanes == 16 else "split") in narrow
-    assert "split" in _kernels(_model(CASES["g8-cpg4"])[0]) or lanes == 16
+    # 2-4 inputs and as many outputs per group inside a chunk: shifted vectors on 16 lanes;
+    # 8 lanes: segments (4 lanes, half a vector) and pixel vectors (quarter vector)
+    for name in ("resnext-cpg4", "g8-cpg4", "g16-cpg2", "cpg4-stride2"):
+        kernels = _kernels(_model(CASES[name])[0])
+        expected = "shift" if lanes == 16 else "gspc_pixels" if "cpg2" in name else "split"
+        assert expected in kernels, (name, kernels)
+    # 4 output lanes per segment off the shifted kernel (4 in, 2 out per group: 2 lanes;
+    # 2 in, 4 out: 4 lanes): pixel vectors on 16 lanes, segments on 8 unless 2 lanes
+    assert "gspc_pixels" in _kernels(_model(CASES["cpg4-shrink"])[0])
+    assert ("gspc_pixels" if lanes == 16 else "split") in _kernels(_model(CASES["cpg2-expand"])[0])
     blocked = _kernels(_model(CASES["resnext-cpg4"])[0], grouped="blocked")
-    assert "split" not in blocked and "gspc_pixels" not in blocked
+    assert not {"split", "gspc_pixels", "shift"} & blocked
     # one-lane segments (9 per group) and two-lane ones at stride 2: pixel vectors
     assert "gspc_pixels" in _kernels(_model(CASES["misaligned-9"])[0])
     assert "gspc_pixels" in _kernels(_model(CASES["misaligned-18-s2"])[0])
-    # strided too (the input's column phases stored apart): 4 lanes at stride 2
-    assert ("gspc_pixels" if lanes == 16 else "split") in _kernels(_model(CASES["cpg4-stride2"])[0])
     assert "winograd_M" in _kernels(_model(CASES["g2-winograd"])[0])
     if lanes == 16:  # 8-lane segments: pixel vectors where the groups cross the chunks
         assert "gspc_pixels" in _kernels(_model(CASES["across-24-g2"])[0])
@@ -290,3 +300,103 @@ def test_narrow_groups_keep_the_blocked_layout_between_convs(grouped, transforms
     y = np.maximum(conv2d_reference(data, w1), 0)
     y = np.maximum(conv2d_reference(y, wg, padding=(1, 1, 1, 1), groups=16), 0)
     assert_allclose(run(mod, [data], grouped=grouped), conv2d_reference(y, w2))
+
+
+def _shifted_sum(x: np.ndarray, packed: np.ndarray, k: int) -> np.ndarray:
+    """The shifted-vector conv in numpy at stride 1 without padding (NCHWc in and out):
+    each output vector the sum over taps and shifts of the packed weight times the input
+    vector read ``s`` lanes off, across into the neighbouring pixel (zero at the row's
+    ends)."""
+    n, cb_n, h, w, cb = x.shape
+    _, kh, kw, ns, _ = packed.shape
+    rows = np.concatenate([np.zeros((n, cb_n, h, 1, cb)), x, np.zeros((n, cb_n, h, 1, cb))],
+                          axis=3).reshape(n, cb_n, h, (w + 2) * cb)
+    oh, ow = h - kh + 1, w - kw + 1
+    out = np.zeros((n, cb_n, oh, ow, cb))
+    for y in range(oh):
+        for xo in range(ow):
+            for a in range(kh):
+                for b in range(kw):
+                    for si in range(ns):
+                        start = (xo + b + 1) * cb + si - (k - 1)
+                        out[:, :, y, xo] += packed[:, a, b, si] * rows[:, :, y + a,
+                                                                       start:start + cb]
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_shifted_vectors_compute_the_grouped_conv(k):
+    """The packed weight of the shifted-vector kernel is the grouped conv: summed over the
+    2k - 1 lane shifts in numpy it gives the reference (no TVM), its zeros are exactly
+    the lanes whose shift leaves the group, and the compute packing it at run time packs
+    the same."""
+    import tvm
+
+    c, g = 32, 32 // k
+    geo = ConvGeometry(1, c, 6, 7, c, 3, 3, (1, 1), (0,) * 4, (1, 1), g)
+    rng = np.random.default_rng(k)
+    w = rng.standard_normal((c, k, 3, 3)).astype("float32") + 3  # no zero weights
+    x = rng.standard_normal((1, c, 6, 7)).astype("float32")
+    packed = gspc_shift.pack_weight_numpy(w, geo, 16)
+    assert packed.shape == (2, 3, 3, 2 * k - 1, 16)
+    zeros = [int((packed[0, 0, 0, si] == 0).sum()) for si in range(2 * k - 1)]
+    assert zeros == [16 * abs(si - (k - 1)) // k for si in range(2 * k - 1)]
+    xb = x.reshape(1, 2, 16, 6, 7).transpose(0, 1, 3, 4, 2)
+    got = _shifted_sum(xb, packed, k).transpose(0, 1, 4, 2, 3).reshape(1, c, 4, 5)
+    np.testing.assert_allclose(got, conv2d_reference(x, w, groups=g), rtol=1e-5, atol=1e-4)
+    wt = tvm.te.placeholder(w.shape, "float32", name="w")
+    te_packed = gspc_shift.pack_weight(wt, geo, 16)
+    f = tvm.compile(tvm.te.create_prim_func([wt, te_packed]), target=TARGET)
+    out = tvm.runtime.empty(packed.shape, "float32")
+    f(tvm.runtime.tensor(w), out)
+    np.testing.assert_array_equal(out.numpy(), packed)
+
+
+def test_shifted_vectors_take_small_equal_groups_inside_a_chunk():
+    """2 or 4 inputs and as many outputs per group, inside a chunk of a whole vector: the
+    shifted-vector kernel; channel multipliers, 8 per group, groups across chunks, chunks
+    narrower than the vector and depthwise convs: not. Unknown shapes are refused
+    clearly."""
+    lanes = cpu_info(TARGET).f32_lanes
+    for name in ("g16-cpg2", "g8-cpg4", "shift-cpg2-s2"):
+        geo = _geo(CASES[name])
+        assert gspc_shift.applies(geo, 16, 16, 16)
+        assert not gspc_shift.applies(geo, 8, 8, 8)  # not measured on 8 lanes
+        assert ("shift" in _kernels(_model(CASES[name])[0])) == (lanes == 16), name
+        assert "shift" not in _kernels(_model(CASES[name])[0], grouped="blocked")
+    for name in ("cpg2-expand", "cpg4-shrink", "g3-cpg8", "misaligned-9", "depthwise-C",
+                 "inside-8-g16"):
+        assert not gspc_shift.applies(_geo(CASES[name]), 16, 16, 16), name
+    assert not gspc_shift.applies(_geo(CASES["g16-cpg2"]), 8, 8, 16)  # chunks below a vector
+    # 4 per group in chunks of 4 (NEON): one group per chunk, the direct kernel's
+    assert not gspc_shift.applies(_geo(CASES["g8-cpg4"]), 4, 4, 4)
+    with pytest.raises(CompilationError, match="groups of 2-4 inputs"):
+        gspc_shift.pack_weight_numpy(np.zeros((24, 8, 3, 3), "float32"),
+                                     _geo(CASES["g3-cpg8"]), 8)
+
+
+def test_shifted_vectors_with_symbolic_height_and_width():
+    """One build for any size: the shifted-vector conv over a symbolic height and width
+    (tiles planned at a size, padded and clamped), with its epilogue, against numpy."""
+    import tvm
+    from tvm import tirx
+
+    from tvm_cocopie.pipeline import cocopie_pipeline
+
+    rng = np.random.default_rng(9)
+    weight = rng.standard_normal((32, 2, 3, 3)).astype("float32")
+    h, w = tirx.Var("H", "int64"), tirx.Var("W", "int64")
+    x = relax.Var("x", relax.TensorType([1, 32, h, w], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(R.nn.conv2d(x, relax.const(weight), padding=[1, 1, 1, 1], groups=16))
+            out = bb.emit_output(R.nn.relu(y))
+        bb.emit_func_output(out)
+    ex = tvm.compile(bb.get(), target=TARGET, relax_pipeline=cocopie_pipeline())
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for size in ((5, 9), (12, 7), (1, 1)):
+        data = rng.standard_normal((1, 32, *size)).astype("float32")
+        got = vm["main"](tvm.runtime.tensor(data)).numpy()
+        ref = np.maximum(conv2d_reference(data, weight, padding=(1, 1, 1, 1), groups=16), 0)
+        assert_allclose(got, ref)

@@ -10,7 +10,7 @@ from transfer_helpers import tiny_cnn
 from tvm.s_tir import Schedule
 
 from tvm_cocopie.schedules.base import annotated_blocks
-from tvm_cocopie.target import parse_target
+from tvm_cocopie.target import cpu_info, parse_target
 from tvm_cocopie.topi.cpu.conv2d_nchwc import ANNOTATION
 from tvm_cocopie.transfer_tuning import readers, search
 from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
@@ -51,12 +51,12 @@ def test_conv_design_spaces_start_at_the_default_tile_and_compute_the_conv():
 
 
 def test_pixel_vector_gspc_has_a_design_space():
-    """The pixel-vector grouped conv (2 outputs per group: 2-lane segments of 8) is tunable:
-    one space at the default tile (To, Yk, Xk), numerically the conv."""
+    """The pixel-vector grouped conv (2 outputs per group in chunks of 4: 2-lane segments)
+    is tunable: one space at the default tile (To, Yk, Xk), numerically the conv."""
     from tvm_cocopie.topi.cpu.gspc import PIXELS_KIND
     from tvm_cocopie.topi.cpu.tiling import pixel_tile
 
-    kernels = extract_kernels(tiny_cnn(channels=(8, 32), size=16, groups=16), TARGET)
+    kernels = extract_kernels(tiny_cnn(channels=(8, 36), size=16, groups=18), TARGET)
     (kernel,) = [k for k in kernels if "gspc_pixels" in k.name]
     (sch,) = design_spaces(kernel.mod, TARGET)
     assert space_tag(sch.trace).startswith(f"kind={PIXELS_KIND}")
@@ -64,6 +64,25 @@ def test_pixel_vector_gspc_has_a_design_space():
     assert [t[-1] for t in tiles] == list(pixel_tile(2, 16, 2, 16))
     assert fits_registers(space_tag(sch.trace), tiles, 16)
     check_numerics(sch.mod, kernel.mod, TARGET)
+
+
+def test_shifted_vector_grouped_conv_has_design_spaces():
+    """The shifted-vector grouped conv (2 channels per group inside chunks of 16) is tunable
+    like a depthwise conv: padding placements with sampled tiles, each numerically the
+    conv, and its register budget is the depthwise one."""
+    from tvm_cocopie.topi.cpu.gspc_shift import KIND
+
+    avx512 = parse_target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
+    kernels = extract_kernels(tiny_cnn(channels=(16, 64), size=16, groups=32), avx512)
+    (kernel,) = [k for k in kernels if "gspc_shift" in k.name]
+    spaces = design_spaces(kernel.mod, avx512)
+    assert len(spaces) == 2
+    for sch in spaces:
+        assert space_tag(sch.trace).startswith(f"kind={KIND}")
+        assert fits_registers(space_tag(sch.trace), tile_decisions(sch.trace), 32)
+        if cpu_info(parse_target(None)).f32_lanes == 16:  # runs here
+            check_numerics(sch.mod, kernel.mod, avx512)
+    assert not fits_registers(f"kind={KIND}", [[1, 2], [1, 8]], 16)
 
 
 def test_register_budget_rejects_spilling_tiles():

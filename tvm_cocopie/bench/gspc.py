@@ -289,8 +289,9 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
 
 
 def _kind(layer: GroupedLayer, info) -> str:
-    """Which cocopie kernel computes ``layer`` (depthwise, gspc, winograd or direct)."""
-    from ..topi.cpu import gspc
+    """Which cocopie kernel computes ``layer`` (depthwise, shift, pixels, gspc, winograd
+    or direct)."""
+    from ..topi.cpu import gspc, gspc_shift
     from ..topi.cpu import winograd as wg
     from ..topi.cpu.conv2d_nchwc import ConvGeometry
     from ..topi.cpu.tiling import channel_block, conv_tile
@@ -300,8 +301,10 @@ def _kind(layer: GroupedLayer, info) -> str:
     ib, ob = channel_block(layer.c, info), channel_block(layer.o, info)
     if layer.groups == layer.c == layer.o:
         return "depthwise"
+    if gspc_shift.applies(geo, ib, ob, info.f32_lanes):
+        return "shift"
     if gspc.applies(geo, ib, ob):
-        return "gspc"
+        return "pixels" if gspc.pixel_vectors(geo, ib, ob, info.f32_lanes) else "gspc"
     try:
         direct = conv_tile(geo, ib, ob, info)
     except CocopieError:

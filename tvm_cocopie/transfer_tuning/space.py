@@ -108,7 +108,7 @@ def fits_registers(tag: str, tiles: list[list[int]], registers: int) -> bool:
     if kind == "conv":
         split = int(fields.get("split", 1))
         return split * (math.prod(inner) + inner[0]) + 1 <= registers
-    if kind == "depthwise":
+    if kind in ("depthwise", "shift"):
         return math.prod(inner) + 4 <= registers
     if kind == "gspc_pixels":  # To x Yk x Xk accumulators, To broadcasts, one input vector
         # (stored from the registers: a tile's To channels must lie in one output chunk)

@@ -54,7 +54,10 @@ from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 class ConvKnobs:
     """The schedule's free choices (the tile itself is fixed by the compute)."""
 
-    kind: str  # "conv" or "depthwise"
+    #: "conv", "depthwise" or "shift" (a grouped conv on lane-shifted input vectors,
+    #: :mod:`tvm_cocopie.topi.cpu.gspc_shift`: a depthwise nest with the shifts as a
+    #: third reduction; its padded rows are flat, so not read inline)
+    kind: str
     r: int
     th: int
     tw: int
@@ -104,7 +107,7 @@ class ConvKnobs:
         kind = str(ann["kind"])
         wide = bool(int(ann.get("wide", 0)))
         return cls(kind, int(ann["r"]), int(ann["th"]), int(ann["tw"]), bool(int(ann["flat"])),
-                   int(ann["ow"]), pad_per_tile=kind == "depthwise",
+                   int(ann["ow"]), pad_per_tile=kind in ("depthwise", "shift"),
                    pad_inline=kind == "depthwise" and not wide,
                    group=int(ann.get("group", 1)), wide=wide,
                    split=int(ann.get("split", 1)))
@@ -200,6 +203,10 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     if knobs.kind == "conv":
         n, oc, *spatial, oi, rco, ry, rx, rci = loops
         reductions = [rco, ry, rx, rci]
+    elif knobs.kind == "shift":
+        n, oc, *spatial, oi, ry, rx, rs = loops
+        reductions = [ry, rx, rs]
+        rci = None
     else:
         n, oc, *spatial, oi, ry, rx = loops
         reductions = [ry, rx]
@@ -298,9 +305,12 @@ def row_band(sch: s_tir.Schedule, n, oc, yo, prologue: list, knobs: ConvKnobs,
     pad = sch.get(prologue[-1])
     shape = list(pad.writes[0].source.shape) if pad.writes else []
     extents = [const_extent(sch, loop) for loop in (n, oc, yo)]
-    if len(shape) != 5 or None in extents:  # a symbolic batch: one row tile per iteration
+    if len(shape) not in (4, 5) or None in extents:  # a symbolic batch: one row tile per
+        return 1  # iteration
+    if not all(isinstance(d, int) or hasattr(d, "value") for d in shape[2:]):
         return 1
-    rows_in, row_bytes = int(shape[2]), 4 * int(shape[3]) * int(shape[4])
+    rows_in = int(shape[2])
+    row_bytes = 4 * int(shape[3]) * (int(shape[4]) if len(shape) == 5 else 1)
     tiles = extents[2]
     rows_out = tiles * knobs.th
     stride = max(1, rows_in // rows_out)  # input rows per output row, about

@@ -28,7 +28,7 @@ from ...target import CpuInfo
 from . import conv2d_nchwc as cn
 from . import dense_packed as dp
 from . import depthwise_nchwc as dw
-from . import gspc
+from . import gspc, gspc_shift
 from . import winograd as wg
 from .fast_math import legalize_table
 from .tiling import (
@@ -69,6 +69,7 @@ class Conv2dPlan:
     depthwise: bool
     gspc: bool = False  # a grouped conv in GSPC segments (:mod:`.gspc`)
     pixels: bool = False  # ... too narrow for channel vectors: vectors of output pixels
+    shift: bool = False  # small groups inside a chunk on lane-shifted vectors (:mod:`.gspc_shift`)
 
 
 def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
@@ -108,6 +109,11 @@ def conv2d_plan(call, info: CpuInfo, data_block: int | None = None,
             th, tw = depthwise_tile(sized.oh, sized.ow, info)
             tile = cn.ConvTile(ib, ob, 1, th, tw, not symbolic and geo.ow % tw != 0)
         return Conv2dPlan(geo, tile, db, obk, True)
+    if (gspc.check_choice(grouped) == "gspc"
+            and gspc_shift.applies(geo, ib, ob, info.f32_lanes)):
+        th, tw = depthwise_tile(sized.oh, sized.ow, info)
+        tile = cn.ConvTile(ib, ob, 1, th, tw, not symbolic and geo.ow % tw != 0)
+        return Conv2dPlan(geo, tile, db, obk, False, shift=True)
     if gspc.check_choice(grouped) == "gspc" and gspc.applies(geo, ib, ob):
         tile = gspc_tile(sized, ib, ob, gspc.segments(geo, ob), info)
         if symbolic and tile.flat:  # as below: one row, no division by a symbolic width
@@ -213,6 +219,12 @@ def legalize_conv2d(info: CpuInfo, fallback, winograd: str = "auto", grouped: st
                 lambda w: dw.pack_weight(w, tile.ob, dw.repeats(tile)), "dw_weight_pack")
             compute = dw.depthwise_nchwc
             name = "depthwise_nchwc"
+        elif plan.shift:
+            kernel = _packed_weight(
+                bb, call.args[1], lambda w: gspc_shift.pack_weight_numpy(w, geo, tile.ob),
+                lambda w: gspc_shift.pack_weight(w, geo, tile.ob), "shift_weight_pack")
+            compute = gspc_shift.conv2d_gspc_shift
+            name = "conv2d_gspc_shift"
         elif plan.pixels:
             kernel = call.args[1]  # OIHW: one broadcast weight per FMA
 
