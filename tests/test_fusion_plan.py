@@ -203,6 +203,36 @@ def test_yellow_pairs_are_decided_by_the_database(tmp_path):
     assert kernels[1.0] < kernels[1e6]
 
 
+def test_mapping_types_are_derived_once_and_kept_in_the_database(tmp_path, monkeypatch):
+    """A kernel's mapping type is derived from its TIR at first sight and stored by its
+    structure; the next plan of the same kernels reads it back (no derivation), a type
+    stored under a kernel's key is the one the plan takes, and the plan is the same."""
+    from tvm_cocopie.relay_passes.fusion import plan as plan_mod
+    from tvm_cocopie.relay_passes.fusion.mapping import MappingType
+    from tvm_cocopie.relay_passes.fusion.plan import ECG
+
+    mod = run_until(from_onnx(_yellow_model()), host_target(), "legalize")
+    db = ProfileDB(tmp_path / "fusion.sqlite")
+    derived = []
+    real = plan_mod.classify
+    monkeypatch.setattr(plan_mod, "classify", lambda *a: derived.append(a) or real(*a))
+    first = ECG.of(mod, db)
+    count = len(derived)
+    assert 0 < count <= len(first.nodes)
+    second = ECG.of(mod, db)
+    assert len(derived) == count  # all read back
+    assert [n.kind for n in second.nodes] == [n.kind for n in first.nodes]
+    assert [n.kind for n in ECG.of(mod).nodes] == [n.kind for n in first.nodes]  # no store
+    # the stored value is what the plan uses: rewrite one kernel's type
+    node = next(n for n in first.nodes if n.kind != MappingType.MANY_TO_MANY)
+    with sqlite3.connect(tmp_path / "fusion.sqlite") as conn:
+        keys = [k for (k,) in conn.execute("SELECT key FROM mapping_types")]
+        assert keys and all(k.startswith(f"v{plan_mod.MAPPING_VERSION}:") for k in keys)
+        conn.execute("UPDATE mapping_types SET type = ?", (int(MappingType.MANY_TO_MANY),))
+    third = ECG.of(mod, db)
+    assert third.nodes[node.index].kind == MappingType.MANY_TO_MANY
+
+
 def test_flushed_and_hot_measurements_are_separate_rows(tmp_path):
     """Candidates are timed with flushed caches by default (as inside a model); a
     decision that times them hot (``flush_bytes=0``) measures again instead of reading

@@ -104,8 +104,8 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
     :func:`.fusion.patterns.op_patterns_from_mapping`); ``"dnnfusion"``
     DNNFusion's plan (:class:`.fusion.apply.DNNFusion`), its yellow pairs measured
     with the schedule ``rules`` and remembered in the profiling database at
-    ``database`` (default: the cache folder's); without ``rules`` yellow pairs stay
-    apart. ``latency_model``: a latency model file
+    ``database`` (default: the cache folder's), which also keeps the kernels' mapping
+    types; without ``rules`` yellow pairs stay apart. ``latency_model``: a latency model file
     (:meth:`~tvm_cocopie.latency.LatencyModel.save`) for ``target``: yellow pairs the
     database does not hold are predicted by it instead of measured (a missing or
     unusable file raises :class:`~tvm_cocopie.latency.LatencyModelError`).
@@ -116,14 +116,15 @@ def fusion_passes(target: tvm.target.Target, method: str = "stock", rules=None,
     """
     if method == "dnnfusion":
         decide = None
+        db = ProfileDB(database)
         if rules:
             predictor = (LatencyModel.load(target, latency_model)
                          if latency_model is not None else None)
             dataset = Dataset(target, latency_dataset) if latency_dataset is not None else None
-            decide = MeasuredDecision(target, rules, ProfileDB(database), predictor=predictor,
+            decide = MeasuredDecision(target, rules, db, predictor=predictor,
                                       measure_missing=predictor is None, dataset=dataset,
                                       plan_dims=dim_bounds)
-        return [DNNFusion(decide)]
+        return [DNNFusion(decide, types=db)]
     if method != "stock":
         raise CompilationError(
             f"unknown fusion method {method!r}: PipelineOptions(fusion=...) takes one of "

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from .locality import ROW_BUDGET_BYTES, WHOLE_BUDGET_BYTES
-from .plan import ECG, Block, Decide, explore
+from .plan import ECG, Block, Decide, TypeStore, explore
 from .regions import fuse_tir
 
 log = logging.getLogger(__name__)
@@ -156,19 +156,22 @@ def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
 class DNNFusion:
     """The ``fusion`` stage by DNNFusion's plan (:mod:`.plan`), then ``FuseTIR``.
 
-    ``DNNFusion(decide=None, max_ops=16, row_budget=..., whole_budget=...)``:
+    ``DNNFusion(decide=None, max_ops=16, row_budget=..., whole_budget=..., types=None)``:
     ``decide(mod, nodes, candidate, fused_type)`` settles yellow pairs
     (:class:`.profiler.MeasuredDecision`; none: they stay apart) and, if it has a
     ``merge(mod, first, second)`` method, the joins of two blocks
     (:func:`.plan.merge_blocks`); ``max_ops`` bounds a block, ``row_budget`` a row read
     row-locally, ``whole_budget`` a producer's whole result read by a red consumer
-    (:mod:`.locality`). After it ran, ``blocks`` holds the plan of the last module it
-    fused.
+    (:mod:`.locality`); ``types`` remembers the kernels' mapping types
+    (:class:`.database.ProfileDB`: derived from the TIR once). After it ran, ``blocks``
+    holds the plan of the last module it fused.
     """
 
     def __init__(self, decide: Decide | None = None, max_ops: int = 16,
-                 row_budget: int = ROW_BUDGET_BYTES, whole_budget: int = WHOLE_BUDGET_BYTES):
+                 row_budget: int = ROW_BUDGET_BYTES, whole_budget: int = WHOLE_BUDGET_BYTES,
+                 types: TypeStore | None = None):
         self.decide = decide
+        self.types = types
         self.max_ops = max_ops
         self.row_budget = row_budget
         self.whole_budget = whole_budget
@@ -185,6 +188,6 @@ class DNNFusion:
             if hasattr(self.decide, "merge"):
                 def merge(first, second):
                     return self.decide.merge(mod, first, second)
-        self.blocks = explore(ECG.of(mod), decide, self.max_ops, merge, self.row_budget,
-                              self.whole_budget)
+        self.blocks = explore(ECG.of(mod, self.types), decide, self.max_ops, merge,
+                              self.row_budget, self.whole_budget)
         return fuse_tir(fuse_blocks(mod, self.blocks))

@@ -20,9 +20,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ...exprs import is_constant, static_shape
@@ -69,19 +71,20 @@ class ECG:
     nodes: list
 
     @classmethod
-    def of(cls, mod: tvm.IRModule) -> ECG:
-        """The graph of ``mod["main"]``'s dataflow block(s)."""
+    def of(cls, mod: tvm.IRModule, types: TypeStore | None = None) -> ECG:
+        """The graph of ``mod["main"]``'s dataflow block(s); the kernels' mapping types
+        looked up in ``types`` (the profiling database) and derived only where missing."""
         call_tir = tvm.ir.Op.get("relax.call_tir")
         nodes, by_var, rows_cache = [], {}, {}
         main = mod["main"]
+        kinds = _mapping_types(mod, types)
         index = 0
         for block in main.body.blocks:
             for binding in block.bindings:
                 value = binding.value
                 if isinstance(value, relax.Call) and value.op.same_as(call_tir):
                     gv, args = value.args[0], list(value.args[1].fields)
-                    constants = tuple(i for i, a in enumerate(args) if is_constant(a))
-                    kind = classify(mod[gv], constants)
+                    kind = kinds[(gv.name_hint, _constant_args(args))]
                     node = Node(index, binding.var, gv.name_hint,
                                 kind if kind is not None else MappingType.MANY_TO_MANY,
                                 _bytes(binding.var))
@@ -107,6 +110,58 @@ class ECG:
                 index += 1
         _mark_escapes(main.body.body, by_var)
         return cls(nodes)
+
+
+class TypeStore(Protocol):
+    """Where kernels' mapping types are remembered (:class:`.database.ProfileDB`)."""
+
+    def mapping_types(self, keys) -> dict[str, int]: ...
+
+    def put_mapping_types(self, types: dict[str, int]) -> None: ...
+
+
+#: version of the mapping-type derivation in stored keys: bump it when
+#: :func:`.mapping.classify` changes what it returns, so stored types are derived anew
+MAPPING_VERSION = 1
+
+
+def mapping_key(func: tvm.tirx.PrimFunc, constants: tuple) -> str:
+    """The key of a kernel's mapping type: its structure (structural hash, stable across
+    processes) and the positions of its constant arguments."""
+    consts = ",".join(str(i) for i in constants)
+    return f"v{MAPPING_VERSION}:{tvm_ffi.structural_hash(func):x}:{consts}"
+
+
+def _constant_args(args) -> tuple:
+    return tuple(i for i, a in enumerate(args) if is_constant(a))
+
+
+def _mapping_types(mod: tvm.IRModule, store: TypeStore | None) -> dict:
+    """``{(kernel name, constant positions): MappingType or None}`` for every kernel call
+    of ``main``: from ``store`` where it holds them, else derived and stored."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    wanted = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op.same_as(call_tir):
+                gv = value.args[0]
+                wanted.setdefault((gv.name_hint, _constant_args(value.args[1].fields)), gv)
+    keys = {item: mapping_key(mod[gv], item[1]) for item, gv in wanted.items()} \
+        if store is not None else {}
+    stored = store.mapping_types(set(keys.values())) if store is not None else {}
+    kinds, new = {}, {}
+    for item, gv in wanted.items():
+        code = stored.get(keys.get(item))
+        if code is not None:
+            kinds[item] = None if code < 0 else MappingType(code)
+            continue
+        kinds[item] = classify(mod[gv], item[1])
+        if item in keys:
+            new[keys[item]] = -1 if kinds[item] is None else int(kinds[item])
+    if new:
+        store.put_mapping_types(new)
+    return kinds
 
 
 def _bytes(var) -> int:
