@@ -158,20 +158,25 @@ CASES = [  # n, c, h, w, o, stride, padding, data_block, out_block, mode, knobs
     (1, 8, 10, 10, 8, 1, (0, 0, 0, 0), 8, 8, "pattern", (8, 1)),
     (2, 16, 11, 9, 16, 1, (1, 1, 1, 1), 8, 8, "kernel", (1, 1)),
     (1, 16, 11, 9, 16, 2, (1, 1, 1, 1), 8, 0, "csr", (4, 1)),
+    # 16 lanes: channel blocks transposed into pixel vectors on the way in and out, the
+    # edge blocks (columns past the image, uneven padding, stride 2) on their own path
+    (1, 32, 14, 14, 32, 1, (1, 1, 1, 1), 16, 16, "pattern", (7, 1), 16),
+    (2, 16, 9, 37, 32, 2, (0, 1, 1, 0), 16, 16, "csr", (3, 2), 16),
+    (1, 16, 6, 40, 16, 1, (1, 1, 1, 1), 16, 0, "pattern", (2, 3), 16),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[9]}-c{c[1]}-s{c[5]}-n{c[0]}" for c in CASES])
 def test_kernel_matches_numpy(case):
-    n, c, h, wd, o, s, pad, db, ob, mode, (rows, vectors) = case
+    n, c, h, wd, o, s, pad, db, ob, mode, (rows, vectors), *lanes = case
     rng = np.random.default_rng(5)
     w = _pruned(o, c, seed=6, rate=2.0)
     layout = _layout(w)
     geo = ConvGeometry(n, c, h, wd, o, 3, 3, (s, s), pad, (1, 1), 1)
     nk = int((w != 0).sum()) if mode == "csr" else layout.kernels
     act = "relu" if mode != "kernel" else "clip"
-    spec = pc.PatternConv(geo, layout.patterns, nk, pc.PatternKnobs(rows, vectors, 8,
-                                                                    tile_copy=rows != 1),
+    knobs = pc.PatternKnobs(rows, vectors, lanes[0] if lanes else 8, tile_copy=rows != 1)
+    spec = pc.PatternConv(geo, layout.patterns, nk, knobs,
                           mode, db, ob, True, act, (-0.5, 0.75))
     x = rng.standard_normal((n, c, h, wd)).astype("float32")
     bias = rng.standard_normal(o).astype("float32")
@@ -294,3 +299,22 @@ def test_bench_layer_record_and_summary():
                                       "speedup_vs_ort": 2.0}])
     assert summary["e2e_speedup_m"] == 1.5
     assert summary["speedup_vs_dense"] == pytest.approx(rec["speedup_vs_dense"])
+
+
+def test_blocked_layouts_move_through_lane_transposes():
+    """With channel blocks as wide as the pixel vectors, the tile's input is transposed
+    into pixel vectors and its results back into channel blocks with lane shuffles (no
+    element-by-element copy or store); other blocks take the element path."""
+    w = _pruned(32, 32, seed=6, rate=2.0)
+    layout = _layout(w)
+    geo = ConvGeometry(1, 32, 14, 14, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+
+    def shuffles(block, lanes):
+        spec = pc.PatternConv(geo, layout.patterns, layout.kernels,
+                              pc.PatternKnobs(7, 1, lanes), "pattern", block, block)
+        return pc.pattern_conv_func(spec).script().count("T.Shuffle(")
+
+    # a 16-lane transpose is 4 rounds of 16 shuffles: on the way in one for blocks
+    # inside the image and one for edge blocks (zeros selected in), one on the way out
+    assert shuffles(16, 16) == 3 * 4 * 16
+    assert shuffles(8, 16) == 0
