@@ -4,6 +4,7 @@ the pipeline's choice of kernel per layer, model pruning and its CLI."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -318,3 +319,21 @@ def test_blocked_layouts_move_through_lane_transposes():
     # inside the image and one for edge blocks (zeros selected in), one on the way out
     assert shuffles(16, 16) == 3 * 4 * 16
     assert shuffles(8, 16) == 0
+
+
+def test_register_tile_lives_on_the_stack():
+    """The accumulators are a stack slot (promoted to registers), not one of the
+    workspace blocks the tile's input copy and result stage get: as a workspace block
+    LLVM stored every accumulator after every kernel."""
+    w = _pruned(32, 32, seed=6, rate=2.0)
+    layout = _layout(w)
+    geo = ConvGeometry(1, 32, 14, 14, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    spec = pc.PatternConv(geo, layout.patterns, layout.kernels, pc.PatternKnobs(7, 1, 16),
+                          "pattern", 16, 16)
+    func = pc.pattern_conv_func(spec).with_attr("global_symbol", "main")
+    ir = tvm.compile(tvm.IRModule({"main": func}),
+                     target=tvm.target.Target(TARGET)).mod.inspect_source("ll")
+    blocks = [int(b) for b in re.findall(r"call ptr %\w+\(i32 1, i32 %\w+, i64 (\d+)", ir)]
+    tile_bytes = 32 * 9 * 18 * 4  # the input copy: channels x rows x columns
+    assert tile_bytes in blocks  # the pattern found the workspace calls
+    assert 7 * 16 * 4 not in blocks
