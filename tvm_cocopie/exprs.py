@@ -92,6 +92,23 @@ def builder_store(buf, value, *idx) -> None:
     T.buffer_store(buf, value, list(idx))
 
 
+def stack_tile(shape, dtype: str = "float32"):
+    """A register tile (accumulators) for an IRBuilder kernel, in a stack slot of the
+    enclosing function or parallel task. A ``local`` buffer becomes a
+    ``TVMBackendAllocWorkspace`` block in TVM 0.27's lowering, which LLVM cannot tell
+    apart from the kernel's other workspace blocks: it then stores every accumulator
+    after each update of the reduction loop. A stack slot that never escapes is
+    promoted to registers."""
+    import numpy as np
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    slot = T.Bind(tirx.call_intrin("handle", "tirx.tvm_stack_alloca", "shape",
+                                   -(-nbytes // 8)))  # in int64 elements
+    return T.decl_buffer(tuple(shape), dtype, data=slot)
+
+
 
 def param_dim_names(func: relax.Function) -> set[str]:
     """Names of the symbolic variables in the shapes of ``func``'s parameters (the dims

@@ -50,7 +50,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ...errors import CompilationError
-from ...exprs import builder_store, f32
+from ...exprs import builder_store, f32, stack_tile
 from .conv2d_nchwc import ConvGeometry
 
 #: code generation modes: PatDNN's pattern code, its no-opt version, CSR
@@ -523,18 +523,6 @@ def _store_tile(spec: PatternConv, out, acc, bias, n, y0, x0, o) -> None:
                     put(r, c)
 
 
-def _register_tile(rows: int, width: int):
-    """The accumulators, ``[rows, width]`` float32, in a stack slot of the parallel task.
-    A ``local`` buffer becomes a ``TVMBackendAllocWorkspace`` block in TVM 0.27's
-    lowering, which LLVM cannot tell apart from the tile's input copy (another workspace
-    block): it then stored all accumulators after every kernel (8 full-vector stores per
-    32 FMAs). A stack slot that never escapes is promoted to registers (VGG-16 L4/L9 on
-    AVX-512, 1 thread: ~8% faster)."""
-    slot = T.Bind(tirx.call_intrin("handle", "tirx.tvm_stack_alloca", "shape",
-                                   -(-rows * width // 2)))  # int64 elements
-    return T.decl_buffer((rows, width), "float32", data=slot)
-
-
 def _staged_store(spec: PatternConv) -> bool:
     """Whether the tile's results go out through a staging buffer and lane transposes:
     a blocked output whose block is the pixel vector's width (a power of two). Written
@@ -579,7 +567,7 @@ def _kernel(spec: PatternConv, ins: dict, out):
             stage = T.decl_buffer((g.o, k.rows, k.width), "float32") if staged else None
             with T.serial(0, g.o) as f:
                 o = T.Bind(ins["reorder"][f]) if "reorder" in ins else f
-                acc = _register_tile(k.rows, k.width)
+                acc = stack_tile((k.rows, k.width))  # in registers (not a workspace)
                 for r in range(k.rows):
                     with T.vectorized(0, k.width) as c:
                         builder_store(acc, f32(0.0), r, c)

@@ -38,7 +38,7 @@ from tvm import te, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ...exprs import builder_store, f32
+from ...exprs import builder_store, f32, stack_tile
 
 #: Columns of one GEMV register tile (4 AVX2 vectors) and its most batch rows: 3 rows
 #: of 4 accumulators + 3 broadcasts fit AVX2's 16 registers.
@@ -210,7 +210,7 @@ def _gemv(acc_out, h_in, rt, d, batch: int, hidden: int, flip=None) -> None:
     rows = _row_tile(batch)
     with T.serial(0, tiles) as jw, T.serial(0, batch // rows) as bo:
         jo = jw if flip is None else T.Bind(jw + flip * (tiles - 1 - 2 * jw))
-        acc = T.decl_buffer((rows, jt), "float32", scope="local")
+        acc = stack_tile((rows, jt))
         for bi in range(rows):
             with T.vectorized(0, jt) as ji:
                 builder_store(acc, f32(0.0), bi, ji)
