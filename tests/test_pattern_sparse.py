@@ -124,11 +124,15 @@ def test_fkw_round_trip_and_index_overhead():
     assert sorted(f.reorder.tolist()) == list(range(24))
     c = pc.csr(w)
     assert c.values.size == int((w != 0).sum())
-    # per kernel one index against CSR's one per weight (4 per kernel), plus per-filter
-    # arrays (the pattern bounds of each filter): about a third on a 128x128 layer
+    # per kernel one 16-bit index against CSR's one 32-bit index per weight (4 per
+    # kernel), plus per-filter arrays (each pattern's first kernel, relative to the
+    # filter's, in 16 bits): under a fifth on a 128x128 layer
     w = _pruned(128, 128, seed=4)
     found = detect(w)
-    assert pc.fkw(w, found.patterns, found.ids).index_bytes() < 0.35 * pc.csr(w).index_bytes()
+    big = pc.fkw(w, found.patterns, found.ids)
+    assert big.index.dtype == big.stride.dtype == big.reorder.dtype == np.int16
+    assert big.index_bytes() < 0.2 * pc.csr(w).index_bytes()
+    assert pc.index_dtype(64, 40000) == "int32"
 
 
 # --- the kernel ----------------------------------------------------------------------

@@ -103,22 +103,29 @@ def default_knobs(geo: ConvGeometry, lanes: int) -> PatternKnobs:
     return PatternKnobs(rows, vectors, lanes)
 
 
+def index_dtype(filters: int, channels: int) -> str:
+    """The integer type of a layer's FKW channel indices, filter order and per-filter
+    pattern bounds (all below ``max(filters, channels)``): 16 bits where they fit."""
+    return "int16" if max(filters, channels) < 2 ** 15 else "int32"
+
+
 @dataclass(frozen=True)
 class FKW:
     """A layer's kept kernels in FKW order (filters reordered, kernels by pattern)."""
 
     patterns: tuple[tuple[int, ...], ...]
-    reorder: np.ndarray  # [O] int32: computed filter i is output channel reorder[i]
+    reorder: np.ndarray  # [O] (index_dtype): computed filter i is output channel reorder[i]
     offset: np.ndarray  # [O + 1] int32: filter i's kernels are offset[i]:offset[i+1]
-    stride: np.ndarray  # [O, P + 1] int32: pattern p's kernels of filter i, absolute
-    index: np.ndarray  # [nk] int32: input channel of each kernel
+    stride: np.ndarray  # [O, P + 1] (index_dtype): pattern p's kernels of filter i start
+    #                     at offset[i] + stride[i, p] (relative: bounded by the channels)
+    index: np.ndarray  # [nk] (index_dtype): input channel of each kernel
     weights: np.ndarray  # [nk, taps] float32: the pattern's positions, zero padded
     pattern_of: np.ndarray  # [nk] int32: each kernel's pattern (the no-opt mode reads it)
 
     def index_bytes(self) -> int:
         """Bytes of the FKW arrays other than the weights (the thesis' overhead): offset,
-        reorder, index and stride, as 32-bit integers."""
-        return 4 * (self.offset.size + self.reorder.size + self.index.size + self.stride.size)
+        reorder, index and stride, in their own integer types."""
+        return sum(a.nbytes for a in (self.offset, self.reorder, self.index, self.stride))
 
     def dense(self, channels: int) -> np.ndarray:
         """The OIHW weight this FKW stores (the round trip of :func:`fkw`)."""
@@ -140,15 +147,16 @@ def fkw(weight: np.ndarray, patterns, ids: np.ndarray) -> FKW:
     npat = len(patterns)
     taps = max(len(p) for p in patterns)
     counts = (ids >= 0).sum(axis=1)
-    reorder = np.argsort(-counts, kind="stable").astype(np.int32)
+    small = index_dtype(o, w.shape[1])
+    reorder = np.argsort(-counts, kind="stable").astype(small)
     offset = np.zeros(o + 1, np.int32)
-    stride = np.zeros((o, npat + 1), np.int32)
+    stride = np.zeros((o, npat + 1), small)
     index, wts, pids = [], [], []
     pos = 0
     for i, f in enumerate(reorder):
         offset[i] = pos
         for p in range(npat):
-            stride[i, p] = pos
+            stride[i, p] = pos - offset[i]
             chans = np.nonzero(ids[f] == p)[0]
             for ch in chans:
                 row = np.zeros(taps, np.float32)
@@ -157,10 +165,10 @@ def fkw(weight: np.ndarray, patterns, ids: np.ndarray) -> FKW:
             index.extend(int(ch) for ch in chans)
             pids.extend([p] * len(chans))
             pos += len(chans)
-        stride[i, npat] = pos
+        stride[i, npat] = pos - offset[i]
     offset[o] = pos
     return FKW(tuple(tuple(p) for p in patterns), reorder, offset, stride,
-               np.asarray(index, np.int32),
+               np.asarray(index, small),
                np.asarray(wts, np.float32).reshape(pos, taps),
                np.asarray(pids, np.int32))
 
@@ -256,8 +264,10 @@ class PatternConv:
             shapes = [("row_ptr", (o + 1,), "int32"), ("col", (nk,), "int32"),
                       ("values", (nk,), "float32")]
         else:
-            shapes = [("reorder", (o,), "int32"), ("stride", (o, npat + 1), "int32"),
-                      ("index", (nk,), "int32"), ("weights", (nk, taps), "float32")]
+            small = index_dtype(o, self.geo.c)
+            shapes = [("reorder", (o,), small), ("offset", (o + 1,), "int32"),
+                      ("stride", (o, npat + 1), small), ("index", (nk,), small),
+                      ("weights", (nk, taps), "float32")]
             if self.mode == "kernel":
                 shapes.append(("pattern_of", (nk,), "int32"))
         if self.bias:
@@ -279,7 +289,7 @@ def weight_arrays(spec: PatternConv, weight: np.ndarray,
         m = csr(weight)
         return [m.row_ptr, m.col, m.values]
     f = fkw(weight, layout.patterns, layout.ids)
-    arrays = [f.reorder, f.stride, f.index, f.weights]
+    arrays = [f.reorder, f.offset, f.stride, f.index, f.weights]
     if spec.mode == "kernel":
         arrays.append(f.pattern_of)
     return arrays
@@ -329,25 +339,31 @@ def _accumulate(spec: PatternConv, acc, src, ic, weight_of, position) -> None:
                     builder_store(acc, acc[r, col] + w * src(ic, dx, r * s + dy, col), r, col)
 
 
+def _int(value):
+    """An index read from a 16-bit FKW array, widened for address arithmetic."""
+    return tirx.Cast("int32", value)
+
+
 def _tile_body(spec: PatternConv, ins: dict, acc, src, f, prefetch=None) -> None:
     """Accumulate filter ``f``'s (computed order) contributions into ``acc``."""
     if spec.mode == "pattern":
         stride, index, weights = ins["stride"], ins["index"], ins["weights"]
         last = int(index.shape[0]) - 1
+        first = T.Bind(ins["offset"][f])
         for p, pat in enumerate(spec.patterns):
-            with T.serial(stride[f, p], stride[f, p + 1]) as j:
-                ic = T.Bind(index[j])
+            with T.serial(first + _int(stride[f, p]), first + _int(stride[f, p + 1])) as j:
+                ic = T.Bind(_int(index[j]))
                 if spec.knobs.prefetch and prefetch is not None:
-                    prefetch(index[tirx.min(j + spec.knobs.prefetch, last)])
+                    prefetch(_int(index[tirx.min(j + spec.knobs.prefetch, last)]))
                 _accumulate(spec, acc, src, ic,
                             lambda t, j=j: weights[j, t], list(pat))
         return
     if spec.mode == "kernel":  # no-opt: positions read from the pattern table per tap
-        stride, index, weights = ins["stride"], ins["index"], ins["weights"]
+        index, weights = ins["index"], ins["weights"]
         table = ins["table"]
         taps = weights.shape[1]
-        with T.serial(stride[f, 0], stride[f, len(spec.patterns)]) as j:
-            ic = T.Bind(index[j])
+        with T.serial(ins["offset"][f], ins["offset"][f + 1]) as j:
+            ic = T.Bind(_int(index[j]))
             pid = T.Bind(ins["pattern_of"][j])
             _accumulate(spec, acc, src, ic, lambda t, j=j: weights[j, t],
                         [T.Bind(table[pid, t]) for t in range(int(taps))])
@@ -566,7 +582,7 @@ def _kernel(spec: PatternConv, ins: dict, out):
             src, prefetch = _tile_source(spec, ins["data"], pbuf, n, y0, x0)
             stage = T.decl_buffer((g.o, k.rows, k.width), "float32") if staged else None
             with T.serial(0, g.o) as f:
-                o = T.Bind(ins["reorder"][f]) if "reorder" in ins else f
+                o = T.Bind(_int(ins["reorder"][f])) if "reorder" in ins else f
                 acc = stack_tile((k.rows, k.width))  # in registers (not a workspace)
                 for r in range(k.rows):
                     with T.vectorized(0, k.width) as c:
@@ -639,6 +655,7 @@ __all__ = [
     "csr",
     "default_knobs",
     "fkw",
+    "index_dtype",
     "pattern_conv_func",
     "pattern_table",
     "reference",
