@@ -219,7 +219,8 @@ def tune_layer(layer, target, work_dir, trials: int = 64,
             tune_model(mod, target, log_dir, trials, kernels=kernels, space=space,
                        population=population)
         runs[name], outs[name] = gspc.vm_runner(
-            mod, target, arg, cocopie_pipeline(**vars(options.replace(database=str(log_dir)))))
+            mod, target, arg, cocopie_pipeline(**vars(options.replace(database=str(log_dir)))),
+            "default" if space == "stock" else None)
     ref = outs["ms_tuned"]
     errs = {k: bm.max_rel_error(gspc.nchw_array(v), ref) for k, v in outs.items()}
     ms_ = bm.time_per_call(runs, repeat, max_seconds)

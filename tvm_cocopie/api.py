@@ -24,6 +24,7 @@ from .errors import CompilationError, InputShapeError, TargetError, last_line
 from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
+from .schedules.stack_locals import tir_pipeline_for
 from .target import is_host, parse_target
 from .threads import ThreadGovernor, configured_threads, ensure_thread_pool
 
@@ -313,13 +314,15 @@ def compile_model(
         if isinstance(options, Mapping):
             options = PipelineOptions(**options)
         relax_pipeline = cocopie_pipeline(**vars(options or PipelineOptions()))
+        tir_pipeline = tir_pipeline_for(tgt)
     else:
         if options:
             raise CompilationError("options only apply to the cocopie pipeline")
-        relax_pipeline = pipeline
+        relax_pipeline, tir_pipeline = pipeline, "default"
     start = time.perf_counter()
     try:
-        executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_pipeline)
+        executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_pipeline,
+                                 tir_pipeline=tir_pipeline)
     except TargetError:
         raise
     except Exception as err:

@@ -40,6 +40,7 @@ from .relay_passes.static_memory import (
     cache_static_allocations,
     keep_scratch_registers,
 )
+from .schedules.stack_locals import register_tir_pipeline
 from .target import is_hexagon, is_host, parse_target
 
 log = logging.getLogger(__name__)
@@ -281,9 +282,11 @@ def cocopie_pipeline(**options) -> tvm.transform.Pass:
 
 
 def register_pipeline() -> bool:
-    """Register ``cocopie`` in TVM's pipeline map; ``False`` if it already was."""
+    """Register ``cocopie`` in TVM's pipeline map; ``False`` if it already was. The TIR
+    pipeline ``cocopie`` (:mod:`.schedules.stack_locals`) is registered with it."""
     from tvm.relax import pipeline as relax_pipeline
 
+    register_tir_pipeline()
     current = relax_pipeline.PIPELINE_MAP.get(PIPELINE_NAME)
     if current is cocopie_pipeline:
         return False

@@ -195,13 +195,18 @@ def relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
     return bb.get()
 
 
-def vm_runner(mod, target, arg: np.ndarray, pipeline):
+def vm_runner(mod, target, arg: np.ndarray, pipeline, tir_pipeline: str | None = None):
     """``(run, output)``: a no-argument callable running the compiled ``mod`` once, and
-    its output for ``arg``."""
+    its output for ``arg``. ``tir_pipeline``: ``"default"`` for stock TVM's contenders,
+    else the cocopie build's (:func:`~tvm_cocopie.pipeline.tir_pipeline_for`)."""
     import tvm
     from tvm import relax
 
-    ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    from ..schedules.stack_locals import tir_pipeline_for
+    from ..target import parse_target
+
+    tir = tir_pipeline or tir_pipeline_for(parse_target(target))
+    ex = tvm.compile(mod, target=target, relax_pipeline=pipeline, tir_pipeline=tir)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     data = tvm.runtime.tensor(arg)
     fn = vm["main"]
@@ -257,7 +262,8 @@ def compare_layer(layer: GroupedLayer, target, threads: list[int], repeat: int =
     ours("previous", cocopie_pipeline(grouped="blocked"))
     if stock:
         try:
-            runs["tvm"], outs["tvm"] = vm_runner(plain, target, x, relax.get_pipeline("default"))
+            runs["tvm"], outs["tvm"] = vm_runner(plain, target, x, relax.get_pipeline("default"),
+                                                 "default")
         except Exception as err:  # noqa: BLE001 - stock TVM's failure is recorded, not fatal
             errors["tvm"] = str(err).strip().splitlines()[-1]
     records = []

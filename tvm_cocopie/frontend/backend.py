@@ -34,6 +34,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from ..errors import InputShapeError, ModelError
 from ..pipeline import register_pipeline
+from ..schedules.stack_locals import tir_pipeline_for
 from ..target import host_target, parse_target
 from .importer import from_onnx
 from .model import load_model
@@ -296,7 +297,8 @@ class TvmCocopieBackend(Backend):
         mod = from_onnx(proto, shapes=kwargs.get("shapes"), check=False)
         if not isinstance(target, tvm.target.Target):
             target = parse_target(target)
-        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+        tir = tir_pipeline_for(target) if pipeline == "cocopie" else "default"
+        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline, tir_pipeline=tir)
         return TvmCocopieRep(executable, proto)
 
     @classmethod

@@ -48,6 +48,7 @@ from tvm.s_tir.dlight import ApplyDefaultSchedule
 from ...errors import last_line
 from ...exprs import param_dim_names, static_shape
 from ...latency import Dataset, LatencyModel, Row, kernel_features
+from ...schedules.stack_locals import tir_pipeline_for
 from .apply import call_tir_again, fuse_blocks, is_scalar_arg
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
@@ -308,7 +309,8 @@ class MeasuredDecision:
         dev = tvm.cpu()
         args = [_random(static_shape(p), str(p.ty.dtype), rng) for p in sub["main"].params]
         with self.target:
-            exe = tvm.compile(sub, target=self.target, relax_pipeline=lower)
+            exe = tvm.compile(sub, target=self.target, relax_pipeline=lower,
+                              tir_pipeline=tir_pipeline_for(self.target))
         vm = relax.VirtualMachine(exe, dev)
         ref = vm["main"](*[tvm.runtime.tensor(a, dev) for a in args]).numpy()
         ran = self._run_poisoned(fused, args)
@@ -454,7 +456,7 @@ def scheduled_primfunc(func: tvm.tirx.PrimFunc, target, rules: list) -> tvm.tirx
 def build_scheduled(func: tvm.tirx.PrimFunc, target, rules: list):
     """``func`` scheduled by ``rules`` and built for ``target``: a module with ``main``."""
     mod = tvm.IRModule({"main": scheduled_primfunc(func, target, rules)})
-    return tvm.compile(mod, target=target)
+    return tvm.compile(mod, target=target, tir_pipeline=tir_pipeline_for(target))
 
 
 def time_primfuncs(funcs: list, target, rules: list, min_repeat_ms: int = 5,

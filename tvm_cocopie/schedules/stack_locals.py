@@ -1,0 +1,154 @@
+"""Register tiles in stack slots: the TIR pipeline ``cocopie``.
+
+TVM 0.27's ``LowerTVMBuiltin`` turns every ``local`` buffer of a host function into a
+``TVMBackendAllocWorkspace`` block, even a 64-byte one (checked: a 16-float
+accumulator inside a CPU kernel with ``device_type`` 1). LLVM keeps such a block's
+values in registers only where it can prove nothing else in the loop touches it: a
+kernel that also reads another workspace block in its reduction loop (a padded input
+tile, a transposed or packed input copy, a staged result) stored its accumulators to
+memory after every update. Measured before this pass: MobileNetV2's depthwise kernels
+about one vector store per three FMAs, the pattern-sparse conv eight full-vector stores
+per kernel of 32 FMAs.
+
+:func:`stack_locals` turns every such block of a constant size up to
+:data:`STACK_LIMIT_BYTES` back into a plain allocation, which LLVM code generation
+makes a 64-byte-aligned stack slot of the function or parallel task: a slot that
+never escapes is promoted to registers. It runs on the host module right after
+``LowerTVMBuiltin`` in the TIR pipeline :data:`TIR_PIPELINE`,
+which is TVM's default S-TIR lowering otherwise; ``tvm_cocopie.compile_model`` and the
+ONNX backend build with it (``tvm.compile(..., relax_pipeline="cocopie",
+tir_pipeline="cocopie")`` by hand). Hexagon builds keep TVM's pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import tirx
+
+from ..target import is_hexagon
+
+log = logging.getLogger(__name__)
+
+#: the name the TIR pipeline is registered under
+TIR_PIPELINE = "cocopie"
+#: the largest ``local`` buffer moved to the stack (TVM's own stack limit before 0.27)
+STACK_LIMIT_BYTES = 1024
+
+
+def _op_name(expr) -> str:
+    return str(getattr(getattr(expr, "op", None), "name", ""))
+
+
+class _Rewriter:
+    """The statement tree with small ``local`` workspace blocks as native allocations.
+    In a statement list, ``DeclBuffer(b, data=TVMBackendAllocWorkspace(..., n, ...))`` of
+    a ``local`` buffer with ``n <= limit`` becomes ``AllocBuffer(b)``; the list's
+    null check of ``b`` and its ``TVMBackendFreeWorkspace`` of ``b`` are dropped.
+    Statements of kinds not listed are kept as they are (nothing below them moves)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.moved = 0
+
+    def _moved(self, node) -> str | None:
+        """The buffer's name if ``node`` declares a small local workspace block."""
+        if not isinstance(node, tirx.DeclBuffer):
+            return None
+        if _op_name(node.data) != "tirx.TVMBackendAllocWorkspace":
+            return None
+        size = node.data.args[2]
+        if node.buffer.scope() != "local" or not isinstance(size, tirx.IntImm):
+            return None
+        return node.buffer.name if int(size.value) <= self.limit else None
+
+    def _bookkeeping(self, node, names: set) -> bool:
+        """Whether ``node`` is the null check or the free of a moved buffer."""
+        if not isinstance(node, tirx.IfThenElse) or node.else_case is not None:
+            return False
+        cond = str(node.condition)
+        return any(cond == f"T.isnullptr({n}.data)"
+                   or ("TVMBackendFreeWorkspace" in cond and f"{n}.data)" in cond)
+                   for n in names)
+
+    def _list(self, stmts) -> list:
+        out, names = [], set()
+        for node in stmts:
+            name = self._moved(node)
+            if name is not None:
+                self.moved += 1
+                names.add(name)
+                out.append(tirx.AllocBuffer(node.buffer))
+            elif not self._bookkeeping(node, names):
+                out.append(self.stmt(node))
+        return out
+
+    def stmt(self, node):
+        if isinstance(node, tirx.SeqStmt):
+            return tirx.SeqStmt(self._list(node.seq))
+        if isinstance(node, tirx.For):
+            return tirx.For(node.loop_var, node.min, node.extent, node.kind,
+                            self.stmt(node.body), node.thread_binding, node.annotations,
+                            node.step)
+        if isinstance(node, tirx.IfThenElse):
+            other = None if node.else_case is None else self.stmt(node.else_case)
+            return tirx.IfThenElse(node.condition, self.stmt(node.then_case), other)
+        if isinstance(node, tirx.AttrStmt):
+            return tirx.AttrStmt(node.node, node.attr_key, node.value, self.stmt(node.body))
+        if isinstance(node, tirx.While):
+            return tirx.While(node.condition, self.stmt(node.body))
+        return node
+
+
+def stack_locals(limit: int = STACK_LIMIT_BYTES) -> tvm.transform.Pass:
+    """The pass: ``local`` workspace blocks of at most ``limit`` bytes as native stack
+    allocations (module docstring). Run it on host functions after ``LowerTVMBuiltin``."""
+
+    @tvm.transform.module_pass(opt_level=0, name="StackLocals")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc):
+                continue
+            rewriter = _Rewriter(limit)
+            body = rewriter.stmt(func.body)
+            if rewriter.moved:
+                updates[gvar] = func.with_body(body)
+                log.debug("%s: %d local buffers on the stack", gvar.name_hint,
+                          rewriter.moved)
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
+
+    return _pass
+
+
+def _tir_pipeline(**kwargs):
+    """TVM's default S-TIR pipeline, :func:`stack_locals` after its host finalization."""
+    from tvm.s_tir.pipeline import default_s_tir_pipeline
+
+    lower, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
+
+    def host_passes():
+        return tvm.ir.transform.Sequential([finalize_host(), stack_locals()])
+
+    return lower, host_passes, finalize_device
+
+
+def register_tir_pipeline() -> None:
+    """Register :data:`TIR_PIPELINE` in TVM's TIR pipeline map (idempotent)."""
+    from tvm.tirx import compilation_pipeline
+
+    compilation_pipeline.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
+
+
+def tir_pipeline_for(target) -> str:
+    """The TIR pipeline a cocopie build of ``target`` uses: ours on CPUs, TVM's default
+    on Hexagon (its kernels and workspace use are measured as they are)."""
+    register_tir_pipeline()
+    return "default" if is_hexagon(target) else TIR_PIPELINE
+
+
+__all__ = ["STACK_LIMIT_BYTES", "TIR_PIPELINE", "register_tir_pipeline", "stack_locals",
+           "tir_pipeline_for"]
