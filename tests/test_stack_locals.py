@@ -8,13 +8,13 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from tvm_cocopie.schedules.stack_locals import (
+from tvm_cocopie.target import parse_target
+from tvm_cocopie.tir_pipeline import (
     STACK_LIMIT_BYTES,
     TIR_PIPELINE,
     register_tir_pipeline,
     tir_pipeline_for,
 )
-from tvm_cocopie.target import parse_target
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 

@@ -36,6 +36,7 @@ FLOORS = {
     "tvm_cocopie.emulation": 2,
     "tvm_cocopie.metaschedule": 2,
     "tvm_cocopie.latency": 2,
+    "tvm_cocopie.tir_pipeline": 2,
     "tvm_cocopie.frontend": 3,
     "tvm_cocopie.topi": 3,
     "tvm_cocopie.hexagon": 4,

@@ -24,9 +24,9 @@ from .errors import CompilationError, InputShapeError, TargetError, last_line
 from .frontend.importer import from_onnx
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
-from .schedules.stack_locals import tir_pipeline_for
 from .target import is_host, parse_target
 from .threads import ThreadGovernor, configured_threads, ensure_thread_pool
+from .tir_pipeline import tir_pipeline_for
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from .relay_passes.static_memory import (
     cache_static_allocations,
     keep_scratch_registers,
 )
-from .schedules.stack_locals import register_tir_pipeline
 from .target import is_hexagon, is_host, parse_target
+from .tir_pipeline import register_tir_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ def cocopie_pipeline(**options) -> tvm.transform.Pass:
 
 def register_pipeline() -> bool:
     """Register ``cocopie`` in TVM's pipeline map; ``False`` if it already was. The TIR
-    pipeline ``cocopie`` (:mod:`.schedules.stack_locals`) is registered with it."""
+    pipeline ``cocopie`` (:mod:`.tir_pipeline`) is registered with it."""
     from tvm.relax import pipeline as relax_pipeline
 
     register_tir_pipeline()

@@ -202,8 +202,8 @@ def vm_runner(mod, target, arg: np.ndarray, pipeline, tir_pipeline: str | None =
     import tvm
     from tvm import relax
 
-    from ..schedules.stack_locals import tir_pipeline_for
     from ..target import parse_target
+    from ..tir_pipeline import tir_pipeline_for
 
     tir = tir_pipeline or tir_pipeline_for(parse_target(target))
     ex = tvm.compile(mod, target=target, relax_pipeline=pipeline, tir_pipeline=tir)

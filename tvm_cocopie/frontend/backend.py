@@ -34,8 +34,8 @@ from onnx.backend.base import Backend, BackendRep
 
 from ..errors import InputShapeError, ModelError
 from ..pipeline import register_pipeline
-from ..schedules.stack_locals import tir_pipeline_for
 from ..target import host_target, parse_target
+from ..tir_pipeline import tir_pipeline_for
 from .importer import from_onnx
 from .model import load_model
 

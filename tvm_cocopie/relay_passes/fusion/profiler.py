@@ -48,7 +48,7 @@ from tvm.s_tir.dlight import ApplyDefaultSchedule
 from ...errors import last_line
 from ...exprs import param_dim_names, static_shape
 from ...latency import Dataset, LatencyModel, Row, kernel_features
-from ...schedules.stack_locals import tir_pipeline_for
+from ...tir_pipeline import tir_pipeline_for
 from .apply import call_tir_again, fuse_blocks, is_scalar_arg
 from .database import Entry, ProfileDB
 from .mapping import param_buffer

@@ -27,7 +27,7 @@ import logging
 import tvm
 from tvm import tirx
 
-from ..target import is_hexagon
+from .target import is_hexagon
 
 log = logging.getLogger(__name__)
 
