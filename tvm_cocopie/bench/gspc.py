@@ -198,7 +198,7 @@ def relax_layer(layer: GroupedLayer, w, b, ib: int, ob: int):
 def vm_runner(mod, target, arg: np.ndarray, pipeline, tir_pipeline: str | None = None):
     """``(run, output)``: a no-argument callable running the compiled ``mod`` once, and
     its output for ``arg``. ``tir_pipeline``: ``"default"`` for stock TVM's contenders,
-    else the cocopie build's (:func:`~tvm_cocopie.pipeline.tir_pipeline_for`)."""
+    else the cocopie build's (:func:`~tvm_cocopie.tir_pipeline.tir_pipeline_for`)."""
     import tvm
     from tvm import relax
 
