@@ -386,12 +386,84 @@ def test_encoder_reads_attention_as_heads_and_agrees_per_layer(tiny_encoder):
     assert agree["max_steps"] <= 1 and agree["differ"] < 0.1, agree
 
 
-def test_the_relax_form_refuses_what_it_cannot_express_yet(tiny_encoder):
+def _through_the_pipeline(mod, path):
+    """``mod`` (the int8 form of quantized file ``path``) through the cocopie pipeline
+    for Hexagon, run under qemu-hexagon on a sample input: ``(output, numpy reference)``."""
+    import tvm
+
+    import tvm_cocopie
+    from tvm_cocopie.hexagon import relax_graph
+    from tvm_cocopie.pipeline import run_until
+    from tvm_cocopie.target import HEXAGON_V66
+
+    net, _, _, _ = hexmodel.prepare(path)
+    tvm_cocopie.register()
+    scheduled = run_until(mod, tvm.target.Target(HEXAGON_V66), "schedule")
+    ref = reference_forward(net)
+    return relax_graph.run_program(scheduled, net.image_q).reshape(ref.shape), ref
+
+
+@pytest.mark.needs_toolchain
+def test_the_front_door_reads_a_quantized_encoder_that_tvm_compile_runs_bit_exact(
+        tiny_encoder):
+    """Attention products, softmax, layer norm and the position operand in the int8 Relax
+    form (``call_tir`` of their integer computes), through ``tvm.compile``'s pipeline."""
+    import tvm
+
+    import tvm_cocopie
+    from tvm_cocopie.hexagon import relax_graph
+    from tvm_cocopie.target import HEXAGON_V66
+
+    _, path = tiny_encoder
+    mod = tvm_cocopie.from_onnx(path, int8=True)
+    net = qonnx.read_quantized(onnx.load(str(path)))
+    assert int(mod["main"].attrs["input_zero_point"]) == net.input_zero_point
+    back = relax_graph.read_network(mod)
+    assert [(q.layer.op, q.rq, q.pad_value) for q in back.layers] == [
+        (q.layer.op, q.rq, q.pad_value) for q in net.layers]
+    assert {"attention", "softmax", "layernorm"} <= {q.layer.op for q in back.layers}
+    assert back.constants and back.input_shape == net.input_shape
+    out, ref = _through_the_pipeline(mod, path)
+    assert np.array_equal(out, ref)
+    tvm_cocopie.register()
+    assert tvm.compile(mod, target=tvm.target.Target(HEXAGON_V66),
+                       relax_pipeline="cocopie") is not None
+
+
+@pytest.mark.needs_toolchain
+@pytest.mark.parametrize("builder", ["shuffle", "pools"])
+def test_split_concat_shuffle_grouped_conv_and_upsampling_in_the_relax_form(builder, tmp_path):
+    import tvm_cocopie
+
+    proto = _shuffle_cnn() if builder == "shuffle" else _pool_resize_cnn()
+    path = ptq.quantize_onnx(proto, tmp_path / f"{builder}.onnx", count=2)
+    out, ref = _through_the_pipeline(tvm_cocopie.from_onnx(path, int8=True), path)
+    assert np.array_equal(out, ref)
+
+
+def test_the_int8_front_door_refuses_a_float_model_with_the_way_out():
+    import tvm_cocopie
+    from tvm_cocopie.errors import ModelError
+
+    with pytest.raises(ModelError, match="ptq.quantize_onnx"):
+        tvm_cocopie.from_onnx(_small_cnn(), int8=True)
+
+
+def test_a_layer_call_must_compute_what_its_description_says(tiny_encoder):
+    """Editing a ``call_tir`` layer's description (here the layer norm's output zero
+    point) without its compute is caught when the network is read back."""
     from tvm_cocopie.hexagon import relax_graph
 
     _, path = tiny_encoder
-    with pytest.raises(UnsupportedOperatorError, match="hexagon run"):
-        relax_graph.quantized_module(path)
+    mod, _ = relax_graph.quantized_module(path)
+    gv = next(gv for gv, f in mod.functions_items()
+              if f.attrs is not None and relax_graph.LAYER_ATTR in f.attrs
+              and json.loads(str(f.attrs[relax_graph.LAYER_ATTR]))["op"] == "layernorm")
+    desc = json.loads(str(mod[gv].attrs[relax_graph.LAYER_ATTR]))
+    desc["rq"]["zy"] = (desc["rq"]["zy"] + 1) % 256
+    mod[gv] = mod[gv].with_attr(relax_graph.LAYER_ATTR, json.dumps(desc))
+    with pytest.raises(UnsupportedOperatorError, match="does not compute"):
+        relax_graph.read_network(mod)
 
 
 @pytest.mark.needs_toolchain

@@ -94,7 +94,7 @@ def __getattr__(name):
 
         return getattr(compiler, name if name != "compile" else "compile_model")
     if name == "from_onnx":
-        from .frontend.importer import from_onnx
+        from .api import from_onnx
 
         return from_onnx
     if name == "PipelineOptions":

@@ -20,8 +20,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import CompilationError, InputShapeError, TargetError, last_line
-from .frontend.importer import from_onnx
+from .errors import CompilationError, InputShapeError, ModelError, TargetError, last_line
+from .frontend.importer import from_onnx as _import_float
 from .frontend.model import graph_inputs, load_model
 from .pipeline import PipelineOptions, cocopie_pipeline, register_pipeline
 from .target import is_host, parse_target
@@ -273,6 +273,67 @@ def _to_numpy(value):
     return value
 
 
+def from_onnx(
+    model,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    keep_params_in_input: bool = False,
+    check: bool = True,
+    *,
+    int8: bool = False,
+) -> tvm.IRModule:
+    """The ONNX front door: ``model`` (path, bytes or ``ModelProto``) as a Relax module.
+
+    By default TVM's importer behind the project's checks and converters
+    (:func:`tvm_cocopie.frontend.importer.from_onnx`: ``shapes``, ``keep_params_in_input``
+    and ``check`` as there); a quantized file then becomes float arithmetic, which the CPU
+    pipeline compiles.
+
+    ``int8=True`` reads a quantized file (QDQ, as ``onnxruntime.quantization.quantize_static``
+    or :func:`tvm_cocopie.ptq.quantize_onnx` write it, or QOperator) with its integers into
+    the int8 Relax form the Hexagon pipeline selects and schedules
+    (:mod:`tvm_cocopie.hexagon.relax_graph`; ``tvm.compile(mod, HEXAGON_V66,
+    relax_pipeline="cocopie")``): ``main(image)`` takes the input quantized, NHWC uint8,
+    and returns the output's integers; ``main``'s attributes ``input_scale``,
+    ``input_zero_point``, ``output_scale`` and ``output_zero_point`` say what they stand for
+    (a model with a token embedding takes the gathered rows: read it with
+    :func:`tvm_cocopie.hexagon.relax_graph.quantized_module`, whose network holds the table).
+    ``shapes`` fixes a symbolic input height and width there (``{"x": [1, 3, 224, 224]}``).
+    A float file is refused with the way to quantize it."""
+    if not int8:
+        return _import_float(model, shapes=shapes, keep_params_in_input=keep_params_in_input,
+                             check=check)
+    from .hexagon.executor.qonnx import is_quantized
+    from .hexagon.relax_graph import quantized_module
+
+    if keep_params_in_input:
+        raise CompilationError("the int8 form keeps its weights as constants: "
+                               "keep_params_in_input applies to the float import only")
+    proto = load_model(model, check=check)
+    if not is_quantized(proto):
+        raise ModelError(
+            "int8=True reads a quantized model (QDQ or QOperator), and this one has no "
+            "QuantizeLinear / DequantizeLinear or QLinear operator: quantize it first with "
+            "tvm_cocopie.ptq.quantize_onnx(model, 'model_qdq.onnx') (calibrated on sample "
+            "inputs), or run it with `tvm-cocopie hexagon run MODEL.onnx`, which does")
+    image_size = None
+    if shapes:
+        dims = [list(d) for d in shapes.values()]
+        if len(dims) != 1 or len(dims[0]) != 4:
+            raise InputShapeError(
+                f"shapes={dict(shapes)}: the int8 form takes one NCHW image input; give its "
+                "[1, C, H, W]")
+        image_size = (int(dims[0][2]), int(dims[0][3]))
+    mod, net = quantized_module(proto, image_size)
+    attrs = {"input_scale": float(net.input_scale), "input_zero_point": int(net.input_zero_point),
+             "output_scale": float(net.output_scale),
+             "output_zero_point": int(net.output_zero_point)}
+    main = mod["main"]
+    for key, value in attrs.items():
+        main = main.with_attr(key, value)
+    mod["main"] = main
+    return mod
+
+
 def compile_model(
     model,
     target=None,
@@ -307,7 +368,7 @@ def compile_model(
         mod, names = model, None
     else:
         proto = load_model(model)  # read the file once, for the import and the input names
-        mod = from_onnx(proto, shapes=shapes, check=False)  # checked by load_model
+        mod = _import_float(proto, shapes=shapes, check=False)  # checked by load_model
         names = list(graph_inputs(proto))
     inputs = _input_specs(mod, names)
     if pipeline == "cocopie":

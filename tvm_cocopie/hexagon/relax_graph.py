@@ -11,20 +11,28 @@ it); a residual add is :class:`~tvm_cocopie.topi.int8.compute.AddRequant`
 :class:`~tvm_cocopie.topi.int8.compute.MulRequant` (``astype int32``, ``subtract`` of the
 zero point for each input, ``multiply``, then the conv's requantization); a lookup is
 ``take`` of a 256-entry uint8 table at ``astype(x, int32)``; a max pool is
-``nn.max_pool2d`` (NHWC, uint8). :func:`quantized_module` writes a QDQ/QOperator ONNX
-file in this form.
+``nn.max_pool2d`` (NHWC, uint8). Every other layer -- per-channel convs, grouped convs,
+attention products, softmax, layer norm, channel concat / slice / shuffle, upsampling --
+is ``call_tir`` of its NHWC integer compute (:func:`.executor.nhwc.nhwc_layer`: the
+inputs, then its constants), the layer described in the PrimFunc's :data:`LAYER_ATTR`
+(checked against the compute when read back); constant operands (a position embedding)
+are bound uint8 constants. :func:`quantized_module` writes a QDQ/QOperator ONNX file in
+this form; ``tvm_cocopie.from_onnx(path, int8=True)`` is the front door to it.
 
 - :func:`relax_module` writes a quantized network (:class:`.executor.QNetwork`) in that
   form (:func:`emit_qconv` one conv);
 - :func:`read_network` reads it back into a network the selection and the executor take;
 - :func:`program_of` reads a module the pipeline has rewritten (and scheduled) back into
-  a runner program, so tests run exactly its PrimFuncs under ``qemu-hexagon``.
+  a runner program, so tests run exactly its PrimFuncs under ``qemu-hexagon``
+  (:func:`run_program` runs it).
 
 The pass that rewrites the form into HVX-layout computes is :mod:`.select_stage`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 
 import numpy as np
@@ -32,10 +40,17 @@ import numpy as np
 from ..errors import UnsupportedOperatorError
 from ..exprs import const_np, is_constant, op_name, static_shape
 from ..topi.int8.compute import AddRequant, MulRequant, Requant
+from ..topi.int8.sequence import AttentionProduct, LayerNorm, Softmax
+from .executor.nhwc import nhwc_layer, out_shape
 from .executor.quantization import QLayer, QNetwork, layer_sources
 from .selection.networks import Layer
 
 log = logging.getLogger(__name__)
+
+#: PrimFunc attribute of a layer written as ``call_tir`` of its NHWC integer compute: the
+#: layer described as JSON (operator, geometry, requantization, parameters), which
+#: :func:`read_network` reads back.
+LAYER_ATTR = "cocopie_int8_layer"
 
 # ------------------------------------------------------------------ the Relax form
 
@@ -47,16 +62,17 @@ def _const(value, dtype):
     return relax.const(value, dtype) if value.ndim == 0 else relax.const(value)
 
 
-def emit_qconv(bb, x, q: QLayer, other=None):
-    """Emit the Relax operators of layer ``q`` on ``x`` (NHWC uint8; ``other``: the
-    second input of a residual add); returns the final uint8 expression (not emitted)."""
+def emit_qconv(bb, x, q: QLayer, *others):
+    """Emit the Relax operators of layer ``q`` on ``x`` (NHWC uint8; ``others``: the
+    further inputs, e.g. the second operand of a residual add); returns the final uint8
+    expression (not emitted)."""
     from tvm import relax
 
+    other = others[0] if others else None
+
     lay = q.layer
-    if lay.op in ("attention", "softmax", "layernorm") or (lay.op == "pool" and not lay.k):
-        raise UnsupportedOperatorError(
-            f"{lay.name}: the int8 Relax form has no {lay.op} yet; run the network with "
-            "tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)", {lay.op: 1})
+    if not _natural(q):
+        return _layer_call(bb, q, [x, *others])
     if lay.op == "pool":
         return relax.op.nn.max_pool2d(x, lay.k, lay.s, lay.p, layout="NHWC")
     if lay.op == "add":
@@ -96,6 +112,66 @@ def emit_qconv(bb, x, q: QLayer, other=None):
     return _emit_requant(bb, acc, q.rq)
 
 
+def _natural(q: QLayer) -> bool:
+    """Whether layer ``q`` is written as Relax operators (per-tensor convs, adds,
+    products, lookups, max pools); the others are ``call_tir`` of their NHWC compute."""
+    op = q.layer.op
+    if op in ("conv", "dwconv"):
+        return not q.rq.per_channel
+    return op in ("add", "mul", "lut") or (op == "pool" and bool(q.layer.k))
+
+
+#: Requantizations and integer operators a ``call_tir`` layer's description may hold.
+_RQ_CLASSES = {c.__name__: c for c in (Requant, AddRequant, MulRequant, AttentionProduct,
+                                       Softmax, LayerNorm)}
+
+
+def _encode(value):
+    """``value`` (a requantization dataclass, numbers, tuples) as JSON-ready data."""
+    if dataclasses.is_dataclass(value):
+        return {"class": type(value).__name__,
+                **{f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, (tuple, list, np.ndarray)):
+        return [_encode(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _decode(value):
+    """The inverse of :func:`_encode` (lists back to tuples, dataclasses rebuilt)."""
+    if isinstance(value, dict) and "class" in value:
+        if value["class"] not in _RQ_CLASSES:
+            raise UnsupportedOperatorError(f"an int8 layer with a {value['class']} requantization")
+        return _RQ_CLASSES[value["class"]](
+            **{k: _decode(v) for k, v in value.items() if k != "class"})
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    return value
+
+
+def _layer_call(bb, q: QLayer, ins: list):
+    """Layer ``q`` as ``call_tir`` of its NHWC integer compute (:func:`.executor.nhwc.
+    nhwc_layer`) on ``ins`` and its constants, the layer described in the PrimFunc's
+    :data:`LAYER_ATTR` for :func:`read_network` (not emitted)."""
+    from tvm import relax
+
+    lay = q.layer
+    func, consts = nhwc_layer(q, [tuple(static_shape(x)) for x in ins])
+    desc = {"op": lay.op, "geometry": [lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p],
+            "kind": q.kind, "pad_value": int(q.pad_value), "params": _encode(q.params),
+            "rq": _encode(q.rq), "inputs": len(ins)}
+    func = func.without_attr("global_symbol").with_attr(LAYER_ATTR, json.dumps(desc))
+    gv = bb.add_func(func, f"int8_{lay.op}")
+    out = relax.TensorType(list(out_shape(q)), "uint8")
+    consts = [np.asarray(c) for c in consts]  # dtypes given: relax.const makes int64 int32
+    return relax.call_tir(gv, [*ins, *(relax.const(c, str(c.dtype)) for c in consts)], out)
+
+
 def _emit_requant(bb, acc, rq):
     """:class:`~tvm_cocopie.topi.int8.compute.Requant` of an int32 expression, as Relax
     arithmetic ending in a uint8 expression (not emitted)."""
@@ -114,26 +190,15 @@ def relax_module(net: QNetwork):
     """The quantized network ``net`` as a Relax module ``main(image: uint8 NHWC)``."""
     from tvm import relax
 
-
     first = net.layers[0].layer
-    if net.constants:
-        raise UnsupportedOperatorError(
-            "the int8 Relax form has no constant operands yet (a bias or position add); run "
-            "the network with tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)",
-            {"constant": len(net.constants)})
-    per_channel = [q.layer.name for q in net.layers
-                   if getattr(q.rq, "per_channel", False)]
-    if per_channel:
-        raise UnsupportedOperatorError(
-            f"the int8 Relax form requantizes per tensor; {', '.join(per_channel[:4])} "
-            f"{'have' if len(per_channel) > 1 else 'has'} weights quantized per channel: run "
-            "the network with tvm_cocopie.hexagon.executor (tvm-cocopie hexagon run)",
-            {"per-channel": len(per_channel)})
-    x = relax.Var("image", relax.TensorType((1, first.h, first.w, first.c), "uint8"))
+    h, w, c = net.input_shape or (first.h, first.w, first.c)
+    x = relax.Var("image", relax.TensorType((1, h, w, c), "uint8"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
             env, prev = {"input": x}, "input"
+            for name, value in net.constants.items():  # a bias or position operand
+                env[name] = bb.emit(relax.const(np.asarray(value, np.uint8)))
             for i, q in enumerate(net.layers):
                 srcs = layer_sources(q.layer, prev)
                 expr = emit_qconv(bb, *(env[n] for n in srcs[:1]), q,
@@ -338,12 +403,12 @@ def _residual_add(graph: _Graph, out, rq_expr, names: dict, index: int):
         mults.append(_scalar(scaled.args[1], f"{what}'s multiplier"))
     shift = _scalar(shifted.args[1], f"{what}'s shift")
     offset = _scalar(rounded.args[1], f"{what}'s offset")
-    if static_shape(ins[0]) != static_shape(ins[1]):
+    (_, h, w, c), other = static_shape(ins[0]), tuple(static_shape(ins[1]))
+    if other not in ((1, h, w, c), (1, 1, 1, c)):
         raise UnsupportedOperatorError(
-            f"{what}: adds {static_shape(ins[0])} and {static_shape(ins[1])}; "
-            "broadcasting is not supported"
+            f"{what}: adds {static_shape(ins[0])} and {other}; Hexagon adds equal shapes or "
+            "a map and a per-channel vector"
         )
-    _, h, w, c = static_shape(ins[0])
     lay = Layer(f"add{index}", "add", tuple(names[v] for v in ins), h, w, c, c)
     return QLayer(lay, None, None, AddRequant(mults[0], mults[1], shift, offset))
 
@@ -367,21 +432,69 @@ def _max_pool(graph: _Graph, out, call, names: dict, index: int):
     return QLayer(lay, None, None, None)
 
 
-def read_network(func) -> QNetwork:
-    """The quantized network of a Relax function written as :func:`relax_module` does:
-    int8 convs, residual adds and max pools, each a pattern of Relax operators ending
-    in a uint8 tensor; anything else raises :class:`UnsupportedOperatorError`."""
+def _layer_from_call(prims, out, call, names: dict, index: int) -> QLayer:
+    """The layer a ``call_tir`` of an NHWC integer compute stands for (its PrimFunc's
+    :data:`LAYER_ATTR`), checked against the compute it calls."""
+    import tvm_ffi
+
+    gv = call.args[0]
+    prim = prims[gv] if prims is not None and gv in prims.get_global_vars() else None
+    desc = prim.attrs.get(LAYER_ATTR) if prim is not None and prim.attrs is not None else None
+    if desc is None:
+        raise UnsupportedOperatorError(
+            f"{out.name}: call_tir of {gv.name_hint}, which is not an int8 layer of this form "
+            "(read_network needs the module, and the PrimFunc's "
+            f"{LAYER_ATTR!r} attribute)", {"call_tir": 1})
+    desc = json.loads(str(desc))
+    args = list(call.args[1].fields)
+    ins, consts = args[: desc["inputs"]], args[desc["inputs"]:]
+    if any(v not in names for v in ins) or not all(is_constant(c) for c in consts):
+        raise UnsupportedOperatorError(
+            f"{out.name}: an int8 {desc['op']} layer must read uint8 tensors, then constants")
+    op = desc["op"]
+    lay = Layer(f"{op}{index}", op, tuple(names[v] for v in ins), *desc["geometry"])
+    consts = [np.array(const_np(c)) for c in consts]
+    weights = consts[0] if op in ("conv", "dwconv", "gconv", "lut", "concat") else None
+    bias = consts[1] if op in ("conv", "dwconv", "gconv") else None
+    q = QLayer(lay, weights, bias, _decode(desc["rq"]), pad_value=desc["pad_value"],
+               kind=desc["kind"], params=dict(_decode(desc["params"])))
+    want, _ = nhwc_layer(q, [tuple(static_shape(v)) for v in ins])
+    if not tvm_ffi.structural_equal(prim.without_attr(LAYER_ATTR),
+                                   want.without_attr("global_symbol")):
+        raise UnsupportedOperatorError(
+            f"{out.name}: {gv.name_hint} does not compute the {op} layer its "
+            f"{LAYER_ATTR!r} attribute describes")
+    return q
+
+
+def read_network(module) -> QNetwork:
+    """The quantized network of a Relax module (or its ``main``) written as
+    :func:`relax_module` does: int8 convs, residual adds, products, lookups and max pools,
+    each a pattern of Relax operators ending in a uint8 tensor, the other layers
+    ``call_tir`` of their NHWC compute (these need the module), bound uint8 constants as
+    operands; anything else raises :class:`UnsupportedOperatorError`."""
+    import tvm
+
+    prims, func = (module, module["main"]) if isinstance(module, tvm.IRModule) else (None, module)
     if len(func.params) != 1:
         raise UnsupportedOperatorError(
             f"main takes {len(func.params)} inputs; the Hexagon pipeline compiles one image input"
         )
     graph = _Graph(func)
     names = {func.params[0]: "input"}
-    layers = []
+    layers, constants = [], {}
     for var in graph.order:
         call = graph.values[var]
         op = _op_name(call)
-        if op == "nn.max_pool2d":
+        if is_constant(call) and len(static_shape(call)) == 4 and str(call.ty.dtype) == "uint8":
+            name = f"const{len(constants)}"
+            constants[name] = np.array(const_np(call))
+            graph.used.add(var)
+            names[var] = name
+            continue
+        if op == "call_tir":
+            q = _layer_from_call(prims, var, call, names, len(layers))
+        elif op == "nn.max_pool2d":
             q = _max_pool(graph, var, call, names, len(layers))
         elif op == "take":
             q = _lookup(graph, var, call, names, len(layers))
@@ -407,11 +520,12 @@ def read_network(func) -> QNetwork:
         for v in left:
             ops[_op_name(graph.values[v])] = ops.get(_op_name(graph.values[v]), 0) + 1
         raise UnsupportedOperatorError(
-            "the Hexagon pipeline compiles int8 convs, residual adds and max pools; "
+            "the Hexagon pipeline compiles the int8 form of tvm_cocopie.hexagon.relax_graph; "
             f"not compiled: {ops or 'no layer'}",
             ops,
         )
-    return QNetwork(layers, None, 1.0, 1.0)
+    _, h, w, c = static_shape(func.params[0])
+    return QNetwork(layers, None, 1.0, 1.0, constants=constants, input_shape=(h, w, c))
 
 
 # ------------------------------------------------------------------ the pass
@@ -453,3 +567,17 @@ def program_of(mod) -> tuple:
             else:
                 raise UnsupportedOperatorError(f"{b.var.name}: {op} in a rewritten module")
     return funcs, calls, inputs, names[func.body.body], aliases
+
+
+def run_program(mod, image: np.ndarray, timeout: float | None = None) -> np.ndarray:
+    """Run a module the pipeline has rewritten and scheduled (``run_until(mod, target,
+    "schedule")``) under ``qemu-hexagon`` on the quantized NHWC ``image``, with
+    :func:`.executor.plan_memory`'s static plan; returns the output's integers (NHWC)."""
+    from ..emulation import hexagon as runner
+    from .executor.memplan import plan_memory
+
+    funcs, calls, inputs, out, aliases = program_of(mod)
+    plan = plan_memory(funcs, calls, [*inputs, "image"], out, aliases)
+    res = runner.run(funcs, calls, {"image": np.asarray(image, np.uint8), **inputs}, [out],
+                     offsets=plan.offsets, timeout=timeout)
+    return res.outputs[out]

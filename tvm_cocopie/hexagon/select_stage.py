@@ -50,7 +50,7 @@ def rewrite(mod, plan: dict | None = None, local: bool = False):
     ``plan`` (layer name -> variant) overrides the selection; ``local`` picks each
     layer's cheapest variant alone instead of GCD²'s global selection.
     """
-    net = read_network(mod["main"])
+    net = read_network(mod)
     if plan is None:
         plan = choose_plans(net, local=local)
     prog = compile_network(net, plan, schedule=False)
@@ -74,7 +74,8 @@ def rewrite(mod, plan: dict | None = None, local: bool = False):
                 for arg, buf in zip(args[:-1], func.params[:-1]):
                     shape = tuple(int(d) for d in buf.shape)
                     if arg in prog.inputs and arg != "image":
-                        ins.append(relax.const(prog.inputs[arg].reshape(shape)))
+                        value = prog.inputs[arg].reshape(shape)  # relax.const makes int64 int32
+                        ins.append(relax.const(value, str(value.dtype)))
                         continue
                     v = env[storage(arg)]
                     if tuple(static_shape(v)) != shape:

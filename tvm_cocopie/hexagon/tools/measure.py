@@ -280,7 +280,7 @@ def stock_network(net, timeout=None) -> dict:
     against the numpy reference of the network.
 
     Returns ``{"packets", "packets_by_layer", "exact"}``."""
-    from ...topi.int8 import sequence
+    from ..executor.nhwc import nhwc_layer, out_shape
     from ..executor.quantization import layer_sources, reference_forward
 
     funcs, calls, inputs = {}, [], {"image": net.image_q, **net.constants}
@@ -288,69 +288,14 @@ def stock_network(net, timeout=None) -> dict:
     shapes = {"input": net.image_q.shape, **{k: v.shape for k, v in net.constants.items()}}
     prev = "input"
     for i, q in enumerate(net.layers):
-        lay = q.layer
-        names = list(layer_sources(lay, prev))
-        srcs = [tensors[s] for s in names]
-        out, shape = f"t{i}", (1, *lay.out_hw, lay.o)
-        if lay.op in ("conv", "dwconv"):
-            funcs[f"l{i}"] = int8_compute.qconv2d_func(
-                lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.rq, lay.op == "dwconv",
-                q.pad_value)
-            inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
-            table = [f"rq{i}"] if q.rq.per_channel else []
-            if table:
-                inputs[f"rq{i}"] = q.rq.table(lay.o)
-            args = [srcs[0], f"w{i}", f"b{i}", *table, out]
-        elif lay.op == "add":
-            funcs[f"l{i}"] = int8_compute.qadd_func(shape, q.rq, shapes[names[1]])
-            args = [*srcs, out]
-        elif lay.op == "mul":
-            funcs[f"l{i}"] = int8_compute.mul_func(shape, shapes[names[1]], q.rq)
-            args = [*srcs, out]
-        elif lay.op == "lut":
-            funcs[f"l{i}"] = int8_compute.lut_func(shape)
-            inputs[f"t{i}_table"] = q.weights
-            args = [srcs[0], f"t{i}_table", out]
-        elif lay.op == "attention":
-            funcs[f"l{i}"] = sequence.attention_func(q.rq, *(shapes[n] for n in names))
-            args = [*srcs, out]
-        elif lay.op == "concat":
-            funcs[f"l{i}"] = int8_compute.concat_func([shapes[n] for n in names], lay.o)
-            inputs[f"c{i}"] = q.weights
-            args = [*srcs, f"c{i}", out]
-        elif lay.op == "upsample":
-            funcs[f"l{i}"] = int8_compute.upsample_func(shapes[names[0]], q.params["factor"])
-            args = [srcs[0], out]
-        elif lay.op == "gconv":
-            funcs[f"l{i}"] = int8_compute.qgroup_conv2d_func(
-                lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, q.params["groups"], q.rq,
-                q.pad_value)
-            inputs[f"w{i}"], inputs[f"b{i}"] = q.weights, q.bias
-            table = [f"rq{i}"] if q.rq.per_channel else []
-            if table:
-                inputs[f"rq{i}"] = q.rq.table(lay.o)
-            args = [srcs[0], f"w{i}", f"b{i}", *table, out]
-        elif lay.op == "slice":
-            funcs[f"l{i}"] = int8_compute.slice_func(shapes[names[0]], q.params["offset"], lay.o)
-            args = [srcs[0], out]
-        elif lay.op == "shuffle":
-            funcs[f"l{i}"] = int8_compute.shuffle_func(shapes[names[0]], q.params["groups"])
-            args = [srcs[0], out]
-        elif lay.op == "softmax":
-            funcs[f"l{i}"] = sequence.softmax_func(q.rq, shape)
-            inputs[f"e{i}"] = np.asarray(q.rq.exp_table, np.int32)
-            args = [srcs[0], f"e{i}", out]
-        elif lay.op == "layernorm":
-            funcs[f"l{i}"] = sequence.layernorm_func(q.rq, shape)
-            inputs[f"g{i}"] = np.asarray(q.rq.gain, np.int64)
-            inputs[f"o{i}"] = np.asarray(q.rq.offset, np.int64)
-            args = [srcs[0], f"g{i}", f"o{i}", out]
-        else:
-            funcs[f"l{i}"] = int8_compute.maxpool_func(lay.h, lay.w, lay.c, lay.k, lay.s, lay.p)
-            args = [srcs[0], out]
-        calls.append((f"l{i}", args))
-        tensors[lay.name], shapes[lay.name] = out, shape
-        prev = lay.name
+        names = list(layer_sources(q.layer, prev))
+        funcs[f"l{i}"], consts = nhwc_layer(q, [shapes[n] for n in names])
+        for k, value in enumerate(consts):
+            inputs[f"l{i}_c{k}"] = value
+        calls.append((f"l{i}", [*(tensors[n] for n in names),
+                                *(f"l{i}_c{k}" for k in range(len(consts))), f"t{i}"]))
+        tensors[q.layer.name], shapes[q.layer.name] = f"t{i}", out_shape(q)
+        prev = q.layer.name
     res = runner.run(funcs, calls, inputs, [tensors[prev]], count_packets=True, timeout=timeout)
     ref = reference_forward(net)
     return {
