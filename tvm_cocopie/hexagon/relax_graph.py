@@ -569,15 +569,17 @@ def program_of(mod) -> tuple:
     return funcs, calls, inputs, names[func.body.body], aliases
 
 
-def run_program(mod, image: np.ndarray, timeout: float | None = None) -> np.ndarray:
+def run_program(mod, image: np.ndarray, timeout: float | None = None,
+                count_packets: bool = False) -> tuple:
     """Run a module the pipeline has rewritten and scheduled (``run_until(mod, target,
     "schedule")``) under ``qemu-hexagon`` on the quantized NHWC ``image``, with
-    :func:`.executor.plan_memory`'s static plan; returns the output's integers (NHWC)."""
+    :func:`.executor.plan_memory`'s static plan: ``(output integers, packets)``, the
+    packets summed over the kernels when ``count_packets`` (else ``None``)."""
     from ..emulation import hexagon as runner
     from .executor.memplan import plan_memory
 
     funcs, calls, inputs, out, aliases = program_of(mod)
     plan = plan_memory(funcs, calls, [*inputs, "image"], out, aliases)
     res = runner.run(funcs, calls, {"image": np.asarray(image, np.uint8), **inputs}, [out],
-                     offsets=plan.offsets, timeout=timeout)
-    return res.outputs[out]
+                     offsets=plan.offsets, timeout=timeout, count_packets=count_packets)
+    return res.outputs[out], (int(sum(res.packets)) if count_packets else None)
