@@ -184,13 +184,8 @@ def reference_step(q: QLayer, x, *others):
         f = q.params["factor"]
         return x.repeat(f, axis=1).repeat(f, axis=2)
     if lay.op == "gconv":
-        g = q.params["groups"]
-        cg, og = lay.c // g, lay.o // g
-        return np.concatenate([
-            reference.qconv2d_nhwc(x[..., i * cg:(i + 1) * cg], q.weights[..., i * og:(i + 1) * og],
-                                   q.bias[i * og:(i + 1) * og], q.rq.channels(i * og, (i + 1) * og),
-                                   lay.s, lay.p, q.pad_value)
-            for i in range(g)], axis=-1)
+        return reference.qgroup_conv2d_nhwc(x, q.weights, q.bias, q.rq, q.params["groups"],
+                                            lay.s, lay.p, q.pad_value)
     if lay.op == "slice":
         return x[..., q.params["offset"]: q.params["offset"] + lay.o]
     if lay.op == "shuffle":

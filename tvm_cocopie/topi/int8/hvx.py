@@ -6,8 +6,8 @@ layout transforms between operators whose layouts differ. This module states wha
 each of those PrimFuncs computes, in plain TE, on the layouts' buffers:
 
 - :func:`qadd_grid` (residual add) and :func:`maxpool_grid` on the same grids;
-- :func:`qconv2d_grid` / :func:`qdepthwise_grid`: the int8 convolution of
-  :mod:`.compute` on a padded, phase-split input grid
+- :func:`qconv2d_grid` / :func:`qdepthwise_grid` / :func:`qgroup_conv2d_grid`: the int8
+  convolution of :mod:`.compute` on a padded, phase-split input grid
   (:class:`tvm_cocopie.topi.int8.layouts.GridGeometry`) with weights packed as the
   variant's 32-bit ``Rt`` words, writing the variant's output grid;
 - :func:`regrid`: an output grid (or NHWC) into the next convolution's input grid in
@@ -121,6 +121,90 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
         te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
         op="conv", variant=variant, geo=_geo_list(geo), c=channels, o=out_channels,
         rq=[rq.multiplier, rq.shift, rq.zero_point],
+    )
+
+
+class GroupWindow:
+    """Which input channel groups each output vector of a grouped conv reads, in the
+    4-column (``vrmpy``) layout.
+
+    A grouped conv of ``channels`` inputs, ``out_channels`` outputs and ``groups``
+    groups is a dense conv whose weights are block diagonal. Output vector ``ov``
+    (output channels ``4 ov .. 4 ov + 3``) needs only the input groups of 4 channels
+    that hold its conv groups' inputs: ``span`` consecutive ones from :meth:`base`.
+    With whole groups of 4 channels (ResNeXt's 32 x 4, 8 x 16, ...) every product is
+    useful; narrower or unaligned groups read some zero weights (2 channels per group:
+    half). The same window serves the compute (:func:`qgroup_conv2d_grid`), the weight
+    packing and the HVX kernel (:mod:`tvm_cocopie.hexagon.kernels.grouped`).
+    """
+
+    def __init__(self, channels: int, out_channels: int, groups: int):
+        if channels % groups or out_channels % groups:
+            raise ValueError(f"{groups} groups do not divide {channels} -> {out_channels} "
+                             "channels")
+        self.channels, self.out_channels, self.groups = channels, out_channels, groups
+        self.cg, self.og = channels // groups, out_channels // groups
+        self.in_groups = round_up(channels, 4) // 4
+        self.out_groups = round_up(out_channels, 4) // 4
+        self.span = max(hi - lo for lo, hi in map(self._range, range(self.out_groups)))
+
+    def _range(self, ov: int) -> tuple:
+        """``[lo, hi)``: the input groups output vector ``ov``'s real channels read."""
+        first = min(4 * ov, self.out_channels - 1) // self.og
+        last = min(4 * ov + 3, self.out_channels - 1) // self.og
+        return first * self.cg // 4, -(-(last + 1) * self.cg // 4)
+
+    def base(self, ov):
+        """First input group of output vector ``ov`` (an int, or a TIR expression of a
+        loop variable): its real range's start, moved back so that ``span`` groups stay
+        inside the input."""
+        lo = (4 * ov // self.og) * self.cg // 4
+        top = self.in_groups - self.span
+        if isinstance(ov, int):
+            return min(lo, top)
+        from tvm import tirx
+
+        return tirx.min(lo, top)
+
+    def weight_shape(self, taps: int) -> tuple:
+        """Shape of the packed weights: ``(taps, out_groups, span, 4)`` int32 words."""
+        return (taps, self.out_groups, self.span, 4)
+
+
+def qgroup_conv2d_grid(geo, channels: int, out_channels: int, groups: int, rq: Requant):
+    """PrimFunc ``(x, w, bias, y)`` of a grouped int8 conv on 4-column grids.
+
+    ``x``, ``bias``, ``y`` as :func:`qconv2d_grid`'s in ``vrmpy``; ``w``: words
+    ``(K*K, O/4, span, 4)`` of :class:`GroupWindow` (word ``[t, ov, k, j]`` holds the
+    weights of input channels ``4 (base(ov) + k) .. + 3`` for output channel
+    ``4 ov + j``, zero across groups: :func:`tvm_cocopie.hexagon.kernels.grouped.pack_grouped_weights`).
+    A per-channel ``rq`` adds ``rq`` after ``bias`` (over ``O'``).
+    """
+    from tvm import te
+
+    win = GroupWindow(channels, out_channels, groups)
+    taps = geo.kernel * geo.kernel
+    y_shape = geo.out_shape("vrmpy", out_channels)
+    x = te.placeholder(geo.in_shape("vrmpy", channels), "uint8", name="x")
+    w = te.placeholder(win.weight_shape(taps), "int32", name="w")
+    np_ = win.out_groups * 4
+    bias = te.placeholder((np_,), "int32", name="bias")
+    t = te.reduce_axis((0, taps), "tap")
+    k = te.reduce_axis((0, win.span * 4), "rc")
+
+    def body(g, r, j):
+        phase, shift = geo.tap(t // geo.kernel, t % geo.kernel)
+        value = x[phase, win.base(g) + k // 4, r + shift, k % 4].astype("int32")
+        return te.sum(value * _signed_byte(w[t, g, k // 4, j], k % 4), axis=[t, k])
+
+    acc = te.compute(y_shape, body, name="acc")
+    table = requant_table(rq, np_)
+    y = te.compute(y_shape, lambda g, r, j: requant_at(rq, table, acc[g, r, j] + bias[g * 4 + j],
+                                                       g * 4 + j), name="y")
+    return describe(
+        te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
+        op="gconv", variant="vrmpy", geo=_geo_list(geo), c=channels, o=out_channels,
+        groups=groups, rq=[rq.multiplier, rq.shift, rq.zero_point],
     )
 
 

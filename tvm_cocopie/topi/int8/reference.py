@@ -36,6 +36,18 @@ def qconv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0,
     return rq.numpy(acc + bias.astype(np.int64))[None]
 
 
+def qgroup_conv2d_nhwc(x, w, bias, rq: Requant, groups: int, stride: int = 1, pad: int = 0,
+                       pad_value: int = 0) -> np.ndarray:
+    """x uint8 [1, H, W, C], w int8 [KH, KW, C/g, O] (output channel ``n`` reads group
+    ``n // (O/g)``) -> uint8 [1, OH, OW, O]: each group a :func:`qconv2d_nhwc`."""
+    cg, og = x.shape[3] // groups, w.shape[3] // groups
+    return np.concatenate([
+        qconv2d_nhwc(x[..., i * cg:(i + 1) * cg], w[..., i * og:(i + 1) * og],
+                     bias[i * og:(i + 1) * og], rq.channels(i * og, (i + 1) * og), stride, pad,
+                     pad_value)
+        for i in range(groups)], axis=-1)
+
+
 def qdepthwise_conv2d_nhwc(x, w, bias, rq: Requant, stride: int = 1, pad: int = 0,
                            pad_value: int = 0):
     """x uint8 [1, H, W, C], w int8 [KH, KW, C] -> uint8 [1, OH, OW, C]."""
