@@ -16,6 +16,7 @@ from ..kernels.conv2d import pack_conv_weights
 from ..kernels.depthwise import pack_dw_weights
 from ..kernels.dispatch import hvx_kernel
 from ..kernels.elementwise import pack_dense_weights, pack_lut
+from ..kernels.grouped import pack_grouped_weights
 from ..kernels.matmul import vmpa_exact
 from ..kernels.transforms import pad_bias
 from ..selection.networks import Layer, selection_graph
@@ -105,7 +106,12 @@ def shift_mask(geo: GridGeometry, variant: str, h: int, w: int) -> np.ndarray:
 
 def _passes_grid(lay: Layer) -> bool:
     """Layers whose input grid is their producer's output grid, unshifted."""
-    return lay.op == "add" or (lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0)
+    return lay.op == "add" or _reads_grid_as_is(lay)
+
+
+def _reads_grid_as_is(lay: Layer) -> bool:
+    """A 1x1 stride-1 conv (dense or grouped): it reads its producer's grid unchanged."""
+    return lay.op in ("conv", "gconv") and lay.k == 1 and lay.s == 1 and lay.p == 0
 
 
 def grid_widths(layers, plan) -> list:
@@ -168,7 +174,7 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
         lay = q.layer
         layers.append(
             Layer(lay.name, lay.op, layer_sources(lay, prev), lay.h, lay.w, lay.c, lay.o,
-                  lay.k, lay.s, lay.p)
+                  lay.k, lay.s, lay.p, q.params.get("groups", 1))
         )
         exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
         if getattr(q.rq, "per_channel", False):
@@ -207,7 +213,7 @@ def _input_grid(em: _Emit, idx: int, lay: Layer, cur: Tensor, variant: str, widt
     padding filled with ``pad_value``."""
 
     x_name = f"in{idx}"
-    if lay.op == "conv" and lay.k == 1 and lay.s == 1 and lay.p == 0 and cur.variant == variant:
+    if _reads_grid_as_is(lay) and cur.variant == variant:
         em.aliases[x_name] = cur.name  # a 1x1 reads its producer's grid as it is
         return GridGeometry(cur.h, cur.wq, 1), x_name, True
     g0 = lay.geometry
@@ -313,11 +319,6 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
         func, args = int8_compute.slice_func(shapes[0], q.params["offset"], lay.o), names
     elif lay.op == "upsample":
         func, args = int8_compute.upsample_func(shapes[0], q.params["factor"]), names
-    elif lay.op == "gconv":
-        func = int8_compute.qgroup_conv2d_func(lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p,
-                                               q.params["groups"], q.rq, q.pad_value)
-        em.inputs[f"w{idx}"], em.inputs[f"b{idx}"] = q.weights, q.bias
-        args = [*names, f"w{idx}", f"b{idx}", *_requant_table(em, idx, q.rq, lay.o)]
     elif lay.op == "shuffle":
         func, args = int8_compute.shuffle_func(shapes[0], q.params["groups"]), names
     elif lay.op == "attention":
@@ -368,6 +369,17 @@ def _dense(em: _Emit, idx: int, q: QLayer, variant: str, cur: Tensor) -> Tensor:
     return Tensor(f"out{idx}", 1, 1, lay.o, variant, 1, shape)
 
 
+def _grouped_in_vrmpy(net: QNetwork, plan: dict) -> dict:
+    """``plan`` with every grouped conv in ``vrmpy``, the only layout its HVX kernel
+    (:mod:`..kernels.grouped`) has (a plan asking for another is warned about)."""
+    for q in net.layers:
+        name = q.layer.name
+        if q.layer.op == "gconv" and plan.get(name, "vrmpy") != "vrmpy":
+            log.warning("%s: a grouped conv runs in vrmpy only, not %s", name, plan[name])
+            plan[name] = "vrmpy"
+    return plan
+
+
 def compile_network(
     net: QNetwork, plan: dict | None = None, model=None, *, schedule: bool = True
 ) -> Program:
@@ -379,7 +391,7 @@ def compile_network(
     as ``tvm.compile(..., relax_pipeline="cocopie")`` does for a Hexagon target.
     """
 
-    plan = dict(plan or choose_plans(net, model))
+    plan = _grouped_in_vrmpy(net, dict(plan or choose_plans(net, model)))
     first = net.layers[0].layer
     h, w, c = net.input_shape or (first.h, first.w, first.c)
     tensors = {"input": Tensor("image", h, w, c, None, 0, (1, h, w, c))}
@@ -399,7 +411,7 @@ def compile_network(
             tensors[lay.name] = _elementwise(em, idx, q, variant, [tensors[n] for n in srcs])
             continue
         if lay.op in ("attention", "softmax", "layernorm", "concat", "slice", "shuffle",
-                      "upsample", "gconv"):
+                      "upsample"):
             tensors[lay.name] = _sequence(em, idx, q, [tensors[n] for n in srcs])
             continue
         if lay.op == "conv" and variant == "vmpa" and not _vmpa_ok(q.weights):
@@ -420,6 +432,10 @@ def compile_network(
             if lay.op == "conv":
                 func = int8_hvx.qconv2d_grid(variant, geo, lay.c, lay.o, q.rq)
                 em.inputs[f"w{idx}"] = pack_conv_weights(q.weights, variant)
+            elif lay.op == "gconv":
+                groups = q.params["groups"]
+                func = int8_hvx.qgroup_conv2d_grid(geo, lay.c, lay.o, groups, q.rq)
+                em.inputs[f"w{idx}"] = pack_grouped_weights(q.weights, groups)
             else:
                 func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
                 em.inputs[f"w{idx}"] = pack_dw_weights(q.weights, variant)

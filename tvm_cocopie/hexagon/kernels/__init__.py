@@ -4,6 +4,7 @@
 - :mod:`.gemm`: the shared loop nest, one emitter per multiply instruction
   (``vmpy`` / ``vmpa`` / ``vrmpy``);
 - :mod:`.matmul`, :mod:`.conv2d`, :mod:`.depthwise`: the kernels in the three variants;
+- :mod:`.grouped`: grouped convs with ``vrmpy``, each output over its own groups only;
 - :mod:`.transforms`: weight packing and on-device layout transforms;
 - :mod:`.regrid`, :mod:`.shift_copy`: moving a tensor onto a consumer's grid;
 - :mod:`.dispatch`: the kernel of each HVX-layout compute of :mod:`tvm_cocopie.topi.int8.hvx`.

@@ -10,6 +10,7 @@ from ...topi.int8.layouts import LAYOUT_OF
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
 from .elementwise import add_kernel, dense_kernel, lut_kernel, mul_kernel
+from .grouped import grouped_conv2d
 from .regrid import regrid_copy_kernel, unpack_words_kernel
 from .shift_copy import shift_copy_kernel
 
@@ -58,6 +59,9 @@ def hvx_kernel(func):
             kernel = conv2d(desc["variant"], geo, desc["c"], desc["o"], rq)
         else:
             kernel = depthwise_conv2d(desc["variant"], geo, desc["c"], rq)
+    elif op == "gconv":
+        kernel = grouped_conv2d(geometry_of(desc), desc["c"], desc["o"], desc["groups"],
+                                Requant(*desc["rq"]))
     elif op == "mul":
         from ...topi.int8.compute import MulRequant
 

@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 from ...errors import CocopieError
+from ...topi.int8.hvx import GroupWindow
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, Layout, round_up
 from ..kernels.gemm import block_size
 from .coefficients import COEFFICIENTS, CYCLE_COEFFICIENTS
@@ -134,6 +135,17 @@ def conv_work(variant: str, geo: GridGeometry, channels: int, out_channels: int)
     return _work("conv", variant, counts)
 
 
+def gconv_work(geo: GridGeometry, channels: int, out_channels: int, groups: int) -> Work:
+    """Counts of :func:`..kernels.grouped.grouped_conv2d`, in the ``conv/vrmpy`` family's
+    features: a dense ``vrmpy`` conv whose reduction per output vector is its window of
+    :class:`~tvm_cocopie.topi.int8.hvx.GroupWindow` (``span`` input groups per tap)."""
+    win = GroupWindow(channels, out_channels, groups)
+    y = geo.out_shape("vrmpy", out_channels)
+    counts = _gemm_counts("vrmpy", y[1] // LAYOUT_OF["vrmpy"].rows, win.span, y[0],
+                          geo.kernel**2)
+    return _work("conv", "vrmpy", counts)
+
+
 def dwconv_work(variant: str, geo: GridGeometry, channels: int) -> Work:
     """Counts of :func:`..kernels.depthwise.depthwise_conv2d` (``vmpy`` in ``variant``'s layout)."""
     layout = LAYOUT_OF[variant]
@@ -228,6 +240,10 @@ class CostModel:
         """Predicted packets of a ``geo`` convolution from ``channels`` to ``out_channels`` in
         ``variant`` (``per_channel``: requantized per output channel)."""
         return self.predict(conv_work(variant, geo, channels, out_channels), per_channel)
+
+    def gconv(self, geo, channels, out_channels, groups, per_channel: bool = False) -> float:
+        """Predicted packets of a ``geo`` grouped convolution (``vrmpy``, its only layout)."""
+        return self.predict(gconv_work(geo, channels, out_channels, groups), per_channel)
 
     def dwconv(self, variant, geo, channels, per_channel: bool = False) -> float:
         """Predicted packets of a ``geo`` depthwise convolution of ``channels`` in ``variant``."""

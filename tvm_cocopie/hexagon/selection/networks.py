@@ -11,6 +11,8 @@ Modelled honestly, as measured:
   16-bit pair sums are exact for the layer's weights (:func:`..kernels.matmul.vmpa_exact`;
   weights in [-64, 64], i.e. 7-bit quantization); with 8-bit per-tensor weights
   (``max |w| = 127``) it is not offered;
+- ``gconv`` (grouped) has one plan, ``vrmpy`` (:mod:`..kernels.grouped`), priced as
+  the dense ``vrmpy`` conv over each output vector's own input groups;
 - ``dwconv`` always multiplies with ``vmpy`` (``vmpa``/``vrmpy`` would mix channels)
   but runs in any of the three layouts: three plans, one instruction;
 - ``add`` and ``pool`` work in any layout at the same cost; that cost is an estimate
@@ -33,8 +35,9 @@ ELEMENTWISE_PACKETS_PER_VECTOR = 4.0
 
 @dataclass(frozen=True)
 class Layer:
-    """One operator: ``op`` in ``input``, ``conv``, ``dwconv``, ``matmul``, ``add``,
-    ``pool`` (``k x k`` max pool or, with ``k = 0``, global average pool)."""
+    """One operator: ``op`` in ``input``, ``conv``, ``dwconv``, ``gconv`` (``groups``
+    groups), ``matmul``, ``add``, ``pool`` (``k x k`` max pool or, with ``k = 0``, global
+    average pool)."""
 
     name: str
     op: str
@@ -46,6 +49,7 @@ class Layer:
     k: int = 1
     s: int = 1
     p: int = 0
+    groups: int = 1
 
     @property
     def geometry(self) -> GridGeometry:
@@ -77,6 +81,8 @@ class Layer:
             return self.rows * self.k * self.k * self.c * self.o
         if self.op == "dwconv":
             return self.rows * self.k * self.k * self.c
+        if self.op == "gconv":
+            return self.rows * self.k * self.k * (self.c // self.groups) * self.o
         if self.op == "matmul":
             return self.c * self.o
         return 0
@@ -181,6 +187,9 @@ def plan_costs(layer: Layer, model, vmpa_ok: bool, per_channel: bool = False) ->
         return {v: model.matmul(v, 1, layer.c, layer.o, per_channel) for v in variants}
     if layer.op == "dwconv":
         return {v: model.dwconv(v, layer.geometry, layer.c, per_channel) for v in LAYOUT_OF}
+    if layer.op == "gconv":  # its HVX kernel works on 4-column grids only
+        return {"vrmpy": model.gconv(layer.geometry, layer.c, layer.o, layer.groups,
+                                     per_channel)}
     vectors = -(-layer.rows * layer.o // 128)
     if layer.op == "attention":  # its HVX kernel works on 4-column grids only
         return {"vrmpy": 40.0 * vectors * max(layer.c // 4, 1)}
