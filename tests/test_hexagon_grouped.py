@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tvm_cocopie.hexagon.kernels import conv2d, grouped, transforms
+from tvm_cocopie.hexagon.selection.costmodel import STATED_ERROR, CostModel
 from tvm_cocopie.topi.int8 import reference
 from tvm_cocopie.topi.int8.compute import Requant
 from tvm_cocopie.topi.int8.hvx import GroupWindow
@@ -90,11 +91,70 @@ def _run(shape, per_channel=False, pad_value=0, seed=0):
 
 @pytest.mark.needs_toolchain
 @pytest.mark.parametrize("shape", GROUPED, ids=lambda s: "h{}w{}c{}o{}g{}k{}s{}p{}".format(*s))
-def test_grouped_conv_bit_exact(shape):
-    assert _run(shape) > 0
+def test_grouped_conv_bit_exact_and_priced_by_the_cost_model(shape):
+    packets = _run(shape)
+    h, w, c, o, g, k, s, p = shape
+    predicted = CostModel.default().gconv(GridGeometry(h, w, k, s, p), c, o, g)
+    assert abs(predicted / packets - 1) <= STATED_ERROR["conv"], (predicted, packets)
 
 
 @pytest.mark.needs_toolchain
 def test_grouped_conv_per_channel_and_zero_point_padding_bit_exact():
     _run((6, 7, 64, 64, 16, 3, 1, 1), per_channel=True, pad_value=131)
     _run((8, 8, 128, 128, 32, 3, 2, 1), per_channel=True, pad_value=77, seed=1)
+
+
+def _grouped_cnn(size: int = 12, seed: int = 5):
+    """A linear 3x3 conv (its output's zero point is not 0: the next layer's padding
+    holds it), a ResNeXt 3x3/2 conv of 32 groups of 4 + ReLU, a 1x1 of 8 groups of 16
+    and one of 2 groups of 64 -> 96 (32 + 32 inputs, 48 outputs per group)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    n = helper.make_node
+    inits = [init("w0", (128, 3, 3, 3)), init("b0", (128,), 0.1), init("w1", (128, 4, 3, 3)),
+             init("b1", (128,), 0.1), init("w2", (128, 16, 1, 1)), init("w3", (96, 64, 3, 3))]
+    nodes = [
+        n("Conv", ["x", "w0", "b0"], ["c0"], pads=[1] * 4, name="conv0"),
+        n("Conv", ["c0", "w1", "b1"], ["c1"], pads=[1] * 4, strides=[2, 2], group=32,
+          name="g32x4"),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "w2"], ["c2"], group=8, name="g8x16"),
+        n("Conv", ["c2", "w3"], ["y"], pads=[1] * 4, group=2, name="g2x64"),
+    ]
+    half = size // 2
+    graph = helper.make_graph(
+        nodes, "grouped", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                          [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96, half, half])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.needs_toolchain
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_grouped_convs_run_bit_exact_in_a_network(tmp_path, per_channel):
+    import onnx
+
+    from tvm_cocopie import ptq
+    from tvm_cocopie.hexagon.executor import model as hexmodel
+    from tvm_cocopie.hexagon.executor import qonnx
+
+    path = ptq.quantize_onnx(_grouped_cnn(), tmp_path / "grouped.onnx", count=4,
+                             per_channel=per_channel)
+    net = qonnx.read_quantized(onnx.load(str(path)))
+    grouped_layers = [q for q in net.layers if q.op_class == "gconv"]
+    assert [q.params["groups"] for q in grouped_layers] == [32, 8, 2]
+    assert grouped_layers[0].pad_value != 0  # padding with the input's zero point
+    assert all(q.rq.per_channel == per_channel for q in grouped_layers)
+    res = hexmodel.run_model(path, compare_ort=False)
+    assert res["exact"], res
+    assert all(res["plan"][q.layer.name] == "vrmpy" for q in grouped_layers)
+    assert grouped_layers[0].layer.macs == 6 * 6 * 9 * 4 * 128  # only the groups' products
+    assert res["packets_by_class"]["gconv"] > 0

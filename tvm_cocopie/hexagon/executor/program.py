@@ -174,7 +174,7 @@ def choose_plans(net: QNetwork, model=None, local: bool = False) -> dict:
         lay = q.layer
         layers.append(
             Layer(lay.name, lay.op, layer_sources(lay, prev), lay.h, lay.w, lay.c, lay.o,
-                  lay.k, lay.s, lay.p, q.params.get("groups", 1))
+                  lay.k, lay.s, lay.p, q.params.get("groups", lay.groups))
         )
         exact[lay.name] = lay.op == "conv" and _vmpa_ok(q.weights)
         if getattr(q.rq, "per_channel", False):

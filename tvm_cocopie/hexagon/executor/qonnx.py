@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -332,7 +332,9 @@ class _Reader:
         out = self._conv_layer(node, op, x, hw_weights, w.reshape(o, -1).sum(1), sw, bias, sb,
                                sy, zy, kh, strides[0], pads[0])
         if op == "gconv":
-            self.layers[-1].params["groups"] = group
+            q = self.layers[-1]
+            q.params["groups"] = group
+            q.layer = replace(q.layer, groups=group)
         return out
 
     def _conv_layer(self, node, op, x: QTensor, hw_weights, wsum, sw, bias, sb, sy, zy,
