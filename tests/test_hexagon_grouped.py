@@ -107,7 +107,7 @@ def test_grouped_conv_per_channel_and_zero_point_padding_bit_exact():
 def _grouped_cnn(size: int = 12, seed: int = 5):
     """A linear 3x3 conv (its output's zero point is not 0: the next layer's padding
     holds it), a ResNeXt 3x3/2 conv of 32 groups of 4 + ReLU, a 1x1 of 8 groups of 16
-    and one of 2 groups of 64 -> 96 (32 + 32 inputs, 48 outputs per group)."""
+    and one of 2 groups (64 inputs and 48 outputs each)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)

@@ -275,6 +275,36 @@ def _elementwise(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Ten
     return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, shape)
 
 
+def _identity_table(table) -> bool:
+    return np.array_equal(np.asarray(table), np.arange(256))
+
+
+def _channel_move(em: _Emit, idx: int, q: QLayer, variant: str, ins: list) -> Tensor:
+    """A channel slice, concat or shuffle as vector moves between grids in ``variant``'s
+    layout (:mod:`..kernels.channels`): the inputs brought to one grid (the width of an
+    input already in the layout), a concat's inputs first through their requantization
+    tables (a lookup, skipped where the table is the identity)."""
+    lay = q.layer
+    a = ins[0]
+    wq = next((t.wq for t in ins if t.variant == variant and (t.h, t.w) == (a.h, a.w)), a.w)
+    geo = GridGeometry(a.h, a.w, 1, 1, 0, wq)
+    names = []
+    for k, t in enumerate(ins):
+        name = _on_grid(em, idx, lay, t, variant, geo, k)
+        if lay.op == "concat" and not _identity_table(q.weights[k]):
+            em.inputs[f"lut{idx}_{k}"] = pack_lut(q.weights[k])
+            em.call(f"lut{idx}_{k}", int8_hvx.lut_grid(variant, geo.out_shape(variant, t.c)),
+                    [name, f"lut{idx}_{k}", f"req{idx}_{k}"], (lay.name, "kernel"))
+            name = f"req{idx}_{k}"
+        names.append(name)
+    kind = "shuffle" if lay.op == "shuffle" else lay.op
+    func = int8_hvx.channel_move(kind, variant, [geo.out_shape(variant, t.c) for t in ins],
+                                 [t.c for t in ins], lay.o,
+                                 {k: int(v) for k, v in q.params.items()})
+    em.call(f"layer{idx}", func, [*names, f"out{idx}"], (lay.name, "kernel"))
+    return Tensor(f"out{idx}", a.h, a.w, lay.o, variant, wq, geo.out_shape(variant, lay.o))
+
+
 def _nhwc(em: _Emit, idx: int, lay: Layer, t: Tensor, k: int) -> str:
     """Buffer name of ``t`` as an NHWC map (unpacked from its grid if it has one)."""
     if t.variant is None:
@@ -409,6 +439,10 @@ def compile_network(
         prev = lay.name
         if lay.op in ("add", "mul", "lut"):
             tensors[lay.name] = _elementwise(em, idx, q, variant, [tensors[n] for n in srcs])
+            continue
+        ins = [tensors[n] for n in srcs]
+        if lay.op in ("concat", "slice", "shuffle") and len({(t.h, t.w) for t in ins}) == 1:
+            tensors[lay.name] = _channel_move(em, idx, q, variant, ins)
             continue
         if lay.op in ("attention", "softmax", "layernorm", "concat", "slice", "shuffle",
                       "upsample"):

@@ -7,5 +7,6 @@
 - :mod:`.grouped`: grouped convs with ``vrmpy``, each output over its own groups only;
 - :mod:`.transforms`: weight packing and on-device layout transforms;
 - :mod:`.regrid`, :mod:`.shift_copy`: moving a tensor onto a consumer's grid;
+- :mod:`.channels`: channel slices, concatenations and shuffles as vector moves;
 - :mod:`.dispatch`: the kernel of each HVX-layout compute of :mod:`tvm_cocopie.topi.int8.hvx`.
 """

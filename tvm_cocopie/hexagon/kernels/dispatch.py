@@ -7,6 +7,7 @@ from tvm import s_tir
 from ...topi.int8.compute import Requant
 from ...topi.int8.hvx import descriptor, geometry_of
 from ...topi.int8.layouts import LAYOUT_OF
+from .channels import channel_move_kernel
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
 from .elementwise import add_kernel, dense_kernel, lut_kernel, mul_kernel
@@ -62,6 +63,9 @@ def hvx_kernel(func):
     elif op == "gconv":
         kernel = grouped_conv2d(geometry_of(desc), desc["c"], desc["o"], desc["groups"],
                                 Requant(*desc["rq"]))
+    elif op == "channels":
+        kernel = channel_move_kernel(desc["kind"], desc["variant"], desc["src"], desc["c"],
+                                     desc["o"], desc["params"])
     elif op == "mul":
         from ...topi.int8.compute import MulRequant
 

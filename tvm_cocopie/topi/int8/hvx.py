@@ -13,7 +13,8 @@ each of those PrimFuncs computes, in plain TE, on the layouts' buffers:
 - :func:`regrid`: an output grid (or NHWC) into the next convolution's input grid in
   the next layout (layout change, re-padding and stride phases in one gather);
   :func:`shift_copy`: its common special case, a masked shifted copy;
-  :func:`unpack`: an output grid back to NHWC.
+  :func:`unpack`: an output grid back to NHWC;
+- :func:`channel_move`: channel slices, concatenations and shuffles between grids.
 
 Each PrimFunc carries a descriptor (attribute :data:`HVX_ATTR`, JSON) naming the
 operator, the variant and the sizes; the Hexagon schedule rule
@@ -394,6 +395,64 @@ def maxpool_grid(variant: str, geo, channels: int):
     return describe(
         te.create_prim_func([x, y]), op="maxpool", variant=variant, geo=_geo_list(geo), c=channels
     )
+
+
+def channel_sources(kind: str, in_channels: list, out_channels: int, params: dict) -> list:
+    """``(input, channel)`` each output channel of a channel move copies: a ``slice``
+    (``params["offset"]``), a ``concat`` of the inputs in order, or ShuffleNet's
+    ``shuffle`` (``params["groups"]``: output ``j g + i`` is input ``i C/g + j``)."""
+    if kind == "slice":
+        return [(0, params["offset"] + c) for c in range(out_channels)]
+    if kind == "shuffle":
+        g = params["groups"]
+        per = out_channels // g
+        return [(0, (c % g) * per + c // g) for c in range(out_channels)]
+    if kind == "concat":
+        return [(k, c) for k, n in enumerate(in_channels) for c in range(n)]
+    raise ValueError(f"unknown channel move {kind!r}; one of slice, concat, shuffle")
+
+
+def channel_move(kind: str, variant: str, src_shapes: list, in_channels: list,
+                 out_channels: int, params: dict | None = None):
+    """PrimFunc ``(x_0, .., x_{n-1}, y)``: channels moved between output grids of one
+    geometry in ``variant``'s layout (:func:`channel_sources`: a channel slice, concat or
+    shuffle); every grid row is moved, padded output channels are 0. A concat's
+    requantization tables are applied before (:func:`lut_grid`)."""
+    from tvm import te, tirx
+
+    params = dict(params or {})
+    lay = LAYOUT_OF[variant]
+    v = lay.cols
+    rows = src_shapes[0][1]
+    xs = [te.placeholder(tuple(s), "uint8", name=f"x{k}") for k, s in enumerate(src_shapes)]
+    y_shape = (round_up(out_channels, lay.col_multiple) // v, rows, v)
+    zero = tirx.const(0, "uint8")
+
+    def read(k, ch, r):
+        ch = tirx.max(tirx.min(ch, in_channels[k] - 1), 0)
+        return xs[k][ch // v, r, ch % v]
+
+    def body(g, r, j):
+        c = g * v + j
+        if kind == "slice":
+            value = read(0, c + params["offset"], r)
+        elif kind == "shuffle":
+            per = out_channels // params["groups"]
+            value = read(0, (c % params["groups"]) * per + c // params["groups"], r)
+        else:
+            value, start = None, out_channels
+            for k in range(len(xs) - 1, -1, -1):  # the last input first: its range is last
+                start -= in_channels[k]
+                here = read(k, c - start, r)
+                value = here if value is None else tirx.if_then_else(c >= start + in_channels[k],
+                                                                     value, here)
+        return tirx.if_then_else(c < out_channels, value, zero)
+
+    channel_sources(kind, in_channels, out_channels, params)  # checks the kind
+    y = te.compute(y_shape, body, name="y")
+    return describe(te.create_prim_func([*xs, y]), op="channels", kind=kind, variant=variant,
+                    src=[list(s) for s in src_shapes], c=list(in_channels), o=out_channels,
+                    params=params)
 
 
 # ---------------------------------------------------------------- layout transforms
