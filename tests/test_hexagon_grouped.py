@@ -98,6 +98,38 @@ def test_grouped_conv_bit_exact_and_priced_by_the_cost_model(shape):
     assert abs(predicted / packets - 1) <= STATED_ERROR["conv"], (predicted, packets)
 
 
+def test_live_taps_leave_out_the_padding_only_ones():
+    assert GridGeometry(1, 1, 3, 1, 1).live_taps() == [(1, 1)]
+    assert GridGeometry(2, 2, 3, 2, 1).live_taps() == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert len(GridGeometry(2, 2, 3, 1, 1).live_taps()) == 9
+
+
+@pytest.mark.needs_toolchain
+def test_grouped_conv_of_live_taps_only_bit_exact():
+    """A 3x3 conv of a 1x1 map computes its centre tap alone, the others' constant
+    products (the zero point times the weights) folded into the bias."""
+    from tvm_cocopie.emulation import hexagon as runner
+
+    h = w = 1
+    c, o, g, zx = 64, 64, 8, 93
+    x, wt, b, rq = _data(h, w, c, o, g, 3, seed=11)
+    geo = GridGeometry(h, w, 3, 1, 1)
+    taps = geo.live_taps()
+    folded = b.astype(np.int64)
+    for dy in range(3):
+        for dx in range(3):
+            if (dy, dx) not in taps:
+                folded += zx * wt[dy, dx].astype(np.int64).sum(0)
+    res = runner.run({"gconv": grouped.grouped_conv2d(geo, c, o, g, rq, taps)},
+                     [("gconv", ["x", "w", "bias", "y"])],
+                     {"x": conv2d.pack_input(x, geo, "vrmpy"),
+                      "w": grouped.pack_grouped_weights(wt, g, taps),
+                      "bias": transforms.pad_bias(folded.astype(np.int32), "vrmpy")},
+                     ["y"], count_packets=True)
+    y = conv2d.unpack_output(res.outputs["y"], geo, o)
+    np.testing.assert_array_equal(y, reference.qgroup_conv2d_nhwc(x, wt, b, rq, g, 1, 1, zx))
+
+
 @pytest.mark.needs_toolchain
 def test_grouped_conv_per_channel_and_zero_point_padding_bit_exact():
     _run((6, 7, 64, 64, 16, 3, 1, 1), per_channel=True, pad_value=131)

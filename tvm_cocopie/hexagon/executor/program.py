@@ -399,6 +399,27 @@ def _dense(em: _Emit, idx: int, q: QLayer, variant: str, cur: Tensor) -> Tensor:
     return Tensor(f"out{idx}", 1, 1, lay.o, variant, 1, shape)
 
 
+def _live_taps(geo) -> list | None:
+    """The taps of ``geo`` that read the image for some valid output, ``None`` if all do."""
+    live = geo.live_taps()
+    return None if len(live) == geo.kernel * geo.kernel else live
+
+
+def _bias_of_dead_taps(q: QLayer, live: list) -> np.ndarray:
+    """``q``'s bias plus the products of the taps outside ``live``: for every valid
+    output they read the padding, which holds the input's zero point."""
+    k = q.layer.k
+    bias = q.bias.astype(np.int64)
+    for dy in range(k):
+        for dx in range(k):
+            if (dy, dx) not in live:
+                bias = bias + q.pad_value * q.weights[dy, dx].astype(np.int64).sum(0)
+    if np.abs(bias).max(initial=0) >= 2**31:
+        raise CocopieError(f"{q.layer.name}: the bias with the padding-only taps folded in "
+                           "overflows int32")
+    return bias.astype(np.int32)
+
+
 def _grouped_in_vrmpy(net: QNetwork, plan: dict) -> dict:
     """``plan`` with every grouped conv in ``vrmpy``, the only layout its HVX kernel
     (:mod:`..kernels.grouped`) has (a plan asking for another is warned about)."""
@@ -467,13 +488,14 @@ def compile_network(
                 func = int8_hvx.qconv2d_grid(variant, geo, lay.c, lay.o, q.rq)
                 em.inputs[f"w{idx}"] = pack_conv_weights(q.weights, variant)
             elif lay.op == "gconv":
-                groups = q.params["groups"]
-                func = int8_hvx.qgroup_conv2d_grid(geo, lay.c, lay.o, groups, q.rq)
-                em.inputs[f"w{idx}"] = pack_grouped_weights(q.weights, groups)
+                groups, taps = q.params["groups"], _live_taps(geo)
+                func = int8_hvx.qgroup_conv2d_grid(geo, lay.c, lay.o, groups, q.rq, taps)
+                em.inputs[f"w{idx}"] = pack_grouped_weights(q.weights, groups, taps)
             else:
                 func = int8_hvx.qdepthwise_grid(variant, geo, lay.c, q.rq)
                 em.inputs[f"w{idx}"] = pack_dw_weights(q.weights, variant)
-            em.inputs[f"b{idx}"] = pad_bias(q.bias, variant)
+            bias = _bias_of_dead_taps(q, taps) if lay.op == "gconv" and taps else q.bias
+            em.inputs[f"b{idx}"] = pad_bias(bias, variant)
             args = [x_name, f"w{idx}", f"b{idx}",
                     *_requant_table(em, idx, q.rq, len(em.inputs[f"b{idx}"])), out_name]
         em.call(f"layer{idx}", func, args, (lay.name, "kernel"))

@@ -62,7 +62,7 @@ def hvx_kernel(func):
             kernel = depthwise_conv2d(desc["variant"], geo, desc["c"], rq)
     elif op == "gconv":
         kernel = grouped_conv2d(geometry_of(desc), desc["c"], desc["o"], desc["groups"],
-                                Requant(*desc["rq"]))
+                                Requant(*desc["rq"]), desc.get("taps"))
     elif op == "channels":
         kernel = channel_move_kernel(desc["kind"], desc["variant"], desc["src"], desc["c"],
                                      desc["o"], desc["params"])

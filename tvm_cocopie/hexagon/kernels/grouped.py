@@ -20,8 +20,6 @@ taps when one input group is read per tap.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from ...topi.int8.compute import Requant
@@ -36,16 +34,16 @@ from .transforms import pack_words
 ROWS = 32
 
 
-def pack_grouped_weights(w: np.ndarray, groups: int) -> np.ndarray:
-    """HWIO ``int8 [KH, KW, C/g, O]`` to the words ``int32 [KH*KW, O'/4, span, 4]`` of
+def pack_grouped_weights(w: np.ndarray, groups: int, taps: list | None = None) -> np.ndarray:
+    """HWIO ``int8 [KH, KW, C/g, O]`` to the words ``int32 [T, O'/4, span, 4]`` of
     :class:`~tvm_cocopie.topi.int8.hvx.GroupWindow`: word ``[t, ov, k, j]`` byte ``q``
-    is the weight of input channel ``4 (base(ov) + k) + q`` for output channel
-    ``4 ov + j``, zero where that input is outside the output's group (or past the
-    channels)."""
+    is the weight of tap ``taps[t]`` (default: all, row by row), input channel
+    ``4 (base(ov) + k) + q``, output channel ``4 ov + j``; zero where that input is
+    outside the output's group (or past the channels)."""
     kh, kw, cg, o = w.shape
     win = GroupWindow(cg * groups, o, groups)
-    taps = w.reshape(kh * kw, cg, o)
-    full = np.zeros((kh * kw, win.out_groups, win.span, 4, 4), np.int8)  # t, ov, k, j, q
+    taps = np.stack([w[dy, dx] for dy, dx in taps]) if taps else w.reshape(kh * kw, cg, o)
+    full = np.zeros((len(taps), win.out_groups, win.span, 4, 4), np.int8)  # t, ov, k, j, q
     for ov in range(win.out_groups):
         base = win.base(ov)
         for j in range(4):
@@ -69,23 +67,26 @@ def _block(row_blocks: int, out_groups: int) -> tuple:
 
 
 def grouped_conv2d(geo: GridGeometry, channels: int, out_channels: int, groups: int,
-                   rq: Requant):
+                   rq: Requant, taps: list | None = None):
     """The kernel ``(x, w, bias, y)`` of a grouped NHWC int8 conv on 4-column grids.
 
     ``x``: :func:`.conv2d.pack_input` in ``vrmpy``; ``w``: :func:`pack_grouped_weights`;
     ``bias``: :func:`.transforms.pad_bias`; ``y``: the output grid
     (:func:`.conv2d.unpack_output`). A per-channel ``rq`` adds ``rq`` after ``bias``
     (its :meth:`~tvm_cocopie.topi.int8.compute.Requant.table` over the padded channels).
+    ``taps``: the ``(dy, dx)`` computed (all by default), in the weights' order.
     Computes what :func:`tvm_cocopie.topi.int8.hvx.qgroup_conv2d_grid` states.
     """
     win = GroupWindow(channels, out_channels, groups)
     kk = geo.kernel
+    all_taps = [(dy, dx) for dy in range(kk) for dx in range(kk)]
+    taps = [tuple(t) for t in taps] if taps else all_taps
     x_shape = geo.in_shape("vrmpy", channels)
     y_shape = geo.out_shape("vrmpy", out_channels)
     np_ = win.out_groups * 4
     params = [
         ("x", x_shape, "uint8"),
-        ("w", win.weight_shape(kk * kk), "int32"),
+        ("w", win.weight_shape(len(taps)), "int32"),
         ("bias", (np_,), "int32"),
         *([("rq", (2, np_), "int32")] if rq.per_channel else []),
         ("y", y_shape, "uint8"),
@@ -99,13 +100,13 @@ def grouped_conv2d(geo: GridGeometry, channels: int, out_channels: int, groups: 
         acc = [[[vec_buffer(f"acc{r}_{b}_{t}") for t in range(4)] for b in range(nb)]
                for r in range(rb)]
 
-        def step(ps, ovs, bases, dy, dx, k):
+        def step(ps, ovs, bases, ti, dy, dx, k):
             phase, shift = geo.tap(dy, dx)
             for b, ov in enumerate(ovs):
                 vs = [bind(hvx.as_vec(x.vload([phase, bases[b] + k, p * ROWS + shift, 0],
                                               "uint8x128"))) for p in ps]
                 for t in range(4):
-                    wt = w[dy * kk + dx, ov, k, t]
+                    wt = w[ti, ov, k, t]
                     for r, v in enumerate(vs):
                         vstore(acc[r][b][t], hvx.vrmpybus_acc(vload(acc[r][b][t]), v, wt))
 
@@ -119,12 +120,16 @@ def grouped_conv2d(geo: GridGeometry, channels: int, out_channels: int, groups: 
                         for t in range(4):
                             vstore(acc[r][b][t], T.Broadcast(bias[ov * 4 + t], 32))
                 if win.span == 1:  # one input vector per tap: every tap unrolled
-                    for dy, dx in itertools.product(range(kk), range(kk)):
-                        step(ps, ovs, bases, dy, dx, 0)
-                else:  # the taps of a row unrolled inside the group loop
+                    for ti, (dy, dx) in enumerate(taps):
+                        step(ps, ovs, bases, ti, dy, dx, 0)
+                elif taps == all_taps:  # the taps of a row unrolled inside the group loop
                     with T.grid(kk, win.span) as (dy, k):
                         for dx in range(kk):
-                            step(ps, ovs, bases, dy, dx, k)
+                            step(ps, ovs, bases, dy * kk + dx, dy, dx, k)
+                else:  # a few live taps: all unrolled inside the group loop
+                    with T.serial(win.span) as k:
+                        for ti, (dy, dx) in enumerate(taps):
+                            step(ps, ovs, bases, ti, dy, dx, k)
                 for r, p in enumerate(ps):
                     for b, ov in enumerate(ovs):
                         chans = ([rq_params(ov * 4 + t) for t in range(4)] if rq_params

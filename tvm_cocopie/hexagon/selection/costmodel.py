@@ -138,11 +138,12 @@ def conv_work(variant: str, geo: GridGeometry, channels: int, out_channels: int)
 def gconv_work(geo: GridGeometry, channels: int, out_channels: int, groups: int) -> Work:
     """Counts of :func:`..kernels.grouped.grouped_conv2d`, in the ``conv/vrmpy`` family's
     features: a dense ``vrmpy`` conv whose reduction per output vector is its window of
-    :class:`~tvm_cocopie.topi.int8.hvx.GroupWindow` (``span`` input groups per tap)."""
+    :class:`~tvm_cocopie.topi.int8.hvx.GroupWindow` (``span`` input groups per tap),
+    over the taps that read the image (the executor folds the others into the bias)."""
     win = GroupWindow(channels, out_channels, groups)
     y = geo.out_shape("vrmpy", out_channels)
     counts = _gemm_counts("vrmpy", y[1] // LAYOUT_OF["vrmpy"].rows, win.span, y[0],
-                          geo.kernel**2)
+                          len(geo.live_taps()))
     return _work("conv", "vrmpy", counts)
 
 

@@ -172,19 +172,36 @@ class GroupWindow:
         return (taps, self.out_groups, self.span, 4)
 
 
-def qgroup_conv2d_grid(geo, channels: int, out_channels: int, groups: int, rq: Requant):
+def _pick(t, values: list):
+    """``values[t]`` for a TIR index ``t`` over a short list of ints."""
+    from tvm import tirx
+
+    out = tirx.const(values[-1], "int32")
+    for i in range(len(values) - 2, -1, -1):
+        out = tirx.if_then_else(t == i, tirx.const(values[i], "int32"), out)
+    return out
+
+
+def qgroup_conv2d_grid(geo, channels: int, out_channels: int, groups: int, rq: Requant,
+                       taps: list | None = None):
     """PrimFunc ``(x, w, bias, y)`` of a grouped int8 conv on 4-column grids.
 
     ``x``, ``bias``, ``y`` as :func:`qconv2d_grid`'s in ``vrmpy``; ``w``: words
-    ``(K*K, O/4, span, 4)`` of :class:`GroupWindow` (word ``[t, ov, k, j]`` holds the
-    weights of input channels ``4 (base(ov) + k) .. + 3`` for output channel
-    ``4 ov + j``, zero across groups: :func:`tvm_cocopie.hexagon.kernels.grouped.pack_grouped_weights`).
+    ``(T, O/4, span, 4)`` of :class:`GroupWindow` (word ``[t, ov, k, j]`` holds the
+    weights of tap ``taps[t]`` and input channels ``4 (base(ov) + k) .. + 3`` for output
+    channel ``4 ov + j``, zero across groups:
+    :func:`tvm_cocopie.hexagon.kernels.grouped.pack_grouped_weights`). ``taps``: the
+    ``(dy, dx)`` computed, all by default (the executor leaves out taps that read only
+    padding, :meth:`~.layouts.GridGeometry.live_taps`, their constant in the bias).
     A per-channel ``rq`` adds ``rq`` after ``bias`` (over ``O'``).
     """
     from tvm import te
 
     win = GroupWindow(channels, out_channels, groups)
-    taps = geo.kernel * geo.kernel
+    tap_list = [tuple(t) for t in taps] if taps else [
+        (dy, dx) for dy in range(geo.kernel) for dx in range(geo.kernel)]
+    phases, shifts = zip(*(geo.tap(dy, dx) for dy, dx in tap_list))
+    taps = len(tap_list)
     y_shape = geo.out_shape("vrmpy", out_channels)
     x = te.placeholder(geo.in_shape("vrmpy", channels), "uint8", name="x")
     w = te.placeholder(win.weight_shape(taps), "int32", name="w")
@@ -194,7 +211,7 @@ def qgroup_conv2d_grid(geo, channels: int, out_channels: int, groups: int, rq: R
     k = te.reduce_axis((0, win.span * 4), "rc")
 
     def body(g, r, j):
-        phase, shift = geo.tap(t // geo.kernel, t % geo.kernel)
+        phase, shift = _pick(t, list(phases)), _pick(t, list(shifts))
         value = x[phase, win.base(g) + k // 4, r + shift, k % 4].astype("int32")
         return te.sum(value * _signed_byte(w[t, g, k // 4, j], k % 4), axis=[t, k])
 
@@ -205,7 +222,8 @@ def qgroup_conv2d_grid(geo, channels: int, out_channels: int, groups: int, rq: R
     return describe(
         te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
         op="gconv", variant="vrmpy", geo=_geo_list(geo), c=channels, o=out_channels,
-        groups=groups, rq=[rq.multiplier, rq.shift, rq.zero_point],
+        groups=groups, taps=[list(t) for t in tap_list],
+        rq=[rq.multiplier, rq.shift, rq.zero_point],
     )
 
 

@@ -149,6 +149,18 @@ class GridGeometry:
         s = self.stride
         return (dy % s) * s + dx % s, (dy // s) * self.grid_w + dx // s
 
+    def live_taps(self) -> list:
+        """Taps ``(dy, dx)`` that read the image for at least one valid output; the others
+        read padding alone (a 3x3 conv of a 1x1 map: all but the centre), so their
+        products are the same constant for every valid output."""
+
+        def live(d, size, out):
+            return any(0 <= o * self.stride + d - self.pad < size for o in range(out))
+
+        k = self.kernel
+        return [(dy, dx) for dy in range(k) for dx in range(k)
+                if live(dy, self.h, self.out_h) and live(dx, self.w, self.out_w)]
+
     def out_rows(self, variant: str) -> int:
         """Rows of the output grid in ``variant``'s layout, padded to its panel."""
         return round_up(self.out_h * self.grid_w, LAYOUT_OF[variant].rows)
