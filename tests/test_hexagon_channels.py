@@ -60,3 +60,22 @@ def test_channel_move_bit_exact(variant, move):
     padded = _channels(y, y.shape[0] * y.shape[2])[:, cout:]
     assert not padded.any()  # padded channels are 0
     assert res.packets[0] < 40 * y.size // 128  # a few packets per output vector
+
+
+def test_shufflenet_moves_channels_on_grids(tmp_path):
+    """ShuffleNetV2's splits, concats and shuffles compile to channel moves on grids,
+    none to the NHWC computes (nor the unpacks and regrids around those)."""
+    from tvm_cocopie import models
+    from tvm_cocopie.hexagon.executor.model import prepare
+    from tvm_cocopie.hexagon.executor.program import compile_network
+    from tvm_cocopie.topi.int8.hvx import descriptor
+
+    net, *_ = prepare(models.build("shufflenetv2", image_size=32), workdir=tmp_path)
+    prog = compile_network(net, schedule=False)
+    moved = {q.layer.name for q in net.layers if q.layer.op in ("concat", "slice", "shuffle")}
+    kernels = {layer: (descriptor(prog.funcs[name]) or {}).get("op")
+               for (name, _), (layer, role) in zip(prog.calls, prog.roles)
+               if layer in moved and role == "kernel" and name.startswith("layer")}
+    assert len(kernels) == len(moved) == 58
+    assert set(kernels.values()) == {"channels"}
+    assert not any(name.startswith("unpack") for name, _ in prog.calls[:-1])
