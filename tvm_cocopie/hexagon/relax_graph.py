@@ -162,7 +162,8 @@ def _layer_call(bb, q: QLayer, ins: list):
 
     lay = q.layer
     func, consts = nhwc_layer(q, [tuple(static_shape(x)) for x in ins])
-    desc = {"op": lay.op, "geometry": [lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p],
+    desc = {"op": lay.op,
+            "geometry": [lay.h, lay.w, lay.c, lay.o, lay.k, lay.s, lay.p, lay.groups],
             "kind": q.kind, "pad_value": int(q.pad_value), "params": _encode(q.params),
             "rq": _encode(q.rq), "inputs": len(ins)}
     func = func.without_attr("global_symbol").with_attr(LAYER_ATTR, json.dumps(desc))
