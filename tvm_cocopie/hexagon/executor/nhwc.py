@@ -21,7 +21,15 @@ import numpy as np
 from ...errors import UnsupportedOperatorError
 from ...topi.int8 import compute as int8_compute
 from ...topi.int8 import sequence
+from ..kernels.elementwise import pack_lut
 from .quantization import QLayer
+
+
+def softmax_tables(op) -> np.ndarray:
+    """The ``[2, 8, 128]`` table argument of a softmax compute: the exponential's low and
+    high bytes (:meth:`~tvm_cocopie.topi.int8.sequence.Softmax.table_bytes`) as
+    :func:`..kernels.elementwise.pack_lut` packs a lookup table."""
+    return np.stack([pack_lut(t) for t in op.table_bytes()])
 
 
 def out_shape(q: QLayer) -> tuple:
@@ -65,11 +73,10 @@ def nhwc_layer(q: QLayer, shapes: list) -> tuple:
         return int8_compute.slice_func(tuple(shapes[0]), q.params["offset"], lay.o), []
     if lay.op == "shuffle":
         return int8_compute.shuffle_func(tuple(shapes[0]), q.params["groups"]), []
-    if lay.op == "softmax":
-        return sequence.softmax_func(q.rq, shape), [np.asarray(q.rq.exp_table, np.int32)]
-    if lay.op == "layernorm":
-        return sequence.layernorm_func(q.rq, shape), [np.asarray(q.rq.gain, np.int64),
-                                                      np.asarray(q.rq.offset, np.int64)]
+    if lay.op == "softmax":  # the exponential's byte tables, packed for vlut32
+        return sequence.softmax_func(q.rq, shape), [softmax_tables(q.rq)]
+    if lay.op == "layernorm":  # gains and biases in HVX lane order
+        return sequence.layernorm_func(q.rq, shape), list(q.rq.packed_constants())
     if lay.op == "pool" and lay.k:
         return int8_compute.maxpool_func(lay.h, lay.w, lay.c, lay.k, lay.s, lay.p), []
     raise UnsupportedOperatorError(

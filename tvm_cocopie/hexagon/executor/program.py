@@ -23,6 +23,7 @@ from ..selection.networks import Layer, selection_graph
 from ..selection.search import global_select, local_select
 from . import memplan
 from .memplan import plan_memory
+from .nhwc import softmax_tables
 from .quantization import QLayer, QNetwork, layer_sources
 
 log = logging.getLogger(__name__)
@@ -333,7 +334,10 @@ def _attention_on_grids(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor | N
 def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
     """An attention product, softmax, layer norm, channel concat / slice / shuffle:
     integer computes on NHWC maps (:mod:`tvm_cocopie.topi.int8.sequence`,
-    :mod:`tvm_cocopie.topi.int8.compute`), lowered by TVM (no HVX kernel yet)."""
+    :mod:`tvm_cocopie.topi.int8.compute`). Attention products on whole groups, softmaxes
+    and layer norms carry descriptors and become HVX kernels in :func:`compile_network`
+    (:mod:`..kernels.attention`, :mod:`..kernels.softmax`, :mod:`..kernels.layernorm`);
+    the rest is lowered by TVM."""
     lay = q.layer
     if lay.op == "attention":
         on_grids = _attention_on_grids(em, idx, q, ins)
@@ -356,13 +360,12 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
         args = names
     elif lay.op == "softmax":
         func = sequence.softmax_func(q.rq, shapes[0])
-        em.inputs[f"exp{idx}"] = np.asarray(q.rq.exp_table, np.int32)
+        em.inputs[f"exp{idx}"] = softmax_tables(q.rq)
         args = [names[0], f"exp{idx}"]
     else:
         func = sequence.layernorm_func(q.rq, shapes[0])
-        em.inputs[f"gain{idx}"] = np.asarray(q.rq.gain, np.int64)
-        em.inputs[f"offset{idx}"] = np.asarray(q.rq.offset, np.int64)
-        args = [names[0], f"gain{idx}", f"offset{idx}"]
+        em.inputs[f"gain{idx}"], em.inputs[f"bias{idx}"] = q.rq.packed_constants()
+        args = [names[0], f"gain{idx}", f"bias{idx}"]
     em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
     oh, ow = lay.out_hw
     return Tensor(f"out{idx}", oh, ow, lay.o, None, 0, (1, oh, ow, lay.o))

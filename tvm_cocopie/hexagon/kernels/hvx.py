@@ -167,3 +167,37 @@ def vaddw(vu, vv):
 def vasrw(vu, shift: int):
     """``Vd.w = vasr(Vu.w, Rt)``: arithmetic shift right of each word."""
     return _intrin(VEC, "vasrw", vu, tirx.const(shift, "int32"))
+
+
+def vrmpybus(vu, rt):
+    """``Vd.w = vrmpy(Vu.ub, Rt.b)``: ``Vd.w[i] = sum_j Vu.ub[4i+j] * Rt.b[j]`` (exact)."""
+    return _intrin(VEC, "vrmpybus", vu, rt)
+
+
+def vrmpyubv_acc(vx, vu, vv):
+    """``Vx.uw += vrmpy(Vu.ub, Vv.ub)``: ``Vx.w[i] += sum_j Vu.ub[4i+j] * Vv.ub[4i+j]``
+    (exact; with ``Vu = Vv`` a sum of squares)."""
+    return _intrin(VEC, "vrmpyubv.acc", vx, vu, vv)
+
+
+def vmaxub(vu, vv):
+    """``Vd.ub = vmax(Vu.ub, Vv.ub)``."""
+    return _intrin(VEC, "vmaxub", vu, vv)
+
+
+def vror(vu, nbytes):
+    """``Vd = vror(Vu, Rt)``: byte ``i`` is ``Vu.ub[(i + nbytes) % 128]``."""
+    return _intrin(VEC, "vror", vu, tirx.const(nbytes, "int32"))
+
+
+def xor_swap(vu, k: int):
+    """Bytes ``i`` and ``i ^ k`` exchanged (``k`` a power of two below 128): one ``vdelta``
+    whose control bytes are all ``k`` (its network swaps at the distances set in byte
+    ``i``'s control). ``k`` a multiple of 4 exchanges whole words."""
+    ctrl = as_vec(tirx.Broadcast(tirx.const(k, "uint8"), 128))
+    return _intrin(VEC, "vdelta", vu, ctrl)
+
+
+def vlsrw(vu, shift: int):
+    """``Vd.uw = vlsr(Vu.uw, Rt)``: logical shift right of each word."""
+    return _intrin(VEC, "vlsrw", vu, tirx.const(shift, "int32"))

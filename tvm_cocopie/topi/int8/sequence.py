@@ -12,13 +12,19 @@ arithmetic in int64) and a TE compute on the NHWC maps that equals it bit for bi
 - :class:`AttentionProduct`: ``rq(sum (a - za) * (b - zb))`` for ``Q K^T`` per head
   (``kind="qk"``) and ``P V`` per head (``kind="pv"``);
 - :class:`Softmax`: per row and segment, ``e = EXP[max - x]`` from a 256-entry table of
-  ``round(2**16 * exp(-d * sx))``, ``y = zy + round(e * m * floor(2**40 / sum(e)) /
-  2**(40 + k))`` with ``1 / sy = m / 2**k`` a 15-bit fixed-point multiplier: one integer
-  division per row;
-- :class:`LayerNorm`: per row, integer sums of ``xc = x - zx`` and ``xc**2``, the integer
-  square root of ``D * sum(xc**2) - sum(xc)**2`` (bit by bit) and its reciprocal (one
-  division per row), the normalized value in Q15 and ``gamma / sy``, ``beta / sy`` as
-  fixed-point per-channel constants.
+  ``round(2**15 * exp(-d * sx))``, one reciprocal ``floor(2**30 / sum(e))`` per segment
+  and per element ``y = zy + round(e * R / 2**(30 + k))`` with ``R`` that reciprocal times
+  ``1 / sy = m / 2**k`` (a 15-bit fixed-point multiplier);
+- :class:`LayerNorm`: per row, int32 sums of ``x`` and ``x**2``, the integer square root
+  of ``D * sum(x**2) - sum(x)**2 + eps`` (bit by bit) and a 16-bit multiplier of its
+  reciprocal (one division per row), the normalized value in int16 and ``gamma / sy``,
+  ``beta / sy`` as fixed-point per-channel constants.
+
+Both are defined for HVX's lanes (issue 21): every per-element step is 16- or 32-bit,
+the 64-bit work is per row or segment. Their PrimFuncs carry a descriptor
+(:func:`tvm_cocopie.topi.int8.hvx.describe`), and on Hexagon the schedule rule replaces
+them by HVX kernels of the same signature, bit-identical
+(:mod:`tvm_cocopie.hexagon.kernels.softmax`, :mod:`~tvm_cocopie.hexagon.kernels.layernorm`).
 
 They agree with ONNX Runtime's float kernels within a quantization step (stated and
 measured per layer in :mod:`tvm_cocopie.hexagon.executor.model`).
@@ -32,15 +38,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compute import Requant
+from .hvx import describe
+from .layouts import VBYTES
 
-#: Fraction bits of the softmax's exponential table and the layer norm's normalized value.
-EXP_BITS = 16
-NORM_BITS = 15
-#: Bits of the integer square root (``D * sum(xc**2)`` stays under ``2**62``).
-SQRT_BITS = 31
-#: Per-row reciprocals ``floor(2**RECIP_BITS / d)``: one division per row, then
-#: multiplications (a per-element 64-bit division is a library call on Hexagon).
-RECIP_BITS = 40
+#: Fraction bits of the softmax's exponential table: ``EXP[0] = 2**15`` is an unsigned
+#: halfword, a segment's sum at least ``2**15``.
+EXP_BITS = 15
+#: Per-segment reciprocals ``floor(2**RECIP_BITS / sum(e))``: at most ``2**15`` (times the
+#: 15-bit ``1 / sy`` multiplier: int32), no per-element division.
+RECIP_BITS = 30
+#: Largest layer norm row: ``sum(x**2)`` stays int32 and ``D`` an int16 for HVX's multiply.
+MAX_LN_CHANNELS = 16384
 
 
 def _fixed(value: float, bits: int = 15) -> tuple:
@@ -108,11 +116,18 @@ class AttentionProduct:
 
 @dataclass(frozen=True)
 class Softmax:
-    """Softmax over segments of ``length`` channels, uint8 ``(sx, zx)`` -> ``(sy, zy)``."""
+    """Softmax over segments of ``length`` channels, uint8 ``(sx, zx)`` -> ``(sy, zy)``.
+
+    Per segment: ``e = EXP[max - x]`` (``round(2**15 * exp(-d * sx))``: at most ``2**15``,
+    an unsigned halfword), ``q = floor(2**30 / sum(e))`` (``sum(e) >= 2**15``, so ``q``
+    fits 15 bits: a 16-step long division, vectorized over segments on HVX), ``R = q *
+    inv_m`` with ``1 / sy = inv_m / 2**inv_k``, and per element ``y = zy + round(floor(R *
+    e / 2**16) / 2**out_shift)`` (one ``vmpye`` and a shift). Every step is exact in 32 bits.
+    """
 
     length: int
-    exp_table: tuple  # 256 entries: round(2**16 * exp(-d * sx))
-    inv_m: int  # 1 / sy ~= inv_m / 2**inv_k
+    exp_table: tuple  # 256 entries: round(2**15 * exp(-d * sx))
+    inv_m: int  # 1 / sy ~= inv_m / 2**inv_k, inv_m < 2**15
     inv_k: int
     zy: int
 
@@ -121,20 +136,40 @@ class Softmax:
         """The fixed-point softmax of segments of ``length`` for these quantizations."""
         table = tuple(round(2.0**EXP_BITS * math.exp(-d * sx)) for d in range(256))
         m, k = _fixed(1.0 / sy)
+        if RECIP_BITS - 16 + k < 1:
+            raise ValueError(f"softmax output scale {sy} is too small for the fixed-point form")
         return cls(length, table, m, k, zy)
+
+    @property
+    def out_shift(self) -> int:
+        """Right shift of ``floor(R * e / 2**16)`` to the output's units."""
+        return RECIP_BITS - 16 + self.inv_k
+
+    def table_bytes(self) -> np.ndarray:
+        """The exponential table as two byte tables ``[2, 256]`` (low byte, high byte): HVX
+        looks up bytes (``vlut32``); :meth:`te` reads them packed as
+        :func:`tvm_cocopie.topi.int8.hvx.lut_grid` does."""
+        e = np.asarray(self.exp_table, np.int64)
+        return np.stack([e & 255, e >> 8]).astype(np.uint8)
+
+    def table_segments(self) -> list:
+        """Per byte table, the 32-entry segments holding a non-zero entry (lookups of the
+        others can be skipped: a ``vlut32`` with no matching segment yields 0)."""
+        return [[s for s in range(8) if t[32 * s: 32 * s + 32].any()] for t in self.table_bytes()]
 
     def numpy(self, x) -> np.ndarray:
         """Reference on an NHWC map whose channels are segments of ``length``."""
         shape = x.shape
         seg = x.reshape(-1, self.length).astype(np.int64)
         e = np.asarray(self.exp_table, np.int64)[seg.max(1, keepdims=True) - seg]
-        recip = (1 << RECIP_BITS) // e.sum(1, keepdims=True)
-        sh = RECIP_BITS + self.inv_k
-        y = ((e * self.inv_m * recip + (1 << (sh - 1))) >> sh) + self.zy
+        r = ((1 << RECIP_BITS) // e.sum(1, keepdims=True)) * self.inv_m
+        sh = self.out_shift
+        y = ((((r * e) >> 16) + (1 << (sh - 1))) >> sh) + self.zy
         return np.clip(y, 0, 255).astype(np.uint8).reshape(shape)
 
     def te(self, x, table):
-        """TE compute; ``table`` the exp table placeholder (int32 [256])."""
+        """TE compute; ``table`` the packed byte tables ``[2, 8, 128]`` (uint8: entry ``e``
+        of table ``b`` at ``[b, e // 32, 2 * (e % 32)]``, see :meth:`table_bytes`)."""
         from tvm import te, tirx
 
         shape = tuple(int(d) for d in x.shape)
@@ -147,32 +182,51 @@ class Softmax:
 
         def e_of(n, i, j, ch, g):
             d = mx[n, i, j, g].astype("int32") - x[n, i, j, ch].astype("int32")
-            return table[d].astype("int64")
+            lo, hi = (table[b, d // 32, (d % 32) * 2].astype("int32") for b in (0, 1))
+            return hi * 256 + lo
 
         total = te.compute(seg_shape, lambda n, i, j, g: te.sum(
             e_of(n, i, j, g * self.length + r2, g), axis=r2), name="total")
-        recip = te.compute(seg_shape, lambda *i: tirx.floordiv(
-            tirx.const(1 << RECIP_BITS, "int64"), total[i]), name="recip")
-        sh = RECIP_BITS + self.inv_k
+        mult = te.compute(seg_shape, lambda *i: tirx.floordiv(
+            tirx.const(1 << RECIP_BITS, "int32"), total[i]) * tirx.const(self.inv_m, "int32"),
+            name="mult")
+        sh = self.out_shift
 
         def body(n, i, j, ch):
             g = ch // self.length
-            num = e_of(n, i, j, ch, g) * tirx.const(self.inv_m, "int64") * recip[n, i, j, g]
-            y = ((num + tirx.const(1 << (sh - 1), "int64")) >> tirx.const(sh, "int64")) + \
-                tirx.const(self.zy, "int64")
-            return tirx.max(tirx.min(y, tirx.const(255, "int64")),
-                            tirx.const(0, "int64")).astype("uint8")
+            p = (mult[n, i, j, g].astype("int64") * e_of(n, i, j, ch, g).astype("int64")) >> \
+                tirx.const(16, "int64")
+            y = ((p.astype("int32") + tirx.const(1 << (sh - 1), "int32")) >>
+                 tirx.const(sh, "int32")) + tirx.const(self.zy, "int32")
+            return tirx.max(tirx.min(y, tirx.const(255, "int32")),
+                            tirx.const(0, "int32")).astype("uint8")
 
         return te.compute(shape, body, name="y")
 
 
+def norm_bits(d: int) -> int:
+    """Fraction bits ``Q`` of the layer norm's normalized value: ``|n| < sqrt(d) * 2**Q``
+    stays within an int16 (``15 - ceil(log2(d) / 2)``)."""
+    return 15 - ((d - 1).bit_length() + 1) // 2
+
+
 @dataclass(frozen=True)
 class LayerNorm:
-    """Layer norm over the channels of each pixel, uint8 ``(sx, zx)`` -> ``(sy, zy)``:
-    ``y = zy + round((n * g_c + b_c) / 2**shift)`` with ``n`` the Q15 normalized value,
-    ``g_c ~= gamma_c / sy * 2**(shift - 15)`` and ``b_c ~= beta_c / sy * 2**shift``."""
+    """Layer norm over the channels of each pixel, uint8 ``(sx, zx)`` -> ``(sy, zy)``.
 
-    zx: int
+    Per row of ``D`` channels (the zero point cancels: ``D * xc - sum(xc) = D * x -
+    sum(x)``): ``s1 = sum(x)``, ``s2 = sum(x**2)`` (int32), ``v = D * s2 - s1**2 + eps``
+    (int64, per row), ``root = isqrt(v)`` bit by bit, a 16-bit multiplier ``m =
+    floor((2**(r + 15) - 1) / root)`` (``r`` the bit length of ``root``: one division per
+    row) and shifts so that per element ``n = (D * x - s1) * m / 2**(r + 15 - Q)`` is the
+    normalized value in ``Q`` fraction bits (:func:`norm_bits`), saturated to int16.
+    Then ``y = zy + round((n * g_c + b_c) / 2**shift)`` with ``g_c ~= gamma_c / sy *
+    2**(shift - Q)`` (``|g_c| < 2**14``: ``n * g_c`` fits int32) and ``b_c ~= beta_c / sy *
+    2**shift`` (clamped to ``2**30``, which saturates the output anyway: ``shift <= 20``).
+    The per-element work is 16- and 32-bit lanes (HVX: ``vmpy`` halfwords, one ``vmpye``).
+    """
+
+    zx: int  # the input zero point (the normalization does not depend on it)
     zy: int
     gain: tuple = field(repr=False)
     offset: tuple = field(repr=False)
@@ -182,33 +236,74 @@ class LayerNorm:
 
     @classmethod
     def from_params(cls, gamma, beta, zx: int, sy: float, zy: int, eps: float = 0.0,
-                    sx: float = 1.0, d: int = 1) -> LayerNorm:
+                    sx: float = 1.0, d: int | None = None) -> LayerNorm:
         """Fixed-point per-channel constants of ``gamma``, ``beta`` for the output scale
-        (``eps``, ``sx`` and ``d`` channels: the epsilon in integer units)."""
+        (``eps``, ``sx`` and ``d`` channels, default ``len(gamma)``: the epsilon in integer
+        units)."""
         g = np.asarray(gamma, np.float64) / sy
         b = np.asarray(beta, np.float64) / sy
+        channels = len(g)
+        if channels > MAX_LN_CHANNELS:
+            raise ValueError(f"layer norm over {channels} channels: at most {MAX_LN_CHANNELS} "
+                             "(sums of x**2 in int32)")
+        d = channels if d is None else d
+        q = norm_bits(channels)
         top = max(float(np.abs(g).max()), 1e-9)
-        p = min(30, 14 - math.floor(math.log2(top)))  # |g * 2**p| < 2**15
-        shift = NORM_BITS + p
-        gain = tuple(int(v) for v in np.rint(g * 2.0**p))
-        offset = tuple(int(v) for v in np.rint(b * 2.0**shift))
+        p = max(1 - q, min(20 - q, 13 - math.floor(math.log2(top))))  # |g * 2**p| < 2**14
+        shift = q + p
+        lim = 2**14 - 1
+        gain = tuple(int(v) for v in np.clip(np.rint(g * 2.0**p), -lim, lim))
+        offset = tuple(int(v) for v in np.clip(np.rint(b * 2.0**shift), -(2**30), 2**30))
         return cls(zx, zy, gain, offset, shift, round(eps * d * d / (sx * sx)))
+
+    def sqrt_bits(self, d: int) -> int:
+        """Bits of ``isqrt(v)`` for rows of ``d`` bytes (``v <= d**2 * 127.5**2 + eps``)."""
+        return max(1, math.isqrt(d * d * 65025 // 4 + self.eps).bit_length())
+
+    def constants(self) -> tuple:
+        """``(g, bb)`` per channel, int64: the gains and ``b_c + 2**(shift - 1) + zy *
+        2**shift`` (rounding and output zero point folded in; fits int32)."""
+        g = np.asarray(self.gain, np.int64)
+        bb = np.asarray(self.offset, np.int64) + (1 << (self.shift - 1)) + (self.zy << self.shift)
+        return g, bb
+
+    def packed_constants(self) -> tuple:
+        """``(gain int16 [D], bias int32 [D])`` as :meth:`te` and the HVX kernel read them:
+        for ``D`` a multiple of 128, each 128 channels' gains as even then odd channels
+        (the halfword lanes of HVX's products) and biases as channels ``4i + t`` for ``t = 0..3``
+        (its word lanes); otherwise in channel order."""
+        g, bb = self.constants()
+        d = len(g)
+        if d % VBYTES:
+            return g.astype(np.int16), bb.astype(np.int32)
+        k = d // VBYTES
+        gp = g.reshape(k, 64, 2).transpose(0, 2, 1).reshape(d)
+        bp = bb.reshape(k, 32, 4).transpose(0, 2, 1).reshape(d)
+        return gp.astype(np.int16), bp.astype(np.int32)
 
     def numpy(self, x) -> np.ndarray:
         """Reference on an NHWC map (normalized over the last axis)."""
-        xc = x.astype(np.int64) - self.zx
-        d = xc.shape[-1]
-        s1 = xc.sum(-1, keepdims=True)
-        v = d * (xc * xc).sum(-1, keepdims=True) - s1 * s1 + self.eps
-        recip = (1 << RECIP_BITS) // np.maximum(_isqrt_np(v), 1)
-        n = ((d * xc - s1) * recip) >> (RECIP_BITS - NORM_BITS)  # Q15
-        g, b = np.asarray(self.gain, np.int64), np.asarray(self.offset, np.int64)
-        y = ((n * g + b + (1 << (self.shift - 1))) >> self.shift) + self.zy
-        return np.clip(y, 0, 255).astype(np.uint8)
+        xs = x.astype(np.int64)
+        d = xs.shape[-1]
+        s1 = xs.sum(-1, keepdims=True)
+        v = d * (xs * xs).sum(-1, keepdims=True) - s1 * s1 + self.eps
+        root = np.maximum(_isqrt_np(v, self.sqrt_bits(d)), 1)
+        r = np.frexp(root.astype(np.float64))[1].astype(np.int64)  # bit length (exact)
+        m = ((np.int64(1) << (r + 15)) - 1) // root
+        s = r + 15 - norm_bits(d)
+        left, right = np.maximum(16 - s, 0), np.maximum(s - 16, 0)
+        p = (((d * xs - s1) << left) * m) >> 16
+        n = np.clip((p + ((np.int64(1) << right) >> 1)) >> right, -(2**15), 2**15 - 1)
+        g, bb = self.constants()
+        return np.clip((n * g + bb) >> self.shift, 0, 255).astype(np.uint8)
 
-    def te(self, x, gain, offset):
-        """TE compute; ``gain``/``offset`` int64 placeholders of the channel constants."""
+    def te(self, x, gain, bias):
+        """TE compute; ``gain`` (int16) / ``bias`` (int32) placeholders of
+        :meth:`packed_constants`."""
         from tvm import te, tirx
+
+        def c64(value):
+            return tirx.const(value, "int64")
 
         shape = tuple(int(dim) for dim in x.shape)
         d = shape[3]
@@ -216,46 +311,59 @@ class LayerNorm:
         r = te.reduce_axis((0, d), "r")
         r2 = te.reduce_axis((0, d), "r2")
 
-        def xc(n, i, j, ch):
-            return x[n, i, j, ch].astype("int64") - tirx.const(self.zx, "int64")
+        def xi(n, i, j, ch):
+            return x[n, i, j, ch].astype("int32")
 
-        s1 = te.compute(row, lambda n, i, j, _: te.sum(xc(n, i, j, r), axis=r), name="s1")
-        s2 = te.compute(row, lambda n, i, j, _: te.sum(xc(n, i, j, r2) * xc(n, i, j, r2),
+        s1 = te.compute(row, lambda n, i, j, _: te.sum(xi(n, i, j, r), axis=r), name="s1")
+        s2 = te.compute(row, lambda n, i, j, _: te.sum(xi(n, i, j, r2) * xi(n, i, j, r2),
                                                        axis=r2), name="s2")
-        v = te.compute(row, lambda n, i, j, z: tirx.const(d, "int64") * s2[n, i, j, z]
-                       - s1[n, i, j, z] * s1[n, i, j, z] + tirx.const(self.eps, "int64"),
-                       name="v")
+        v = te.compute(row, lambda *i: c64(d) * s2[i].astype("int64")
+                       - s1[i].astype("int64") * s1[i].astype("int64") + c64(self.eps), name="v")
+
         def sqrt_step(prev, bit):
-            def step(n, i, j, z):
-                cand = prev[n, i, j, z] | tirx.const(1 << bit, "int64")
-                return tirx.if_then_else(cand * cand <= v[n, i, j, z], cand, prev[n, i, j, z])
+            def step(*i):
+                cand = prev[i] | c64(1 << bit)
+                return tirx.if_then_else(cand * cand <= v[i], cand, prev[i])
 
             return te.compute(row, step, name=f"root{bit}")
 
-        root = te.compute(row, lambda *i: tirx.const(0, "int64"), name="root")
-        for bit in range(SQRT_BITS - 1, -1, -1):  # bit by bit: the largest r with r*r <= v
+        root = te.compute(row, lambda *i: c64(0), name="root")
+        for bit in range(self.sqrt_bits(d) - 1, -1, -1):  # the largest r with r*r <= v
             root = sqrt_step(root, bit)
+        root = te.compute(row, lambda *i: tirx.max(root[i], c64(1)), name="root_pos")
+        bits = te.compute(row, lambda *i: c64(64) - tirx.clz(root[i]).astype("int64"),
+                          name="bits")
+        mult = te.compute(row, lambda *i: tirx.floordiv((c64(1) << (bits[i] + c64(15))) - c64(1),
+                                                        root[i]), name="mult")
+        q = norm_bits(d)
+        left = te.compute(row, lambda *i: tirx.max(c64(1 + q) - bits[i], c64(0)), name="left")
+        right = te.compute(row, lambda *i: tirx.max(bits[i] - c64(1 + q), c64(0)), name="right")
+        full = d % VBYTES == 0
 
-        recip = te.compute(row, lambda *i: tirx.floordiv(
-            tirx.const(1 << RECIP_BITS, "int64"), tirx.max(root[i], tirx.const(1, "int64"))),
-            name="recip")
+        def gpos(ch):
+            return (ch // VBYTES) * VBYTES + (ch % 2) * 64 + (ch % VBYTES) // 2 if full else ch
+
+        def bpos(ch):
+            return (ch // VBYTES) * VBYTES + (ch % 4) * 32 + (ch % VBYTES) // 4 if full else ch
 
         def body(n, i, j, ch):
-            num = (tirx.const(d, "int64") * xc(n, i, j, ch) - s1[n, i, j, 0]) * recip[n, i, j, 0]
-            q = num >> tirx.const(RECIP_BITS - NORM_BITS, "int64")
-            y = (q * gain[ch] + offset[ch] + tirx.const(1 << (self.shift - 1), "int64")) >> \
-                tirx.const(self.shift, "int64")
-            y = y + tirx.const(self.zy, "int64")
-            return tirx.max(tirx.min(y, tirx.const(255, "int64")),
-                            tirx.const(0, "int64")).astype("uint8")
+            t = (c64(d) * x[n, i, j, ch].astype("int64") - s1[n, i, j, 0].astype("int64"))
+            p = ((t << left[n, i, j, 0]) * mult[n, i, j, 0]) >> c64(16)
+            rt = right[n, i, j, 0]
+            nv = (p + ((c64(1) << rt) >> c64(1))) >> rt
+            nv = tirx.max(tirx.min(nv, c64(2**15 - 1)), c64(-(2**15)))
+            y = (nv * gain[gpos(ch)].astype("int64") + bias[bpos(ch)].astype("int64")) >> \
+                c64(self.shift)
+            return tirx.max(tirx.min(y, c64(255)), c64(0)).astype("uint8")
 
         return te.compute(shape, body, name="y")
 
 
-def _isqrt_np(v: np.ndarray) -> np.ndarray:
-    """Floor integer square root of a non-negative int64 array, bit by bit (as the TE)."""
+def _isqrt_np(v: np.ndarray, bits: int) -> np.ndarray:
+    """Floor integer square root of a non-negative int64 array below ``2**(2 * bits)``, bit
+    by bit (as the TE)."""
     root = np.zeros_like(v)
-    for bit in range(SQRT_BITS - 1, -1, -1):
+    for bit in range(bits - 1, -1, -1):
         cand = root | (1 << bit)
         root = np.where(cand * cand <= v, cand, root)
     return root
@@ -274,19 +382,28 @@ def attention_func(op: AttentionProduct, a_shape: tuple, b_shape: tuple):
 
 
 def softmax_func(op: Softmax, shape: tuple):
-    """PrimFunc ``(x, table, y)`` of a :class:`Softmax` (``table``: int32 [256])."""
+    """PrimFunc ``(x, table, y)`` of a :class:`Softmax` (``table``: the packed byte tables
+    ``[2, 8, 128]`` of :meth:`Softmax.table_bytes`), with a descriptor for the HVX kernel
+    (:mod:`tvm_cocopie.hexagon.kernels.softmax`)."""
     from tvm import te
 
     x = te.placeholder(shape, "uint8", name="x")
-    t = te.placeholder((256,), "int32", name="table")
-    return te.create_prim_func([x, t, op.te(x, t)])
+    t = te.placeholder((2, 8, VBYTES), "uint8", name="table")
+    func = te.create_prim_func([x, t, op.te(x, t)])
+    return describe(func, op="softmax", size=math.prod(shape), length=op.length,
+                    rq=[op.inv_m, op.inv_k, op.zy], segments=op.table_segments())
 
 
 def layernorm_func(op: LayerNorm, shape: tuple):
-    """PrimFunc ``(x, gain, offset, y)`` of a :class:`LayerNorm` (int64 constants)."""
+    """PrimFunc ``(x, gain, bias, y)`` of a :class:`LayerNorm` (int16 / int32 constants of
+    :meth:`LayerNorm.packed_constants`), with a descriptor for the HVX kernel
+    (:mod:`tvm_cocopie.hexagon.kernels.layernorm`)."""
     from tvm import te
 
+    d = shape[3]
     x = te.placeholder(shape, "uint8", name="x")
-    g = te.placeholder((shape[3],), "int64", name="gain")
-    b = te.placeholder((shape[3],), "int64", name="offset")
-    return te.create_prim_func([x, g, b, op.te(x, g, b)])
+    g = te.placeholder((d,), "int16", name="gain")
+    b = te.placeholder((d,), "int32", name="bias")
+    func = te.create_prim_func([x, g, b, op.te(x, g, b)])
+    return describe(func, op="layernorm", rows=math.prod(shape[:3]), d=d, eps=op.eps,
+                    shift=op.shift, bits=op.sqrt_bits(d))
