@@ -8,5 +8,7 @@
 - :mod:`.transforms`: weight packing and on-device layout transforms;
 - :mod:`.regrid`, :mod:`.shift_copy`: moving a tensor onto a consumer's grid;
 - :mod:`.channels`: channel slices, concatenations and shuffles as vector moves;
+- :mod:`.elementwise`, :mod:`.attention`, :mod:`.softmax`, :mod:`.layernorm`: element-wise
+  operators, attention products and the transformer's row normalizations;
 - :mod:`.dispatch`: the kernel of each HVX-layout compute of :mod:`tvm_cocopie.topi.int8.hvx`.
 """

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from tvm import s_tir
 
 from ...topi.int8.compute import Requant
 from ...topi.int8.hvx import descriptor, geometry_of
 from ...topi.int8.layouts import LAYOUT_OF
+from . import layernorm, softmax
 from .channels import channel_move_kernel
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
@@ -14,6 +17,8 @@ from .elementwise import add_kernel, dense_kernel, lut_kernel, mul_kernel
 from .grouped import grouped_conv2d
 from .regrid import regrid_copy_kernel, unpack_words_kernel
 from .shift_copy import shift_copy_kernel
+
+log = logging.getLogger(__name__)
 
 
 def vectorize_inner(func, lanes: int = 128):
@@ -44,6 +49,25 @@ def _same_layout_copy(desc: dict) -> bool:
     if variant is None:  # the NHWC image: byte copies
         return True
     return variant == desc["variant"] and c % LAYOUT_OF[variant].col_multiple == 0
+
+
+def _row_kernel(desc: dict, func):
+    """The HVX layer norm or softmax of a :mod:`tvm_cocopie.topi.int8.sequence` compute, or
+    ``None`` (with a warning: TVM's scalar lowering stays) for sizes the kernels do not take."""
+    shape = tuple(int(d) for d in func.buffer_map[func.params[0]].shape)
+    if desc["op"] == "layernorm":
+        if layernorm.supported(desc["d"]):
+            return layernorm.layernorm_kernel(shape, desc["eps"], desc["shift"], desc["bits"])
+        need = "rows of whole 128-byte vectors"
+    else:
+        if softmax.supported(desc["size"], desc["length"]):
+            inv_m, inv_k, zy = desc["rq"]
+            return softmax.softmax_kernel(shape, desc["length"], inv_m, inv_k, zy,
+                                          desc["segments"])
+        need = "whole 128-byte vectors of segments of 4, 8, ..., 128 bytes"
+    log.warning("%s of shape %s: no HVX kernel (it needs %s); TVM's scalar lowering of the "
+                "compute is used", desc["op"], list(shape), need)
+    return None
 
 
 def hvx_kernel(func):
@@ -102,6 +126,10 @@ def hvx_kernel(func):
         kernel = unpack_words_kernel(tuple(shape), h, w, wq, c)
     elif op in ("regrid", "maxpool"):
         kernel = vectorize_inner(func)
+    elif op in ("layernorm", "softmax"):
+        kernel = _row_kernel(desc, func)
+        if kernel is None:
+            return None
     else:
         return None
     kernel = _in_root_block(kernel).without_attr("global_symbol")
