@@ -54,7 +54,7 @@ def _same_layout_copy(desc: dict) -> bool:
 def _row_kernel(desc: dict, func):
     """The HVX layer norm or softmax of a :mod:`tvm_cocopie.topi.int8.sequence` compute, or
     ``None`` (with a warning: TVM's scalar lowering stays) for sizes the kernels do not take."""
-    shape = tuple(int(d) for d in func.buffer_map[func.params[0]].shape)
+    shape = tuple(int(d) for d in func.params[0].shape)
     if desc["op"] == "layernorm":
         if layernorm.supported(desc["d"]):
             return layernorm.layernorm_kernel(shape, desc["eps"], desc["shift"], desc["bits"])
