@@ -9,7 +9,7 @@ transformer models).
    ``0x01010101`` and one ``vrmpy`` of the vector by itself into word accumulators, then a
    rotate-and-add reduction of the 32 lanes;
 2. scalar, once per row: ``v = D * s2 - s1**2 + eps`` (int64), its integer square root
-   bit by bit, the 16-bit multiplier ``m`` (one division) and the shifts;
+   bit by bit, the 16-bit multiplier ``m`` (a 16-step long division) and the shifts;
 3. per 128 bytes: zero-extend to halfwords, ``vmpy`` by ``D`` into four word vectors (bytes
    ``4i + t``), ``- s1``, ``<< left``, one ``vmpye`` by ``m``, rounding ``>> right``,
    saturate to halfwords (the normalized value ``n``), ``vmpy`` by the halfword gains
@@ -62,6 +62,21 @@ def _root(buf, v, bits: int):
         T.buffer_store(buf, tirx.Select(wide * wide <= v, cand, buf[0]), [0])
 
 
+def _multiplier(buf, root, nbits):
+    """``floor((2**(nbits + 15) - 1) / root)`` (16 bits, ``root`` of ``nbits`` bits) into
+    ``buf[1]``: long division, one quotient bit per step (Hexagon has no divide
+    instruction; the library routine took several times as many packets). ``buf[0]`` holds
+    the remainder, from ``2**(nbits - 1) - 1`` (the numerator's bits above the quotient's)."""
+    one = tirx.const(1, "int32")
+    T.buffer_store(buf, (one << (nbits - one)) - one, [0])
+    T.buffer_store(buf, tirx.const(0, "int32"), [1])
+    with T.serial(16):
+        rem = bind(buf[0] + buf[0] + one)
+        ge = bind(rem >= root)
+        T.buffer_store(buf, tirx.Select(ge, rem - root, rem), [0])
+        T.buffer_store(buf, buf[1] + buf[1] + ge.astype("int32"), [1])
+
+
 def layernorm_kernel(shape: tuple, eps: int, shift: int, bits: int):
     """PrimFunc ``(x, gain, bias, y)`` equal to
     :func:`tvm_cocopie.topi.int8.sequence.layernorm_func` on an NHWC map ``shape``."""
@@ -77,7 +92,7 @@ def layernorm_kernel(shape: tuple, eps: int, shift: int, bits: int):
     with kernel("layernorm_hvx", params) as ((xb, gain, bias, yb), out):
         x, y = (T.decl_buffer((rows * d,), "uint8", data=b.data) for b in (xb, yb))
         acc1, acc2 = vec_buffer("s1"), vec_buffer("s2")
-        rbuf = vec_buffer("root", 1)
+        rbuf, dbuf = vec_buffer("root", 1), vec_buffer("division", 2)
         with T.serial(rows) as r:
             base = r * d
             vstore(acc1, _splat(0))
@@ -94,8 +109,8 @@ def layernorm_kernel(shape: tuple, eps: int, shift: int, bits: int):
             _root(rbuf, v, bits)
             root = bind(tirx.max(rbuf[0], tirx.const(1, "int32")))
             nbits = bind(tirx.const(32, "int32") - tirx.clz(root).astype("int32"))
-            num = (tirx.const(1, "int64") << (nbits + 15).astype("int64")) - tirx.const(1, "int64")
-            m = bind(tirx.Div(num, root.astype("int64")).astype("int32"))
+            _multiplier(dbuf, root, nbits)
+            m = bind(dbuf[1])
             left = bind(tirx.max(tirx.const(1 + q, "int32") - nbits, tirx.const(0, "int32")))
             right = bind(tirx.max(nbits - tirx.const(1 + q, "int32"), tirx.const(0, "int32")))
             rnd = bind((tirx.const(1, "int32") << right) >> tirx.const(1, "int32"))
