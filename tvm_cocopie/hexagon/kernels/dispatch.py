@@ -57,7 +57,8 @@ def _row_kernel(desc: dict, func):
     shape = tuple(int(d) for d in func.params[0].shape)
     if desc["op"] == "layernorm":
         if layernorm.supported(desc["d"]):
-            return layernorm.layernorm_kernel(shape, desc["eps"], desc["shift"], desc["bits"])
+            return layernorm.layernorm_kernel(shape, desc["eps"], desc["shift"], desc["zy"],
+                                              desc["bits"])
         need = "rows of whole 128-byte vectors"
     else:
         if softmax.supported(desc["size"], desc["length"]):

@@ -14,7 +14,7 @@ transformer models).
    ``4i + t``), ``- s1``, ``<< left``, one ``vmpye`` by ``m``, rounding ``>> right``,
    saturate to halfwords (the normalized value ``n``), ``vmpy`` by the halfword gains
    (packed even/odd, :meth:`~tvm_cocopie.topi.int8.sequence.LayerNorm.packed_constants`),
-   add the word biases, ``>> shift`` and saturate to bytes.
+   add the word biases, ``>> shift``, add ``zy`` and saturate to bytes.
 
 :func:`layernorm_kernel` replaces :func:`tvm_cocopie.topi.int8.sequence.layernorm_func`
 (same signature, bit-identical: tested under ``qemu-hexagon``), which TVM lowers to
@@ -77,7 +77,7 @@ def _multiplier(buf, root, nbits):
         T.buffer_store(buf, buf[1] + buf[1] + ge.astype("int32"), [1])
 
 
-def layernorm_kernel(shape: tuple, eps: int, shift: int, bits: int):
+def layernorm_kernel(shape: tuple, eps: int, shift: int, zy: int, bits: int):
     """PrimFunc ``(x, gain, bias, y)`` equal to
     :func:`tvm_cocopie.topi.int8.sequence.layernorm_func` on an NHWC map ``shape``."""
     d = shape[-1]
@@ -127,7 +127,7 @@ def layernorm_kernel(shape: tuple, eps: int, shift: int, bits: int):
                 go = tirx.reinterpret(hvx.VEC, gain[ramp(c0 + 64, 64)])
                 qe = bind(hvx.vmpyhv(hvx.vsatwh(ns[2], ns[0]), ge))  # channels 4i, 4i + 2
                 qo = bind(hvx.vmpyhv(hvx.vsatwh(ns[3], ns[1]), go))  # 4i + 1, 4i + 3
-                ys = [(p + bias[ramp(c0 + 32 * t, 32)]) >> _splat(shift)
+                ys = [((p + bias[ramp(c0 + 32 * t, 32)]) >> _splat(shift)) + _splat(zy)
                       for t, p in enumerate((hvx.lo(qe), hvx.lo(qo), hvx.hi(qe), hvx.hi(qo)))]
                 T.buffer_store(y, hvx.saturate_interleave4(*ys), [ramp(base + c0, VBYTES)])
     return out[0]

@@ -261,11 +261,10 @@ class LayerNorm:
         return max(1, math.isqrt(d * d * 65025 // 4 + self.eps).bit_length())
 
     def constants(self) -> tuple:
-        """``(g, bb)`` per channel, int64: the gains and ``b_c + 2**(shift - 1) + zy *
-        2**shift`` (rounding and output zero point folded in; fits int32)."""
+        """``(g, bb)`` per channel, int64: the gains and ``b_c + 2**(shift - 1)`` (the
+        rounding folded in; fits int32). The output zero point stays in the compute."""
         g = np.asarray(self.gain, np.int64)
-        bb = np.asarray(self.offset, np.int64) + (1 << (self.shift - 1)) + (self.zy << self.shift)
-        return g, bb
+        return g, np.asarray(self.offset, np.int64) + (1 << (self.shift - 1))
 
     def packed_constants(self) -> tuple:
         """``(gain int16 [D], bias int32 [D])`` as :meth:`te` and the HVX kernel read them:
@@ -295,7 +294,7 @@ class LayerNorm:
         p = (((d * xs - s1) << left) * m) >> 16
         n = np.clip((p + ((np.int64(1) << right) >> 1)) >> right, -(2**15), 2**15 - 1)
         g, bb = self.constants()
-        return np.clip((n * g + bb) >> self.shift, 0, 255).astype(np.uint8)
+        return np.clip(((n * g + bb) >> self.shift) + self.zy, 0, 255).astype(np.uint8)
 
     def te(self, x, gain, bias):
         """TE compute; ``gain`` (int16) / ``bias`` (int32) placeholders of
@@ -352,8 +351,8 @@ class LayerNorm:
             rt = right[n, i, j, 0]
             nv = (p + ((c64(1) << rt) >> c64(1))) >> rt
             nv = tirx.max(tirx.min(nv, c64(2**15 - 1)), c64(-(2**15)))
-            y = (nv * gain[gpos(ch)].astype("int64") + bias[bpos(ch)].astype("int64")) >> \
-                c64(self.shift)
+            y = ((nv * gain[gpos(ch)].astype("int64") + bias[bpos(ch)].astype("int64")) >>
+                 c64(self.shift)) + c64(self.zy)
             return tirx.max(tirx.min(y, c64(255)), c64(0)).astype("uint8")
 
         return te.compute(shape, body, name="y")
@@ -406,4 +405,4 @@ def layernorm_func(op: LayerNorm, shape: tuple):
     b = te.placeholder((d,), "int32", name="bias")
     func = te.create_prim_func([x, g, b, op.te(x, g, b)])
     return describe(func, op="layernorm", rows=math.prod(shape[:3]), d=d, eps=op.eps,
-                    shift=op.shift, bits=op.sqrt_bits(d))
+                    shift=op.shift, zy=op.zy, bits=op.sqrt_bits(d))
