@@ -332,7 +332,8 @@ def _attention_on_grids(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor | N
 
 
 def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
-    """An attention product, softmax, layer norm, channel concat / slice / shuffle:
+    """An attention product, softmax, layer norm, upsampling, or a channel concat / slice /
+    shuffle of maps of different sizes (same-size ones are channel moves on the grids):
     integer computes on NHWC maps (:mod:`tvm_cocopie.topi.int8.sequence`,
     :mod:`tvm_cocopie.topi.int8.compute`). Attention products on whole groups, softmaxes
     and layer norms carry descriptors and become HVX kernels in :func:`compile_network`
