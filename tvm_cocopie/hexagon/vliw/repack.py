@@ -220,17 +220,18 @@ class Repack:
             variants += [("soft_to_none", 0.0), ("soft_to_hard", math.inf)]
         else:
             variants = [(self.mode, 0.0)]
+        graphs = {sub: sda.idg(body, sub) for sub, _ in variants}  # one IDG per mode
         for sub, p in variants:
             for w in self.weights:
                 for q in self.q:
                     try:
                         groups = sda.pack(body, sub, w=w, p=0.0 if math.isinf(p) else p,
-                                          q=q, carried=carried)
+                                          q=q, carried=carried, edges=graphs[sub])
                     except RuntimeError:  # a circle of in-packet dependences
                         continue
                     found.append((cost(groups), groups, f"w={w},p={p},q={q}", sub))
             try:
-                groups = sda.list_schedule(body, sub, carried)
+                groups = sda.list_schedule(body, sub, carried, edges=graphs[sub])
                 found.append((cost(groups), groups, f"list,p={p}", sub))
             except RuntimeError:
                 pass
@@ -239,7 +240,8 @@ class Repack:
             starts.append((cost(original), original, "llvm", self.mode))
         for c, groups, label, sub in list(starts):
             if self.refine:
-                groups, c = sda.refine(body, groups, cost, sub, self.refine)
+                groups, c = sda.refine(body, groups, cost, sub, self.refine,
+                                       edges=graphs.get(sub))
                 label += "+refine"
             found.append((c, groups, label, sub))
         for c, groups, label, _ in found:

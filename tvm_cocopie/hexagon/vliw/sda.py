@@ -52,7 +52,8 @@ def build_idg(instrs) -> list:
     """The IDG of a block's instructions (program order) as a list of :class:`Edge`."""
     edges = []
     n = len(instrs)
-    branch_at = [k for k, ins in enumerate(instrs) if ins.kind == "branch"]
+    branch_at = {k for k, ins in enumerate(instrs) if ins.kind == "branch"}
+    linked = set()  # (src, dst) of the edges so far, for the branch's order edges
     for j in range(n):
         b = instrs[j]
         for i in range(j):
@@ -89,8 +90,9 @@ def build_idg(instrs) -> list:
                                               and war & a.flags.get("data", frozenset()))
                 edges.append(Edge(i, j, bool(apart), 1 if apart else 0, 0))
         if j in branch_at:
+            linked.update((e.src, e.dst) for e in edges if e.dst == j)
             for i in range(j):
-                if not any(e.src == i and e.dst == j for e in edges):
+                if (i, j) not in linked:
                     edges.append(Edge(i, j, False, 0, 0, order=True))
     return edges
 
@@ -125,7 +127,8 @@ def _adjacency(edges, n: int) -> tuple:
     return succ, pred
 
 
-def _edges_for(instrs, mode: str) -> list:
+def idg(instrs, mode: str) -> list:
+    """The IDG of ``instrs`` as ``mode`` sees it (soft edges hard in ``soft_to_hard``)."""
     edges = build_idg(instrs)
     if mode == "soft_to_hard":
         edges = [Edge(e.src, e.dst, True, max(e.latency, 1), 0)
@@ -134,20 +137,22 @@ def _edges_for(instrs, mode: str) -> list:
 
 
 def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | None = 1.0,
-         carried: dict | None = None) -> list:
+         carried: dict | None = None, edges: list | None = None) -> list:
     """Pack ``instrs`` (:class:`.isa.Instr`, program order) into packets (lists of
     indices, in time order) with Alg. 1 in ``mode`` (see the module doc).
 
     ``order`` and ``pred`` enter the score normalized to [0, 1] by their largest value
     in the block, so ``w``, ``p`` and ``q`` weigh comparable terms; ``q=None`` forbids
     any instruction but a packet's seed to stall its consumers. ``carried``
-    (:func:`loop_carried`) makes a loop body's stalls across its back edge count too."""
+    (:func:`loop_carried`) makes a loop body's stalls across its back edge count too;
+    ``edges``: the block's IDG in this mode (:func:`idg`), when the caller packs the block
+    several times."""
     carried = carried or {}
     if mode not in MODES:
         raise ValueError(f"unknown SDA mode {mode!r}; use one of {MODES}")
     n = len(instrs)
     soft_weight = 0.0 if mode == "soft_to_none" else p
-    succ, pred = _adjacency(_edges_for(instrs, mode), n)
+    succ, pred = _adjacency(edges if edges is not None else idg(instrs, mode), n)
     lat = [isa.LATENCY[ins.latency_class] for ins in instrs]
     # depth from the entry (longest path, hard edges weighted by latency)
     depth = [0] * n
@@ -224,15 +229,16 @@ def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | N
     return packets_rev[::-1]
 
 
-def refine(instrs, groups, cost, mode: str = "sda", budget: int = 3000) -> tuple:
+def refine(instrs, groups, cost, mode: str = "sda", budget: int = 3000,
+           edges: list | None = None) -> tuple:
     """Local search after packing: move single instructions to other packets (within
     their dependences, where the packet has room) while ``cost(groups)`` -- the cycle
     model's estimate -- drops; a packet left empty disappears. ``groups`` are lists of
     indices in time order (from :func:`pack` or the original packing); returns
     ``(groups, cost)``. Stops after ``budget`` cost evaluations (a count, not a time:
-    the result does not depend on the machine)."""
+    the result does not depend on the machine); ``edges`` as in :func:`pack`."""
     n = len(instrs)
-    succ, pred = _adjacency(_edges_for(instrs, mode), n)
+    succ, pred = _adjacency(edges if edges is not None else idg(instrs, mode), n)
     groups = [list(g) for g in groups if g]
     best = cost(groups)
     evals = [0]
@@ -354,7 +360,8 @@ def same_meaning(original, renamed, free) -> bool:
         r in b_final and b_final[r] != a_final.get(r) and r not in free for r in b_final)
 
 
-def list_schedule(instrs, mode: str = "sda", carried: dict | None = None) -> list:
+def list_schedule(instrs, mode: str = "sda", carried: dict | None = None,
+                  edges: list | None = None) -> list:
     """A top-down, cycle-by-cycle list schedule over the same IDG (a second start for
     :func:`refine`): at each cycle the packet takes, by priority, the instructions whose
     hard predecessors' results are ready by then and whose soft predecessors are
@@ -362,10 +369,10 @@ def list_schedule(instrs, mode: str = "sda", carried: dict | None = None) -> lis
     priority is an instruction's height -- the longest latency-weighted path from it
     to the end of the block, plus, in a loop body, the latency of a value the next
     iteration reads. A cycle where nothing is ready leaves no packet (the pipeline
-    stalls instead). ``mode`` applies as in :func:`pack`."""
+    stalls instead). ``mode`` and ``edges`` apply as in :func:`pack`."""
     carried = carried or {}
     n = len(instrs)
-    succ, pred = _adjacency(_edges_for(instrs, mode), n)
+    succ, pred = _adjacency(edges if edges is not None else idg(instrs, mode), n)
     height = [0] * n
     for i in range(n - 1, -1, -1):
         h = carried.get(i, 0)
@@ -373,6 +380,23 @@ def list_schedule(instrs, mode: str = "sda", carried: dict | None = None) -> lis
             h = max(h, height[e.dst] + (e.latency if e.hard else 0))
         height[i] = h
     placed_at: dict = {}
+    # instructions whose predecessors are all placed, with the cycle their hard
+    # predecessors' results are ready (kept as instructions are placed)
+    waiting = [len(pred[i]) for i in range(n)]
+    ready_at = [0] * n
+    candidates = {i for i in range(n) if not waiting[i]}
+    priority = {i: (-height[i], -len(succ[i]), i) for i in range(n)}
+
+    def place(i, at):
+        placed_at[i] = at
+        candidates.discard(i)
+        for e in succ[i]:
+            if e.hard:
+                ready_at[e.dst] = max(ready_at[e.dst], at + max(e.latency, 1))
+            waiting[e.dst] -= 1
+            if not waiting[e.dst]:
+                candidates.add(e.dst)
+
     groups = []
     cycle = 0
     while len(placed_at) < n:
@@ -380,27 +404,13 @@ def list_schedule(instrs, mode: str = "sda", carried: dict | None = None) -> lis
         progress = True
         while progress and len(current) < 4:
             progress = False
-            ready = []
-            for i in range(n):
-                if i in placed_at:
-                    continue
-                ok = True
-                for e in pred[i]:
-                    at = placed_at.get(e.src)
-                    if at is None:
-                        ok = False
-                        break
-                    if e.hard and at + max(e.latency, 1) > cycle:
-                        ok = False
-                        break
-                if ok:
-                    ready.append(i)
-            ready.sort(key=lambda i: (-height[i], -len(succ[i]), i))
+            ready = sorted((i for i in candidates if ready_at[i] <= cycle),
+                           key=priority.__getitem__)
             chosen = [instrs[k] for k in current]
             for i in ready:
                 if isa.fits(chosen + [instrs[i]]):
                     current.append(i)
-                    placed_at[i] = cycle
+                    place(i, cycle)
                     progress = True
                     break
         if current:
