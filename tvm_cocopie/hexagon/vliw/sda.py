@@ -159,11 +159,11 @@ def pack(instrs, mode: str = "sda", w: float = 0.5, p: float = 1.0, q: float | N
     for j in range(n):
         for e in pred[j]:
             depth[j] = max(depth[j], depth[e.src] + (e.latency if e.hard else 0))
-    ancestors = [set() for _ in range(n)]
+    ancestors = [0] * n  # bit k set: instruction k precedes (a bitset: a block has ~10^3)
     for j in range(n):
         for e in pred[j]:
-            ancestors[j] |= ancestors[e.src] | {e.src}
-    npred = [len(a) for a in ancestors]
+            ancestors[j] |= ancestors[e.src] | (1 << e.src)
+    npred = [a.bit_count() for a in ancestors]
     top_depth = max(depth) or 1
     top_pred = max(npred) or 1
     placed = [None] * n  # index of the packet (counted from the end) holding each
