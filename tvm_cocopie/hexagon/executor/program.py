@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import CocopieError
-from ...topi.int8 import compute as int8_compute
 from ...topi.int8 import hvx as int8_hvx
-from ...topi.int8 import sequence
 from ...topi.int8.layouts import LAYOUT_OF, GridGeometry
 from ..kernels.conv2d import pack_conv_weights
 from ..kernels.depthwise import pack_dw_weights
@@ -23,7 +21,7 @@ from ..selection.networks import Layer, selection_graph
 from ..selection.search import global_select, local_select
 from . import memplan
 from .memplan import plan_memory
-from .nhwc import softmax_tables
+from .nhwc import nhwc_layer
 from .quantization import QLayer, QNetwork, layer_sources
 
 log = logging.getLogger(__name__)
@@ -345,28 +343,10 @@ def _sequence(em: _Emit, idx: int, q: QLayer, ins: list) -> Tensor:
         if on_grids is not None:
             return on_grids
     names = [_nhwc(em, idx, lay, t, k) for k, t in enumerate(ins)]
-    shapes = [(1, t.h, t.w, t.c) for t in ins]
-    if lay.op == "concat":
-        func = int8_compute.concat_func(shapes, lay.o)
-        em.inputs[f"tables{idx}"] = q.weights
-        args = [*names, f"tables{idx}"]
-    elif lay.op == "slice":
-        func, args = int8_compute.slice_func(shapes[0], q.params["offset"], lay.o), names
-    elif lay.op == "upsample":
-        func, args = int8_compute.upsample_func(shapes[0], q.params["factor"]), names
-    elif lay.op == "shuffle":
-        func, args = int8_compute.shuffle_func(shapes[0], q.params["groups"]), names
-    elif lay.op == "attention":
-        func = sequence.attention_func(q.rq, *shapes)
-        args = names
-    elif lay.op == "softmax":
-        func = sequence.softmax_func(q.rq, shapes[0])
-        em.inputs[f"exp{idx}"] = softmax_tables(q.rq)
-        args = [names[0], f"exp{idx}"]
-    else:
-        func = sequence.layernorm_func(q.rq, shapes[0])
-        em.inputs[f"gain{idx}"], em.inputs[f"bias{idx}"] = q.rq.packed_constants()
-        args = [names[0], f"gain{idx}", f"bias{idx}"]
+    func, consts = nhwc_layer(q, [(1, t.h, t.w, t.c) for t in ins])
+    for k, value in enumerate(consts):  # tables, packed constants: after the inputs
+        em.inputs[f"c{idx}_{k}"] = value
+    args = [*names, *(f"c{idx}_{k}" for k in range(len(consts)))]
     em.call(f"layer{idx}", func, [*args, f"out{idx}"], (lay.name, "kernel"))
     oh, ow = lay.out_hw
     return Tensor(f"out{idx}", oh, ow, lay.o, None, 0, (1, oh, ow, lay.o))
