@@ -20,6 +20,7 @@ import numpy as np
 
 from ...errors import UnsupportedOperatorError
 from ...topi.int8 import compute as int8_compute
+from ...topi.int8 import hvx as int8_hvx
 from ...topi.int8 import sequence
 from ..kernels.elementwise import pack_lut
 from .quantization import QLayer
@@ -68,7 +69,7 @@ def nhwc_layer(q: QLayer, shapes: list) -> tuple:
     if lay.op == "concat":
         return int8_compute.concat_func([tuple(s) for s in shapes], lay.o), [q.weights]
     if lay.op == "upsample":
-        return int8_compute.upsample_func(tuple(shapes[0]), q.params["factor"]), []
+        return int8_hvx.upsample_described(tuple(shapes[0]), q.params["factor"]), []
     if lay.op == "slice":
         return int8_compute.slice_func(tuple(shapes[0]), q.params["offset"], lay.o), []
     if lay.op == "shuffle":

@@ -9,7 +9,7 @@ from tvm import s_tir
 from ...topi.int8.compute import Requant
 from ...topi.int8.hvx import descriptor, geometry_of
 from ...topi.int8.layouts import LAYOUT_OF
-from . import layernorm, softmax
+from . import layernorm, resize, softmax
 from .channels import channel_move_kernel
 from .conv2d import conv2d
 from .depthwise import depthwise_conv2d
@@ -131,6 +131,13 @@ def hvx_kernel(func):
         kernel = _row_kernel(desc, func)
         if kernel is None:
             return None
+    elif op == "upsample":
+        shape = tuple(int(d) for d in func.params[0].shape)
+        if not resize.supported(shape, desc["factor"]):
+            log.info("upsampling of %s by %d: no HVX kernel for this size, TVM's lowering",
+                     list(shape), desc["factor"])
+            return None
+        kernel = resize.upsample_kernel(shape, desc["factor"])
     else:
         return None
     kernel = _in_root_block(kernel).without_attr("global_symbol")

@@ -201,3 +201,10 @@ def xor_swap(vu, k: int):
 def vlsrw(vu, shift: int):
     """``Vd.uw = vlsr(Vu.uw, Rt)``: logical shift right of each word."""
     return _intrin(VEC, "vlsrw", vu, tirx.const(shift, "int32"))
+
+
+def vshuff(vu, vv, size: int):
+    """``Vdd = vshuff(Vu, Vv, Rt)`` with ``Rt = -size``: the ``size``-byte elements of ``Vu``
+    and ``Vv`` interleaved over the pair (``vshuff(V, V, s)``: each element twice, in
+    order)."""
+    return _intrin(PAIR, "vshuffvdd", vu, vv, tirx.const(-size, "int32"))

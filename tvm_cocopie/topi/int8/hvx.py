@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 
-from .compute import Requant, requant_at, requant_table
+from .compute import Requant, requant_at, requant_table, upsample_func
 from .layouts import LAYOUT_OF, GridGeometry, round_up
 
 #: PrimFunc attribute holding the JSON descriptor of an HVX-layout operator.
@@ -545,3 +545,10 @@ def unpack(src):
     y = te.compute((1, src.h, src.w, src.c), lambda n, i, j, ch: src.read(x, i, j, ch), name="y")
     return describe(te.create_prim_func([x, y]), op="unpack",
                     src=[src.variant, list(src.shape), src.h, src.w, src.c, src.wq])
+
+
+def upsample_described(shape: tuple, factor: int):
+    """:func:`.compute.upsample_func` (nearest, NHWC) with a descriptor: on Hexagon the
+    schedule rule gives it the HVX kernel where the sizes allow
+    (:mod:`tvm_cocopie.hexagon.kernels.resize`), else TVM lowers the compute."""
+    return describe(upsample_func(shape, factor), op="upsample", factor=factor)
