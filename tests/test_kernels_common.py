@@ -129,6 +129,17 @@ def test_odd_chunk_counts_take_two_weight_vectors_on_a_padded_chunk():
     assert tiling.conv_tile(five, 8, 8, AVX2).r == 1
 
 
+def test_deep_convs_take_four_weight_vectors_on_avx512_x86_only():
+    # ResNet-50's 1x1 256 -> 1024 at 14x14: 4 vectors x 6 pixels (24 accumulators) on AVX-512
+    geo = cn.ConvGeometry(1, 256, 14, 14, 1024, 1, 1, (1, 1), (0,) * 4, (1, 1), 1)
+    tile = tiling.conv_tile(geo, 16, 16, AVX512)
+    assert (tile.r, tile.tw, tile.flat) == (*tiling.DEEP_WIDE_TILE, True)
+    assert tiling.conv_tile(geo, 8, 8, AVX2).r == 2  # 16 registers: the two-vector tile
+    assert tiling.conv_tile(geo, 4, 4, NEON).r == 2
+    shallow = cn.ConvGeometry(1, 64, 56, 56, 64, 3, 3, (1, 1), (1,) * 4, (1, 1), 1)
+    assert tiling.conv_tile(shallow, 16, 16, AVX512).r != 4  # fewer than 128 channels
+
+
 def test_depthwise_wide_tile_spans_pixels_of_narrow_chunks():
     geo = cn.ConvGeometry(1, 58, 28, 28, 58, 3, 3, (1, 1), (1,) * 4, (1, 1), 58)
     assert tiling.depthwise_wide_tile(geo, 2, AVX2) == (7, 4)  # 4 pixels x 2 channels
