@@ -297,7 +297,8 @@ def test_a_conv_epilogue_stays_at_its_register_tile_with_symbolic_rows_and_colum
     extents = [sch.get(loop).extent for loop in loops]
     assert any(not isinstance(e, tvm.tirx.IntImm) for e in extents[:2])  # symbolic tiles
     assert all(isinstance(e, tvm.tirx.IntImm) for e in extents[-3:]), extents
-    assert math.prod(int(e) for e in extents[-3:]) <= 16 * 16
+    # a register tile: at most the register file (AVX-512's deep-conv tile is 24 vectors)
+    assert math.prod(int(e) for e in extents[-3:]) <= 32 * 16
     compiled = compile_model(bb.get(), specialize=False)
     data = np.random.default_rng(1).standard_normal((1, 192, 6, 13)).astype(np.float32)
     want = np.maximum(2 * np.einsum("oc,nchw->nohw", weight[:, :, 0, 0], data), 0)
