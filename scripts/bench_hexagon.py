@@ -554,31 +554,6 @@ def _stock_key(path, size) -> str:
     return f"{h.hexdigest()[:16]}|{size}|tvm={tvm.__version__}"
 
 
-def _through_tvm_compile(path, timeout) -> dict:
-    """The quantized file through the front door (``tvm_cocopie.from_onnx(path,
-    int8=True)``) and ``tvm.compile``'s cocopie pipeline for Hexagon, its scheduled
-    program run under qemu-hexagon: packets and bit-exactness against numpy (the
-    executor's run above is the same selection and kernels: the packets should agree)."""
-    import numpy as np
-    import tvm
-
-    import tvm_cocopie
-    from tvm_cocopie.hexagon.executor import reference_forward
-    from tvm_cocopie.hexagon.executor.model import prepare
-    from tvm_cocopie.hexagon.relax_graph import run_program
-    from tvm_cocopie.pipeline import run_until
-    from tvm_cocopie.target import HEXAGON_V66
-
-    net, _, _, _ = prepare(path)
-    tvm_cocopie.register()
-    scheduled = run_until(tvm_cocopie.from_onnx(path, int8=True),
-                          tvm.target.Target(HEXAGON_V66), "schedule")
-    out, packets = run_program(scheduled, net.image_q, timeout, count_packets=True)
-    ref = reference_forward(net)
-    return {"tvm_compile_packets": packets,
-            "tvm_compile_exact": bool(np.array_equal(out.reshape(ref.shape), ref))}
-
-
 def whole_models(records, names, args, t) -> dict:
     """Issue 21: zoo models quantized (QDQ, calibrated on sample inputs) and run whole
     under qemu-hexagon at ``--model-size``, against stock TVM's lowering of the same
@@ -623,7 +598,10 @@ def whole_models(records, names, args, t) -> dict:
             log.warning("model %s: %s", name, err)
             continue
         row.pop("quantized_model")
-        row.update(_through_tvm_compile(path, t["timeout"]))
+        # the same file in the front door's int8 form through tvm.compile's pipeline: the
+        # executor above is the same selection and kernels, so the packets should agree
+        via = measure.pipeline_network(path, t["timeout"])
+        row.update(tvm_compile_packets=via["packets"], tvm_compile_exact=via["exact"])
         row["input_size"] = size if size else f"sequence {args.seq}"
         rows[name] = row
         records.append({"op": "model", "impl": name, "shape": row["input"],

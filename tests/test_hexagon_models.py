@@ -386,24 +386,6 @@ def test_encoder_reads_attention_as_heads_and_agrees_per_layer(tiny_encoder):
     assert agree["max_steps"] <= 1 and agree["differ"] < 0.1, agree
 
 
-def _through_the_pipeline(mod, path):
-    """``mod`` (the int8 form of quantized file ``path``) through the cocopie pipeline
-    for Hexagon, run under qemu-hexagon on a sample input: ``(output, numpy reference)``."""
-    import tvm
-
-    import tvm_cocopie
-    from tvm_cocopie.hexagon import relax_graph
-    from tvm_cocopie.pipeline import run_until
-    from tvm_cocopie.target import HEXAGON_V66
-
-    net, _, _, _ = hexmodel.prepare(path)
-    tvm_cocopie.register()
-    scheduled = run_until(mod, tvm.target.Target(HEXAGON_V66), "schedule")
-    ref = reference_forward(net)
-    out, _ = relax_graph.run_program(scheduled, net.image_q)
-    return out.reshape(ref.shape), ref
-
-
 @pytest.mark.needs_toolchain
 def test_the_front_door_reads_a_quantized_encoder_that_tvm_compile_runs_bit_exact(
         tiny_encoder):
@@ -413,6 +395,7 @@ def test_the_front_door_reads_a_quantized_encoder_that_tvm_compile_runs_bit_exac
 
     import tvm_cocopie
     from tvm_cocopie.hexagon import relax_graph
+    from tvm_cocopie.hexagon.tools import measure
     from tvm_cocopie.target import HEXAGON_V66
 
     _, path = tiny_encoder
@@ -424,8 +407,7 @@ def test_the_front_door_reads_a_quantized_encoder_that_tvm_compile_runs_bit_exac
         (q.layer.op, q.rq, q.pad_value) for q in net.layers]
     assert {"attention", "softmax", "layernorm"} <= {q.layer.op for q in back.layers}
     assert back.constants and back.input_shape == net.input_shape
-    out, ref = _through_the_pipeline(mod, path)
-    assert np.array_equal(out, ref)
+    assert measure.pipeline_network(path)["exact"]
     tvm_cocopie.register()
     assert tvm.compile(mod, target=tvm.target.Target(HEXAGON_V66),
                        relax_pipeline="cocopie") is not None
@@ -434,12 +416,11 @@ def test_the_front_door_reads_a_quantized_encoder_that_tvm_compile_runs_bit_exac
 @pytest.mark.needs_toolchain
 @pytest.mark.parametrize("builder", ["shuffle", "pools"])
 def test_split_concat_shuffle_grouped_conv_and_upsampling_in_the_relax_form(builder, tmp_path):
-    import tvm_cocopie
+    from tvm_cocopie.hexagon.tools import measure
 
     proto = _shuffle_cnn() if builder == "shuffle" else _pool_resize_cnn()
     path = ptq.quantize_onnx(proto, tmp_path / f"{builder}.onnx", count=2)
-    out, ref = _through_the_pipeline(tvm_cocopie.from_onnx(path, int8=True), path)
-    assert np.array_equal(out, ref)
+    assert measure.pipeline_network(path)["exact"]
 
 
 def test_the_int8_front_door_refuses_a_float_model_with_the_way_out():

@@ -200,22 +200,14 @@ def test_the_selection_prices_the_per_channel_requantization():
 def test_per_channel_weights_run_through_the_relax_form_bit_exact(per_channel):
     """Per-channel convs in the int8 Relax form (``call_tir`` of their compute with the
     multiplier/shift table), selected and scheduled by ``tvm.compile``'s pipeline."""
-    import tvm
-
     import tvm_cocopie
     from tvm_cocopie.hexagon import relax_graph
-    from tvm_cocopie.pipeline import run_until
-    from tvm_cocopie.target import HEXAGON_V66
+    from tvm_cocopie.hexagon.tools import measure
 
     _, paths = per_channel
     mod = tvm_cocopie.from_onnx(paths["qdq"], int8=True)
-    net, _, _, _ = hexmodel.prepare(paths["qdq"])
     assert any(q.rq.per_channel for q in relax_graph.read_network(mod).layers)
-    tvm_cocopie.register()
-    scheduled = run_until(mod, tvm.target.Target(HEXAGON_V66), "schedule")
-    ref = reference_forward(net)
-    out, _ = relax_graph.run_program(scheduled, net.image_q)
-    assert np.array_equal(out.reshape(ref.shape), ref)
+    assert measure.pipeline_network(paths["qdq"])["exact"]
 
 
 @pytest.mark.needs_toolchain

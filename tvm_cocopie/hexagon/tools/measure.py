@@ -303,3 +303,29 @@ def stock_network(net, timeout=None) -> dict:
         "packets_by_layer": {q.layer.name: int(n) for q, n in zip(net.layers, res.packets)},
         "exact": bool(np.array_equal(res.outputs[tensors[prev]], ref)),
     }
+
+
+def pipeline_network(path, timeout=None) -> dict:
+    """A quantized ONNX file through the front door's int8 form
+    (:func:`~tvm_cocopie.hexagon.relax_graph.quantized_module`) and ``tvm.compile``'s cocopie
+    pipeline for Hexagon (up to ``schedule``), the program run under ``qemu-hexagon`` on
+    the executor's sample input (:func:`~tvm_cocopie.hexagon.executor.model.prepare`):
+    ``{"output", "reference", "packets", "exact"}``, the output shaped like the numpy int8
+    reference."""
+    import tvm
+
+    from ...pipeline import register_pipeline, run_until
+    from ...target import HEXAGON_V66
+    from ..executor.model import prepare
+    from ..executor.quantization import reference_forward
+    from ..relax_graph import quantized_module, run_program
+
+    net, _, _, _ = prepare(path)
+    register_pipeline()
+    mod, _ = quantized_module(path)
+    scheduled = run_until(mod, tvm.target.Target(HEXAGON_V66), "schedule")
+    out, packets = run_program(scheduled, net.image_q, timeout, count_packets=True)
+    ref = reference_forward(net)
+    out = out.reshape(ref.shape)
+    return {"output": out, "reference": ref, "packets": packets,
+            "exact": bool(np.array_equal(out, ref))}
