@@ -107,6 +107,30 @@ def test_wide_gemm_cache_blocking(m, k, n):
     assert_allclose(run(mod, [data]), np.maximum(data.astype(np.float64) @ w + b, 0))
 
 
+@pytest.mark.parametrize("shape,k,n", [((1, 5, 5, 256), 256, 1040), ((1, 3, 5, 1536), 1536, 96)])
+def test_shared_weight_over_a_map_streams_each_panel_once(shape, k, n):
+    """A Linear layer over an NHWC map (ConvNeXt's MLP: several non-unit dims before K)
+    with a B beyond the L2 budget: the panels of B go outermost for every batch's row
+    tiles together (once per batch, B came from memory once per map row), with the
+    blocked reduction when the panel exceeds the L1 budget, and a GELU epilogue."""
+    from test_kernels_common import prim_funcs, scheduled
+
+    rng = np.random.default_rng(k + n)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
+    b = rng.standard_normal((n,)).astype("float32")
+    x = tensor_var("x", shape)
+
+    def body(bb, x):
+        return bb.emit(R.nn.gelu(R.add(R.matmul(x, relax.const(w)), relax.const(b))))
+
+    text = "".join(f.script() for f in prim_funcs(scheduled(build_graph([x], body))).values())
+    assert '"colout": 1' in text
+    data = rng.standard_normal(shape).astype("float32")
+    y = data.astype(np.float64) @ w + b
+    ref = 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
+    assert_allclose(run(build_graph([x], body), [data]), ref)
+
+
 def test_matmul_with_a_permuting_epilogue_writes_every_output():
     """QKV projection + bias + reshape to heads + transpose (a DNNFusion block): the
     transposing epilogue cannot sit under the register tile (TVM bounded it wrongly there

@@ -27,6 +27,8 @@ follows as in the static case.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from tvm import te, tirx
 from tvm.sym import Analyzer
@@ -142,7 +144,7 @@ def matmul_packed(a: te.Tensor, packed: te.Tensor, n, tile: MatmulTile,
         return te.sum(a[(*bi, row, rk)].astype(out_dtype) * packed[bidx].astype(out_dtype),
                       axis=rk)
 
-    attrs = {ANNOTATION: _annotation(tile, m, n, k, shared)}
+    attrs = {ANNOTATION: _annotation(tile, m, n, k, shared, batch)}
     work = te.compute((*batch, mp, npad), fmm, name="matmul_packed", attrs=attrs)
     cols = n if isinstance(n, int) else npad
     if _exact(mp, m) and _exact(npad, cols):
@@ -168,10 +170,17 @@ def _exact(padded, extent) -> bool:
     return isinstance(extent, int) and padded == extent
 
 
-def _annotation(tile: MatmulTile, rows, n, k, shared: bool) -> dict:
-    """The schedule's annotation; symbolic sizes stand as :data:`PLANNED_EXTENT`."""
+def _annotation(tile: MatmulTile, rows, n, k, shared: bool, batch=()) -> dict:
+    """The schedule's annotation; symbolic sizes stand as :data:`PLANNED_EXTENT`.
+
+    A B shared by ``batch`` products is blocked for all their row tiles together: each
+    batch's ``rows`` in whole tiles, times the batches (ConvNeXt's MLP on a 7x7 map, 7
+    batches of 7 rows, counted as one row tile streamed its 9.4 MB weight once per batch:
+    4.4 ms a call against 1.6 for the same product over 49 flat rows)."""
     rows, n, k = planned(rows), planned(n), planned(k)
-    blocking = matmul_blocking(rows, n, k, tile) if shared else None
+    copies = math.prod(planned(d) for d in batch)
+    blocking = (matmul_blocking(-(-rows // tile.tm) * tile.tm * copies, n, k, tile)
+                if shared else None)
     return {"kind": "matmul", "tm": tile.tm, "nb": tile.nb, "m": rows, "n": n,
             "colout": int(bool(blocking and blocking.columns_outer)),
             "kb": blocking.kb if blocking else k}
