@@ -6,6 +6,8 @@ Passes, in the order :func:`layout_passes_for` runs them:
   sees through them;
 - :mod:`.subpixel`: stride-s transposed convs as convs + depth-to-space;
 - :mod:`.conv1d`: 1-D convs as 2-D convs of height 1 (the blocked kernels take them);
+- :mod:`.conv3d`: 3-D convs as 2-D convs over their output frames, the depth taps
+  joined to the input channels;
 - :mod:`.shape_ops`: ``stack`` and channel ``split``, which TVM's layout inference
   gets wrong, written as ``expand_dims``/``concat`` and slices;
 - :mod:`.elementwise`: activations TVM's layout inference cannot carry (``clip`` of
@@ -19,7 +21,7 @@ Passes, in the order :func:`layout_passes_for` runs them:
 - :mod:`.constants`: layout transforms of constants folded at compile time.
 
 :mod:`.call_rewrite` is the call-replacing walk that ``lift``, ``subpixel``, ``conv1d``,
-``elementwise`` and ``shape_ops`` share.
+``conv3d``, ``elementwise`` and ``shape_ops`` share.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ...target import is_hexagon
 from .blocked import blocked_layout, layout_transforms
 from .constants import fold_layout_constants
 from .conv1d import conv1d_as_conv2d
+from .conv3d import conv3d_as_conv2d
 from .elementwise import layout_carrying_elementwise
 from .lift import lift_elementwise_tir
 from .match_cast import guard_match_casts, release_match_casts
@@ -52,6 +55,7 @@ def layout_passes_for(target: tvm.target.Target, grouped: str = "gspc") -> list:
         lift_elementwise_tir,
         subpixel_conv_transpose,
         conv1d_as_conv2d,
+        conv3d_as_conv2d,
         relax.transform.DecomposeOpsForInference(),
         layout_carrying_elementwise,
         convertible_shape_ops,
