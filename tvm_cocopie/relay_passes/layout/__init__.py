@@ -4,7 +4,7 @@ Passes, in the order :func:`layout_passes_for` runs them:
 
 - :mod:`.lift`: element-wise TIR calls lifted back to Relax ops, so layout inference
   sees through them;
-- :mod:`.subpixel`: stride-s transposed convs as convs + depth-to-space;
+- :mod:`.subpixel`: transposed convs (1-D, 2-D) as convs + depth-to-space;
 - :mod:`.conv1d`: 1-D convs as 2-D convs of height 1 (the blocked kernels take them);
 - :mod:`.conv3d`: 3-D convs as 2-D convs over their output frames, the depth taps
   joined to the input channels;
