@@ -33,7 +33,7 @@ def _deconv_model(c=16, o=8, k=(4, 4), s=(2, 2), pads=(1, 1, 1, 1), out_pad=None
              helper.make_node("Relu", ["c"], ["y"])]
     model = make_model(nodes, [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1, c, *size])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, ["N", "C", *"HW"[2 - len(size):]])], inits)
+            "y", TensorProto.FLOAT, ["N", "C", *(f"S{i}" for i in range(len(size)))])], inits)
     return model, {"x": rng.standard_normal((1, c, *size)).astype("f4")}
 
 
@@ -73,6 +73,18 @@ def test_conv_transpose_1d_matches_onnxruntime(k, s, pads, out_pad):
     compiled = tvm_cocopie.compile(model)
     assert_close(compiled(**feeds), ort_run(model, feeds))
     assert "conv2d_nchwc" in compiled.executable.stats()
+
+
+@pytest.mark.parametrize("k,s,pads", [((2, 2, 2), (2, 2, 2), (0,) * 6),
+                                      ((2, 4, 4), (2, 2, 2), (0, 1, 1, 0, 1, 1)),
+                                      ((3, 3, 3), (1, 2, 2), (1, 1, 1, 1, 1, 1))])
+def test_conv_transpose_3d_matches_onnxruntime(k, s, pads):
+    """3-D U-Net decoders: a 3-D conv, which the frames rewrite then runs as 2-D ones."""
+    model, feeds = _deconv_model(c=8, o=8, k=k, s=s, pads=pads, size=(4, 6, 5))
+    compiled = tvm_cocopie.compile(model)
+    assert_close(compiled(**feeds), ort_run(model, feeds))
+    stats = compiled.executable.stats()
+    assert "conv3d_transpose" not in stats and "conv2d_nchwc" in stats
 
 
 @pytest.mark.parametrize("k,s,pad", [(4, 2, 1), (3, 2, 1), (5, 3, 0), (2, 2, 0), (3, 1, 2)])

@@ -18,8 +18,8 @@ to 4 phases (9/16 of the kernel taps per output, against a zero-dilated input's 
 Groups carry over (each group's phases are contiguous channels). TVM lowers a
 transposed conv by dilating the input with zeros and running a direct conv in NCHW:
 ``s * s`` times the FLOPs, no layout the blocked kernels use; a 4x4/stride-2 deconv of
-128 -> 64 channels at 32x32 ran 566 ms against ONNX Runtime's 3.1. 1-D transposed convs
-become 1-D convs (which :mod:`.conv1d` then runs as 2-D ones). Only calls with a constant
+128 -> 64 channels at 32x32 ran 566 ms against ONNX Runtime's 3.1. 1-D and 3-D transposed convs
+become 1-D and 3-D convs (which :mod:`.conv1d` and :mod:`.conv3d` then run as 2-D ones). Only calls with a constant
 weight and no dilation are rewritten (the weight is reorganized with numpy); the rest
 keep TVM's lowering.
 """
@@ -84,7 +84,7 @@ def subpixel_weight(weight: np.ndarray, strides, pads, groups: int = 1) -> np.nd
 def _rewrite(builder, call, rank: int):
     """A constant-weight transposed conv of ``rank`` spatial dims as conv + shuffle, or None."""
     attrs = call.attrs
-    layouts = {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}[rank]
+    layouts = {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW"), 3: ("NCDHW", "IODHW")}[rank]
     weight = call.args[1]
     if not (isinstance(weight, tvm.ir.GenericConst) and isinstance(weight.value, tvm.runtime.Tensor)):
         return None
@@ -113,12 +113,8 @@ def _rewrite(builder, call, rank: int):
         before, after = [max(0, v) for v in before], [max(0, v) for v in after]
     out_dtype = str(attrs.out_dtype or "") or None
     kernel = relax.const(subpixel_weight(w, strides, begins, groups))
-    if rank == 2:
-        z = builder.emit(relax.op.nn.conv2d(x, kernel, padding=before + after, groups=groups,
-                                            out_dtype=out_dtype))
-    else:
-        z = builder.emit(relax.op.nn.conv1d(x, kernel, padding=before + after, groups=groups,
-                                            out_dtype=out_dtype))
+    conv = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}[rank]
+    z = builder.emit(conv(x, kernel, padding=before + after, groups=groups, out_dtype=out_dtype))
     return builder.emit_te(pixel_shuffle, z, oshape[1], strides, oshape[2:],
                            primfunc_name_hint="pixel_shuffle")
 
@@ -126,7 +122,7 @@ def _rewrite(builder, call, rank: int):
 def pixel_shuffle(z, channels: int, strides, size=None):
     """Depth to space: ``y[n, c, i, j] = z[n, (c*sh + i % sh)*sw + j % sw, i // sh, j // sw]``
     (each sub-pixel phase's channels interleaved into a ``strides`` times larger map,
-    cropped to ``size``; one spatial dim or two). An int ``strides`` is both dims'.
+    cropped to ``size``; any number of spatial dims). An int ``strides`` is every dim's.
 
     One injective compute whose indices divide by the constant strides only: written as
     reshape, transpose and reshape, a symbolic height and width put the run-time sizes
@@ -147,10 +143,10 @@ def pixel_shuffle(z, channels: int, strides, size=None):
 
 @tvm.transform.module_pass(opt_level=0, name="SubpixelConvTranspose")
 def subpixel_conv_transpose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """The pass: constant-weight ``conv2d_transpose`` / ``conv1d_transpose`` -> conv +
-    pixel shuffle."""
+    """The pass: constant-weight ``conv1d/2d/3d_transpose`` -> conv + pixel shuffle."""
     total = 0
-    for op, rank in (("relax.nn.conv2d_transpose", 2), ("relax.nn.conv1d_transpose", 1)):
+    for op, rank in (("relax.nn.conv2d_transpose", 2), ("relax.nn.conv1d_transpose", 1),
+                     ("relax.nn.conv3d_transpose", 3)):
         mod, rewritten = rewrite_calls(mod, op, lambda b, c, rank=rank: _rewrite(b, c, rank))
         total += rewritten
     if total:
