@@ -136,3 +136,46 @@ def test_row_kernel_faster_than_the_fallback():
         timer = lib.mod.time_evaluator("main", tvm.cpu(), number=20, repeat=5)
         times[rule.name] = timer(*data).median
     assert times["row_reduction"] < 1.1 * times["fallback"], times
+
+
+def test_log_softmax_takes_the_fast_exponential():
+    """A language-model or CTC head's log-softmax: TOPI's ``exp`` went to libm per lane
+    (64 x 32000: 9.4 ms); the row kernel uses ``fast_exp`` and matches numpy."""
+    x = tensor_var("x", (48, 1000))
+    mod = build_graph([x], lambda bb, x: bb.emit(R.nn.log_softmax(x)))
+    text = "".join(f.script() for f in prim_funcs(scheduled(mod)).values())
+    assert "T.exp(" not in text
+    assert "T.parallel" in text
+    data = rng.standard_normal((48, 1000)).astype("float32") * 4
+    assert_allclose(run(mod, [data]), np.log(_softmax(data.astype(np.float64))))
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 64, 64), (2, 8, 33, 40)])
+def test_instance_norm_statistics_once_per_channel(shape):
+    """InstanceNormalization as ONNX imports it (mean and variance over H and W, then the
+    element-wise chain): the rows are the (image, channel) pairs, so each statistic is
+    computed once per channel, not once per image row (64 x 128 x 128 ran 128x the work:
+    6.2 ms)."""
+    n, c = shape[:2]
+    gamma = rng.standard_normal((c, 1, 1)).astype("float32")
+    beta = rng.standard_normal((c, 1, 1)).astype("float32")
+    x = tensor_var("x", shape)
+
+    def body(bb, x):
+        mu = bb.emit(R.mean(x, axis=[2, 3], keepdims=True))
+        var = bb.emit(R.variance(x, axis=[2, 3], keepdims=True))
+        std = bb.emit(R.sqrt(R.add(var, relax.const(1e-5, "float32"))))
+        y = bb.emit(R.divide(R.subtract(x, mu), std))
+        return bb.emit(R.add(R.multiply(y, relax.const(gamma)), relax.const(beta)))
+
+    mod = build_graph([x], body)
+    texts = [f.script() for f in prim_funcs(scheduled(mod)).values()]
+    reducing = [t for t in texts if "_red" in t]  # the statistics with their consumers
+    assert reducing
+    for text in reducing:  # the outermost loop: one iteration per (image, channel)
+        first = next(line for line in text.splitlines() if line.strip().startswith("for "))
+        assert f"T.int64({n * c}))" in first, first
+    data = rng.standard_normal(shape).astype("float32") * 2 + 1
+    d = data.astype(np.float64)
+    mu, var = d.mean((2, 3), keepdims=True), d.var((2, 3), keepdims=True)
+    assert_allclose(run(mod, [data]), (d - mu) / np.sqrt(var + 1e-5) * gamma + beta)

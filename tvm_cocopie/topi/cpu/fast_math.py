@@ -135,6 +135,25 @@ def row_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
                       name="softmax_norm")
 
 
+def row_log_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
+    """``log_softmax`` over the last axis: ``x - max - log(sum(exp(x - max)))``, its two
+    reductions split as :func:`row_softmax`'s and its exponentials TOPI's ``fast_exp``.
+    TOPI's ``log_softmax`` takes ``exp``, which LLVM calls per lane (a CTC or language-model
+    head, 64 x 32000: 9.4 ms against ONNX Runtime's 1.6)."""
+    def combined(body, tail, combine, i):
+        return body(*i) if tail is None else combine(body(*i), tail(*i))
+
+    max_body, max_tail = reduce_row(x, te.max, "log_softmax_maxelem", lanes)
+    delta = te.compute(x.shape, lambda *i: x(*i) - combined(max_body, max_tail, tirx.max,
+                                                            i[:-1]), name="log_softmax_delta")
+    exp = topi.fast_exp(delta)
+    sum_body, sum_tail = reduce_row(exp, te.sum, "log_softmax_expsum", lanes)
+    log_sum = te.compute(sum_body.shape, lambda *i: tirx.log(
+        combined(sum_body, sum_tail, lambda a, b: a + b, i)), name="log_softmax_logsum")
+    return te.compute(x.shape, lambda *i: delta(*i) - log_sum(*i[:-1]),
+                      name="log_softmax_out")
+
+
 def _rows_shape(x) -> list | None:
     """The shape of ``x`` whose last dim is static and the others perhaps symbolic (rows
     of a run-time count), or ``None``."""
@@ -170,6 +189,20 @@ def _softmax(lanes: int):
     return legalize
 
 
+def _log_softmax(lanes: int):
+    def legalize(bb: relax.BlockBuilder, call, fallback):
+        x = call.args[0]
+        shape = _rows_shape(x)
+        axis = int(call.attrs.axis)
+        if not _is_f32(call) or shape is None or axis not in (-1, len(shape) - 1) \
+                or shape[-1] < lanes:
+            return fallback(bb, call)
+        return bb.call_te(lambda t: row_log_softmax(t, lanes), x,
+                          primfunc_name_hint="log_softmax")
+
+    return legalize
+
+
 def _layer_norm(lanes: int):
     def legalize(bb: relax.BlockBuilder, call, fallback):
         x, gamma, beta = call.args
@@ -197,5 +230,6 @@ def legalize_table(lanes: int) -> dict:
         "relax.sigmoid": _unary(_sigmoid, "fast_sigmoid"),
         "relax.nn.gelu": _unary(_gelu, "fast_gelu"),
         "relax.nn.softmax": _softmax(lanes),
+        "relax.nn.log_softmax": _log_softmax(lanes),
         "relax.nn.layer_norm": _layer_norm(lanes),
     }
