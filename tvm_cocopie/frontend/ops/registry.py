@@ -36,6 +36,7 @@ FAMILIES = (
     "tfidf",
     "pooling",
     "conv_transpose",
+    "einsum",
 )
 
 #: ``{op_type: converter class}`` filled by :func:`register` as the family modules load;
