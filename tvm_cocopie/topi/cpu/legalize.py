@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 import tvm
-from tvm import relax, te
+from tvm import relax, te, topi
 
 from ...exprs import batched_shape, const_np, is_constant, static_shape
 from ...target import CpuInfo
@@ -334,10 +334,36 @@ def matmul_plan(call, info: CpuInfo) -> MatmulPlan | None:
                       matmul_tile(rows, pn, info, k if isinstance(k, int) else None))
 
 
+def _broadcast_batches(bb: relax.BlockBuilder, call):
+    """``call`` with both operands broadcast to one batch shape when their static batch
+    dims differ only by broadcasting (``(4, 12, M, K) @ (1, 12, K, N)``, ranks padded with
+    ones): the packed kernels take equal batch dims; TVM's generic matmul ran such a
+    product 19x ONNX Runtime's time. A 2-D right-hand side (a shared weight) is left."""
+    a, b = call.args
+    ashape, bshape = static_shape(a), static_shape(b)
+    if ashape is None or bshape is None or len(ashape) < 2 or len(bshape) < 3:
+        return call
+    abatch, bbatch = ashape[:-2], bshape[:-2]
+    rank = max(len(abatch), len(bbatch))
+    pa, pb = [1] * (rank - len(abatch)) + abatch, [1] * (rank - len(bbatch)) + bbatch
+    if pa == pb and len(abatch) == len(bbatch):
+        return call
+    if any(x != y and 1 not in (x, y) for x, y in zip(pa, pb)):
+        return call
+    batch = [max(x, y) for x, y in zip(pa, pb)]
+    args = []
+    for x, shape in ((a, ashape), (b, bshape)):
+        full = [*batch, *shape[-2:]]
+        args.append(x if list(shape) == full else bb.emit(bb.call_te(
+            topi.broadcast_to, x, full, primfunc_name_hint="broadcast_to")))
+    return bb.normalize(relax.op.matmul(*args, out_dtype=call.attrs.out_dtype))
+
+
 def legalize_matmul(info: CpuInfo, fallback):
     """The ``relax.matmul`` legalization for a CPU described by ``info``."""
 
     def _legalize(bb: relax.BlockBuilder, call) -> relax.Expr:
+        call = _broadcast_batches(bb, call)
         plan = matmul_plan(call, info)
         if plan is None:
             return fallback(bb, call)
