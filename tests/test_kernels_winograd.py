@@ -190,6 +190,15 @@ def test_measured_heuristic():
         assert _choice(_geo(c, hw, c)) is None, (c, hw)
 
 
+def test_narrow_channel_chunks_keep_the_direct_conv():
+    """Channel counts in chunks narrower than NARROW_CHUNK (37 -> 53: chunks of 1) keep the
+    direct conv under ``auto`` (Winograd ran 8x slower there); forcing still works."""
+    geo = _geo(37, 56, 53)
+    assert wg.choose(geo, ConvTile(1, 1, 2, 1, 4), AVX2, True, "auto") is None
+    assert wg.choose(geo, ConvTile(1, 1, 2, 1, 4), AVX2, True, "4") is not None
+    assert wg.choose(_geo(64, 56, 64), ConvTile(8, 8, 2, 1, 4), AVX2, True, "auto") is not None
+
+
 def test_grouped_bounds_by_vector_width():
     """Grouped convs: the znver1 (8-lane) bounds, and the higher ones of 16-lane vectors
     measured on znver4 (WIDE_* in topi.cpu.winograd)."""

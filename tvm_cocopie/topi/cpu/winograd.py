@@ -450,6 +450,8 @@ def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
     if setting not in ("auto", "2", "4"):
         raise CompilationError(f"Winograd setting {setting!r}: PipelineOptions(winograd=...) "
                                "takes auto, off, 2 (F(2,3)) or 4 (F(4,3))")
+    if setting == "auto" and (direct.ob < NARROW_CHUNK or direct.ib < NARROW_CHUNK):
+        return None
     m = preferred_m(geo, info.f32_lanes) if setting == "auto" else int(setting)
     if m is None:
         return None
@@ -460,6 +462,12 @@ def choose(geo: ConvGeometry, direct, info, constant_weight: bool,
         return None
     return WinogradTile(m, direct.ib, direct.ob, r, tp,
                         cache_block(geo, m, tp, max(1, info.num_cores)))
+
+
+#: Channel chunks narrower than this keep the direct conv: the transformed tiles' GEMM
+#: runs one chunk per vector (37 -> 53 channels at 56x56, chunks of 1: Winograd 6.0 ms,
+#: F(4,3) forced 4.6, direct 0.76; 24 -> 40 in chunks of 8: F(4,3) 0.31, direct 0.52).
+NARROW_CHUNK = 4
 
 
 #: bytes of transformed input + GEMM result + output tiles one cache block may hold
