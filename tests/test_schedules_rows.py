@@ -179,3 +179,22 @@ def test_instance_norm_statistics_once_per_channel(shape):
     d = data.astype(np.float64)
     mu, var = d.mean((2, 3), keepdims=True), d.var((2, 3), keepdims=True)
     assert_allclose(run(mod, [data]), (d - mu) / np.sqrt(var + 1e-5) * gamma + beta)
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "min", "variance"])
+@pytest.mark.parametrize("n,keepdims", [(37, True), (3199, False), (40, True)])
+def test_reductions_over_rows_not_whole_vectors(kind, n, keepdims):
+    """Reductions over a last axis that is not whole vectors reduce the vectors in lanes
+    and the tail after them (``fast_math.row_statistic``), in parallel over the rows, and
+    match float64 numpy."""
+    op = {"sum": R.sum, "mean": R.mean, "max": R.max, "min": R.min, "variance": R.variance}
+    x = tensor_var("x", (64, n))
+    mod = build_graph([x], lambda bb, x: bb.emit(op[kind](x, axis=[-1], keepdims=keepdims)))
+    text = "".join(f.script() for f in prim_funcs(scheduled(mod)).values())
+    assert "T.vectorized" in text
+    assert ("T.parallel" in text) == (n > 1000)  # parallel from enough work (a variance's
+    # last block writes one value per row: counted by its rows' length)
+    data = rng.standard_normal((64, n)).astype("float32") + 0.5
+    ref = getattr(np, {"variance": "var"}.get(kind, kind))(data.astype(np.float64), axis=-1,
+                                                            keepdims=keepdims)
+    assert_allclose(run(mod, [data]), ref)

@@ -275,6 +275,8 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     if not row_loops:
         return None
     work = block_work(sch, final)
+    if work is not None:  # the final block may write one value per row (a variance)
+        work = max(work, planned_value(row_count) * row_length)
     rows = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     for block in reversed(blocks[:-1]):
         sch.compute_at(block, rows, preserve_unit_loops=False)

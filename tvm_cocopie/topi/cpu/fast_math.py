@@ -154,6 +154,62 @@ def row_log_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
                       name="log_softmax_out")
 
 
+def row_statistic(x: te.Tensor, kind: str, keepdims: bool, lanes: int) -> te.Tensor:
+    """``sum``, ``mean``, ``max``, ``min`` or ``variance`` over the last axis of ``x``,
+    its reductions split in the row's whole vectors and the tail after them (as
+    :func:`row_softmax`'s), so the row schedule reduces in vector lanes also where the
+    row is not whole vectors: TOPI's reduction kept one scalar chain per row there (a
+    speech encoder's group norm over 3199 samples of 256 channels: 1.56 ms)."""
+    combine = {"sum": te.sum, "mean": te.sum, "variance": te.sum, "max": te.max,
+               "min": te.min}[kind]
+    pair = {"max": tirx.max, "min": tirx.min}.get(kind, lambda a, b: a + b)
+    n = int(x.shape[-1])
+    inv_n = tirx.const(1.0 / n, x.dtype)
+
+    def combined(body, tail, i):
+        return body(*i) if tail is None else pair(body(*i), tail(*i))
+
+    body, tail = reduce_row(x, combine, f"row_{kind}", lanes)
+    if kind == "variance":
+        mean = te.compute(body.shape, lambda *i: combined(body, tail, i) * inv_n,
+                          name="row_variance_mean")
+
+        def centred_square(idx):
+            d = x[idx] - mean(*idx[:-1])
+            return d * d
+
+        body, tail = reduce_row(x, te.sum, "row_variance_sq", lanes, centred_square)
+    scale = inv_n if kind in ("mean", "variance") else None
+
+    def out(*i):
+        lead = i[:-1] if keepdims else i
+        v = combined(body, tail, lead)
+        return v * scale if scale is not None else v
+
+    shape = [*x.shape[:-1], 1] if keepdims else list(x.shape[:-1])
+    return te.compute(shape, out, name=f"row_{kind}_out")
+
+
+def _statistic(kind: str, lanes: int):
+    """Legalization of a reduction over the last axis whose static length is not whole
+    vectors (at least two): :func:`row_statistic`; any other through TOPI."""
+    def legalize(bb: relax.BlockBuilder, call, fallback):
+        x = call.args[0]
+        shape = _rows_shape(x)
+        axes = call.attrs.axis
+        if (not _is_f32(call) or shape is None or axes is None or len(axes) != 1
+                or int(axes[0]) % len(shape) != len(shape) - 1):
+            return fallback(bb, call)
+        n = shape[-1]
+        if n % lanes == 0 or n < 2 * lanes:
+            return fallback(bb, call)
+        keepdims = bool(call.attrs.keepdims)
+        return bb.call_te(lambda t: row_statistic(t, kind, keepdims, lanes), x,
+                          primfunc_name_hint=kind)
+
+    return legalize
+
+
 def _rows_shape(x) -> list | None:
     """The shape of ``x`` whose last dim is static and the others perhaps symbolic (rows
     of a run-time count), or ``None``."""
@@ -232,4 +288,6 @@ def legalize_table(lanes: int) -> dict:
         "relax.nn.softmax": _softmax(lanes),
         "relax.nn.log_softmax": _log_softmax(lanes),
         "relax.nn.layer_norm": _layer_norm(lanes),
+        **{f"relax.{kind}": _statistic(kind, lanes)
+           for kind in ("sum", "mean", "max", "min", "variance")},
     }
