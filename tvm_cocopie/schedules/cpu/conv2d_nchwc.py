@@ -89,6 +89,13 @@ class ConvKnobs:
     #: 0-13% faster for 1x1 convs reading a large input (256 channels at 56x56), equal
     #: for 3x3; set by :func:`choose_knobs` from the packed weight's size
     oc_inner: bool = False
+    #: pixel tiles per band of the banded order (0: off): the parallel loop runs over
+    #: bands of pixel tiles whose input fits in L2, every output-channel tile meets the
+    #: band there; for a dense conv whose weights are beyond ``L2_WEIGHT_BYTES`` (so not
+    #: input-stationary) and whose input is beyond :data:`BANDED_INPUT_BYTES`, which the
+    #: weight-stationary order read from memory once per output-channel tile (SegFormer's
+    #: 1x1 fuse conv, 1024 -> 256 channels at 64x64: 16 MB read 4 times, 22.9 ms)
+    pixel_band: int = 0
     #: wide tiles of narrow chunks (:attr:`tvm_cocopie.topi.cpu.conv2d_nchwc.ConvTile.wide`),
     #: fixed by the compute: a dense conv's work block holds ``group`` chunks side by side
     #: (two lane loops, fused into the vector); a depthwise conv's vector spans ``tw``
@@ -224,6 +231,10 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         (p,) = spatial
         po, pi = split_tile(sch, p, knobs.tw, 16, knobs.sample_tiles)
         outer, tile = [po], [pi]
+        tiles = const_extent(sch, po) or 0
+        if knobs.pixel_band and not knobs.oc_inner and tiles > knobs.pixel_band:
+            outer = list(sch.split(po, [None, knobs.pixel_band]))
+            band = -1  # the banded order below (not row_band's padded-row bands)
     else:
         y, x = spatial
         yo, yi = split_tile(sch, y, knobs.th, 4, knobs.sample_tiles)
@@ -236,7 +247,10 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
             yb, yt = sch.split(yo, [None, band])
             outer = [yb, yt, xo]
     inner += tile
-    if knobs.oc_inner:  # input-stationary: a pixel tile meets every weight tile
+    if band == -1:  # banded: a band of pixel tiles meets every weight tile
+        sch.reorder(n, outer[0], oc, outer[1], *reductions, *inner, oi)
+        par_loops, attach = [n, outer[0]], outer[1]
+    elif knobs.oc_inner:  # input-stationary: a pixel tile meets every weight tile
         sch.reorder(n, *outer, oc, *reductions, *inner, oi)
         par_loops, attach = [n, *outer], oc
     elif band > 1:  # parallel over bands; their row tiles serial under the padded rows
@@ -252,7 +266,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     par_iters = 1
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
-    if par_iters < 4 * max(1, info.num_cores) and band == 1:
+    if par_iters < 4 * max(1, info.num_cores) and band in (1, -1):
         par, attach = fuse_parallel_upto(sch, [*par_loops, attach], info, work, min_macs)
     else:
         par = fuse_parallel(sch, par_loops, info, work, min_macs)
@@ -348,7 +362,42 @@ def choose_knobs(sch: s_tir.Schedule, anchor) -> ConvKnobs:
     knobs = ConvKnobs.from_annotation(sch.get(anchor).annotations[ANNOTATION])
     if knobs.kind == "conv" and weight_bytes(sch, anchor) <= L2_WEIGHT_BYTES:
         knobs = _replace(knobs, oc_inner=True)
+    elif knobs.kind == "conv" and knobs.flat and knobs.group == 1:
+        data, tile_bytes = input_bytes(sch, anchor), 4 * knobs.tw * input_channels(sch, anchor)
+        if data > BANDED_INPUT_BYTES and tile_bytes:
+            knobs = _replace(knobs, pixel_band=max(2, BAND_INPUT_BYTES // tile_bytes))
     return knobs
+
+
+#: a dense conv's input beyond this (and weights beyond ``L2_WEIGHT_BYTES``) takes the
+#: banded order (``ConvKnobs.pixel_band``); bands of pixel tiles read about
+#: :data:`BAND_INPUT_BYTES` of input each
+BANDED_INPUT_BYTES = 4 * 1024 * 1024
+BAND_INPUT_BYTES = 256 * 1024
+
+
+def _data_shape(sch: s_tir.Schedule, anchor) -> list[int]:
+    """The static shape of the NCHWc input a dense conv block reads (its 5-D input), or []."""
+    for region in sch.get(anchor).reads:
+        shape = list(region.source.shape)
+        if len(shape) == 5 and all(hasattr(d, "value") for d in shape):
+            return [int(d.value) for d in shape]
+    return []
+
+
+def input_bytes(sch: s_tir.Schedule, anchor) -> int:
+    """Bytes of the input a dense conv block reads (0 when symbolic)."""
+    shape = _data_shape(sch, anchor)
+    total = 4 if shape else 0
+    for d in shape:
+        total *= d
+    return total
+
+
+def input_channels(sch: s_tir.Schedule, anchor) -> int:
+    """Input channels of a dense conv block (chunks x chunk width; 0 when unknown)."""
+    shape = _data_shape(sch, anchor)
+    return shape[1] * shape[4] if shape else 0
 
 
 class Conv2dNCHWc(CpuRule):
