@@ -13,6 +13,7 @@ tail; other dtypes keep TVM's legalization.
 from __future__ import annotations
 
 import math
+import operator
 
 from tvm import relax, te, tirx, topi
 
@@ -56,6 +57,12 @@ def _row_dims(x: te.Tensor, lanes: int):
     return lead, n, whole
 
 
+def combine_row(body, tail, index, pair=operator.add):
+    """A row's reduction from :func:`reduce_row`'s two parts at ``index``: the body's alone
+    when there is no tail, else ``pair(body, tail)``."""
+    return body(*index) if tail is None else pair(body(*index), tail(*index))
+
+
 def reduce_row(x: te.Tensor, combine, name: str, lanes: int, value=None):
     """A reduction of ``x`` along its last axis as two computes, the whole vectors of the
     row (``name_body``) and the elements after them (``name_tail``), for the row schedule
@@ -86,11 +93,8 @@ def row_layer_norm(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor | None, eps: 
     reduction in one of TVM's groups); the row schedule runs this one per row."""
     _, n, _ = _row_dims(x, lanes)
     inv_n = tirx.const(1.0, x.dtype) / tirx.Cast(x.dtype, n)
-    def total(body, tail, i):
-        return body(*i) if tail is None else body(*i) + tail(*i)
-
     sum_body, sum_tail = reduce_row(x, te.sum, "ln_sum", lanes)
-    mean = te.compute(sum_body.shape, lambda *i: total(sum_body, sum_tail, i) * inv_n,
+    mean = te.compute(sum_body.shape, lambda *i: combine_row(sum_body, sum_tail, i) * inv_n,
                       name="ln_mean")
 
     def centred_square(idx):
@@ -100,7 +104,7 @@ def row_layer_norm(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor | None, eps: 
     sq_body, sq_tail = reduce_row(x, te.sum, "ln_sqsum", lanes, centred_square)
     eps_c = tirx.const(eps, x.dtype)
     inv_std = te.compute(sum_body.shape, lambda *i: tirx.rsqrt(
-        total(sq_body, sq_tail, i) * inv_n + eps_c), name="ln_inv_std")
+        combine_row(sq_body, sq_tail, i) * inv_n + eps_c), name="ln_inv_std")
 
     def out(*i):
         y = (x(*i) - mean(*i[:-1])) * inv_std(*i[:-1]) * gamma[i[-1]]
@@ -140,16 +144,13 @@ def row_log_softmax(x: te.Tensor, lanes: int) -> te.Tensor:
     reductions split as :func:`row_softmax`'s and its exponentials TOPI's ``fast_exp``.
     TOPI's ``log_softmax`` takes ``exp``, which LLVM calls per lane (a CTC or language-model
     head, 64 x 32000: 9.4 ms against ONNX Runtime's 1.6)."""
-    def combined(body, tail, combine, i):
-        return body(*i) if tail is None else combine(body(*i), tail(*i))
-
     max_body, max_tail = reduce_row(x, te.max, "log_softmax_maxelem", lanes)
-    delta = te.compute(x.shape, lambda *i: x(*i) - combined(max_body, max_tail, tirx.max,
-                                                            i[:-1]), name="log_softmax_delta")
+    delta = te.compute(x.shape, lambda *i: x(*i) - combine_row(max_body, max_tail, i[:-1],
+                                                               tirx.max), name="log_softmax_delta")
     exp = topi.fast_exp(delta)
     sum_body, sum_tail = reduce_row(exp, te.sum, "log_softmax_expsum", lanes)
     log_sum = te.compute(sum_body.shape, lambda *i: tirx.log(
-        combined(sum_body, sum_tail, lambda a, b: a + b, i)), name="log_softmax_logsum")
+        combine_row(sum_body, sum_tail, i)), name="log_softmax_logsum")
     return te.compute(x.shape, lambda *i: delta(*i) - log_sum(*i[:-1]),
                       name="log_softmax_out")
 
@@ -162,16 +163,13 @@ def row_statistic(x: te.Tensor, kind: str, keepdims: bool, lanes: int) -> te.Ten
     speech encoder's group norm over 3199 samples of 256 channels: 1.56 ms)."""
     combine = {"sum": te.sum, "mean": te.sum, "variance": te.sum, "max": te.max,
                "min": te.min}[kind]
-    pair = {"max": tirx.max, "min": tirx.min}.get(kind, lambda a, b: a + b)
+    pair = {"max": tirx.max, "min": tirx.min}.get(kind, operator.add)
     n = int(x.shape[-1])
     inv_n = tirx.const(1.0 / n, x.dtype)
 
-    def combined(body, tail, i):
-        return body(*i) if tail is None else pair(body(*i), tail(*i))
-
     body, tail = reduce_row(x, combine, f"row_{kind}", lanes)
     if kind == "variance":
-        mean = te.compute(body.shape, lambda *i: combined(body, tail, i) * inv_n,
+        mean = te.compute(body.shape, lambda *i: combine_row(body, tail, i, pair) * inv_n,
                           name="row_variance_mean")
 
         def centred_square(idx):
@@ -183,7 +181,7 @@ def row_statistic(x: te.Tensor, kind: str, keepdims: bool, lanes: int) -> te.Ten
 
     def out(*i):
         lead = i[:-1] if keepdims else i
-        v = combined(body, tail, lead)
+        v = combine_row(body, tail, lead, pair)
         return v * scale if scale is not None else v
 
     shape = [*x.shape[:-1], 1] if keepdims else list(x.shape[:-1])
