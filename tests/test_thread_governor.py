@@ -87,7 +87,9 @@ def test_others_load_reads_proc():
 
     ticks = [0.0]
     look = OthersLoad(min_seconds=0.05, clock=lambda: ticks[0])
-    assert look() is None  # no time has passed
+    first = look._last
+    assert look() is None and look._last is first  # too soon: not even read (a fast
+    # model asks on every call until min_seconds have passed)
     ticks[0] = 1.0
     value = look()
     if os.path.exists("/proc/stat"):

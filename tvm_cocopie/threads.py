@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections import deque
@@ -220,12 +221,12 @@ class OthersLoad:
         return self._last is not None and self._clock() - self._last[0] < self.min_seconds
 
     def __call__(self) -> float | None:
+        if self._last is None or self.too_soon():  # no /proc, or asked again too soon:
+            return None  # the clock alone, no file read (a fast model asks every call then)
         now = self._sample()
-        if now is None or self._last is None:
+        if now is None:
             return None
         seconds = now[0] - self._last[0]
-        if seconds < self.min_seconds:
-            return None
         busy, own = now[1] - self._last[1], now[2] - self._last[2]
         self._last = now
         return max(0.0, (busy - own) / self._hz / seconds)
@@ -236,17 +237,21 @@ def _median(values) -> float:
     return ordered[len(ordered) // 2]
 
 
-def pool_threads() -> int:
-    """Threads TVM's pool runs with now (starting it if it has not started)."""
+@functools.cache
+def _runtime_func(name: str):
+    """A TVM runtime global function, looked up once (a model asks on every call)."""
     import tvm
 
-    return int(tvm.get_global_func("runtime.NumThreads")())
+    return tvm.get_global_func(name)
+
+
+def pool_threads() -> int:
+    """Threads TVM's pool runs with now (starting it if it has not started)."""
+    return int(_runtime_func("runtime.NumThreads")())
 
 
 def set_pool_threads(threads: int) -> None:
     """Run TVM's thread pool with ``threads`` threads from the next parallel call on
     (``runtime.config_threadpool``; ~10 µs): the pool is the process's."""
-    import tvm
-
     # mode 1 (kBig): all cores of a homogeneous CPU; TVM_BIND_THREADS=0 keeps them unpinned
-    tvm.get_global_func("runtime.config_threadpool")(1, int(threads))
+    _runtime_func("runtime.config_threadpool")(1, int(threads))
