@@ -1,7 +1,7 @@
 """Small helpers on Relax and TIR expressions, shared by the frontend, the graph passes,
 the computes and the schedule rules.
 
-One home for each: reading a constant's value, a static shape, a list of ints, a
+One home for each: reading a constant's value, an operator's declared output dtype, a static shape, a list of ints, a
 buffer load, a function's parameter dims, a module with some functions replaced.
 """
 
@@ -23,6 +23,14 @@ def op_name(expr) -> str | None:
 def ints(values) -> list[int] | None:
     """``values`` (ints, ``IntImm`` s, numpy integers) as a list of Python ints; ``None`` stays ``None``."""
     return None if values is None else [int(v) for v in values]
+
+
+def declared_out_dtype(attrs) -> str | None:
+    """An operator's ``out_dtype`` attribute as a dtype string, ``None`` when unset (TVM
+    prints an unset one as ``""``, ``"void"`` or ``"None"``): what a rewrite passes on to
+    the operator it emits instead."""
+    out_dtype = str(attrs.out_dtype or "")
+    return None if out_dtype in ("", "void", "None") else out_dtype
 
 
 def is_constant(expr) -> bool:

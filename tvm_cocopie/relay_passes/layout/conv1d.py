@@ -23,7 +23,7 @@ import logging
 import tvm
 from tvm import relax
 
-from ...exprs import const_np, ints, is_constant
+from ...exprs import const_np, declared_out_dtype, ints, is_constant
 from .call_rewrite import rewrite_calls
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,10 @@ def _as_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr | None:
         weight = bb.emit(relax.op.expand_dims(w, 2))
     (stride,), (dilation,) = ints(attrs.strides), ints(attrs.dilation)
     left, right = ints(attrs.padding)
-    out_dtype = str(attrs.out_dtype)
     conv = bb.emit(relax.op.nn.conv2d(
         bb.emit(relax.op.expand_dims(x, 2)), weight, strides=(1, stride),
         padding=(0, left, 0, right), dilation=(1, dilation), groups=int(attrs.groups),
-        out_dtype=out_dtype if out_dtype not in ("", "void", "None") else None))
+        out_dtype=declared_out_dtype(attrs)))
     return relax.op.squeeze(conv, [2])
 
 

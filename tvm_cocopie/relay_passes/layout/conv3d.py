@@ -25,7 +25,7 @@ import logging
 import tvm
 from tvm import relax
 
-from ...exprs import const_np, ints, is_constant, static_shape
+from ...exprs import const_np, declared_out_dtype, ints, is_constant, static_shape
 from .call_rewrite import rewrite_calls
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,10 @@ def _as_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr | None:
         weight = relax.const(const_np(w).reshape(o, cg * kd, kh, kw))
     else:
         weight = bb.emit(relax.op.reshape(w, (o, cg * kd, kh, kw)))
-    out_dtype = str(attrs.out_dtype)
     conv = bb.emit(relax.op.nn.conv2d(
         frames, weight, strides=(sh, sw), padding=(top, left, bottom, right),
         dilation=(dh, dw), groups=int(attrs.groups),
-        out_dtype=out_dtype if out_dtype not in ("", "void", "None") else None))
+        out_dtype=declared_out_dtype(attrs)))
     oh, ow = static_shape(conv)[2:]
     per_frame = bb.emit(relax.op.reshape(conv, (n, out_d, o, oh, ow)))
     return relax.op.permute_dims(per_frame, [0, 2, 1, 3, 4])

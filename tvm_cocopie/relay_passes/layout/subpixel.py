@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from ...exprs import ints, static_shape
+from ...exprs import declared_out_dtype, ints, static_shape
 from .call_rewrite import rewrite_calls
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def _rewrite(builder, call, rank: int):
         end = [i - max(0, -v) for v, i in zip(after, xshape[2:])]
         x = builder.emit(relax.op.strided_slice(x, list(range(2, 2 + rank)), begin, end))
         before, after = [max(0, v) for v in before], [max(0, v) for v in after]
-    out_dtype = str(attrs.out_dtype or "") or None
+    out_dtype = declared_out_dtype(attrs)
     kernel = relax.const(subpixel_weight(w, strides, begins, groups))
     conv = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}[rank]
     z = builder.emit(conv(x, kernel, padding=before + after, groups=groups, out_dtype=out_dtype))

@@ -26,6 +26,7 @@ Depthwise convs use the same nest without ``rco``/``rci``/``ocr``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import s_tir
@@ -227,14 +228,14 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         oc, ocr = split_tile(sch, oc, knobs.r, 4, knobs.sample_tiles)
         inner.append(ocr)
     band = 1
+    banded = False  # ConvKnobs.pixel_band: bands of pixel tiles, every weight tile per band
     if knobs.flat:
         (p,) = spatial
         po, pi = split_tile(sch, p, knobs.tw, 16, knobs.sample_tiles)
         outer, tile = [po], [pi]
         tiles = const_extent(sch, po) or 0
         if knobs.pixel_band and not knobs.oc_inner and tiles > knobs.pixel_band:
-            outer = list(sch.split(po, [None, knobs.pixel_band]))
-            band = -1  # the banded order below (not row_band's padded-row bands)
+            outer, banded = list(sch.split(po, [None, knobs.pixel_band])), True
     else:
         y, x = spatial
         yo, yi = split_tile(sch, y, knobs.th, 4, knobs.sample_tiles)
@@ -247,7 +248,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
             yb, yt = sch.split(yo, [None, band])
             outer = [yb, yt, xo]
     inner += tile
-    if band == -1:  # banded: a band of pixel tiles meets every weight tile
+    if banded:  # a band of pixel tiles meets every weight tile
         sch.reorder(n, outer[0], oc, outer[1], *reductions, *inner, oi)
         par_loops, attach = [n, outer[0]], outer[1]
     elif knobs.oc_inner:  # input-stationary: a pixel tile meets every weight tile
@@ -266,7 +267,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     par_iters = 1
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
-    if par_iters < 4 * max(1, info.num_cores) and band in (1, -1):
+    if par_iters < 4 * max(1, info.num_cores) and band == 1:
         par, attach = fuse_parallel_upto(sch, [*par_loops, attach], info, work, min_macs)
     else:
         par = fuse_parallel(sch, par_loops, info, work, min_macs)
@@ -363,8 +364,9 @@ def choose_knobs(sch: s_tir.Schedule, anchor) -> ConvKnobs:
     if knobs.kind == "conv" and weight_bytes(sch, anchor) <= L2_WEIGHT_BYTES:
         knobs = _replace(knobs, oc_inner=True)
     elif knobs.kind == "conv" and knobs.flat and knobs.group == 1:
-        data, tile_bytes = input_bytes(sch, anchor), 4 * knobs.tw * input_channels(sch, anchor)
-        if data > BANDED_INPUT_BYTES and tile_bytes:
+        shape = data_shape(sch, anchor)  # (n, c chunks, h, w, chunk), static
+        tile_bytes = 4 * knobs.tw * shape[1] * shape[4] if shape else 0
+        if shape and 4 * math.prod(shape) > BANDED_INPUT_BYTES:
             knobs = _replace(knobs, pixel_band=max(2, BAND_INPUT_BYTES // tile_bytes))
     return knobs
 
@@ -376,28 +378,14 @@ BANDED_INPUT_BYTES = 4 * 1024 * 1024
 BAND_INPUT_BYTES = 256 * 1024
 
 
-def _data_shape(sch: s_tir.Schedule, anchor) -> list[int]:
-    """The static shape of the NCHWc input a dense conv block reads (its 5-D input), or []."""
+def data_shape(sch: s_tir.Schedule, anchor) -> list[int]:
+    """The static shape of the NCHWc input a dense conv block reads (its 5-D input), or []
+    when it is symbolic."""
     for region in sch.get(anchor).reads:
         shape = list(region.source.shape)
         if len(shape) == 5 and all(hasattr(d, "value") for d in shape):
             return [int(d.value) for d in shape]
     return []
-
-
-def input_bytes(sch: s_tir.Schedule, anchor) -> int:
-    """Bytes of the input a dense conv block reads (0 when symbolic)."""
-    shape = _data_shape(sch, anchor)
-    total = 4 if shape else 0
-    for d in shape:
-        total *= d
-    return total
-
-
-def input_channels(sch: s_tir.Schedule, anchor) -> int:
-    """Input channels of a dense conv block (chunks x chunk width; 0 when unknown)."""
-    shape = _data_shape(sch, anchor)
-    return shape[1] * shape[4] if shape else 0
 
 
 class Conv2dNCHWc(CpuRule):
