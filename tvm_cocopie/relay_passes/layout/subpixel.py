@@ -105,7 +105,7 @@ def _rewrite(builder, call, rank: int):
     counts = [-(-o // s) for o, s in zip(oshape[2:], strides)]  # outputs per phase
     # input window of output q: [q + lo, q + lo + size): pad (or crop) the input to it
     before = [-lo for lo, _ in spans]
-    after = [q - 1 + lo + size - (i - 1) - 1 for (lo, size), q, i in zip(spans, counts, xshape[2:])]
+    after = [q + lo + size - 1 - i for (lo, size), q, i in zip(spans, counts, xshape[2:])]
     if any(v < 0 for v in before + after):
         begin = [max(0, -v) for v in before]
         end = [i - max(0, -v) for v, i in zip(after, xshape[2:])]
