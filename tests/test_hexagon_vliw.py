@@ -118,6 +118,25 @@ def test_packers_respect_dependences():
     assert where[1] < where[2]  # soft to hard: no .cur sharing
 
 
+def test_a_raw_dealloc_return_stays_the_blocks_last_instruction():
+    """LLVM writes a function's return as ``r31:30 = dealloc_return(r30):raw`` and spreads
+    the frame's register restores through the last block; read as an assignment, the
+    return was packed mid-block and the rest of the block never ran (a 7x7 stem's last
+    column block, wrong output under SDA)."""
+    ret = P("r31:30 = dealloc_return(r30):raw")
+    assert ret.kind == "branch" and {"pc", "r29", "r30", "r31"} <= ret.defs
+    assert P("if (p0) r31:30 = dealloc_return(r30):raw").kind == "branch"
+    body = [P(t) for t in [
+        "r17:16 = memd(r30+#-8)", "v2.w += vrmpy(v0.ub,r6.b)",
+        "r19:18 = memd(r30+#-16)",
+        "v3.w += vrmpy(v0.ub,r7.b)", "vmem(r2+#0) = v3", "r31:30 = dealloc_return(r30):raw",
+    ]]
+    for mode in sda.MODES:
+        for groups in (sda.pack(body, mode), sda.list_schedule(body, mode)):
+            assert sda.verify(body, groups), (mode, groups)
+            assert len(body) - 1 in groups[-1], (mode, groups)
+
+
 def test_rename_uses_free_registers_and_keeps_meaning():
     order = [(t, P(t)) for t in [
         "r7:6 = memd(r23+#0)", "v2.w += vrmpy(v0.ub,r6.b)", "v3.w += vrmpy(v0.ub,r7.b)",

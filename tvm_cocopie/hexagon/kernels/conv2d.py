@@ -22,8 +22,9 @@ v)``: ``v`` adjacent channels per row, rows contiguous), so a shifted window of
 import numpy as np
 
 from ...topi.int8.compute import Requant
-from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, round_up
-from .gemm import EMITTERS, Operands, PackingHint, channel_params
+from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, TapFold, round_up
+from . import hvx
+from .gemm import EMITTERS, Operands, PackingHint, block_size, channel_params
 from .tirgen import T, kernel, ramp
 from .transforms import pack_weights
 
@@ -61,9 +62,37 @@ def unpack_output(y: np.ndarray, geo: GridGeometry, channels: int) -> np.ndarray
 
 
 def pack_conv_weights(w: np.ndarray, variant: str) -> np.ndarray:
-    """HWIO ``int8 [KH, KW, C, O]`` to ``int32 [KH*KW, words, O']``: one matrix per tap."""
-    kh, kw = w.shape[:2]
+    """HWIO ``int8 [KH, KW, C, O]`` to ``int32 [KH*KW, words, O']``: one matrix per tap;
+    with the taps folded (:class:`TapFold`) ``[1, groups, O']``, one matrix of them all."""
+    kh, kw, c = w.shape[:3]
+    if TapFold.applies(variant, kh, c):
+        return pack_weights(TapFold(kh, c).fold(w), variant)[None]
     return np.stack([pack_weights(w[dy, dx], variant) for dy in range(kh) for dx in range(kw)])
+
+
+def _folded_vector(x, geo: GridGeometry, fold: TapFold, row: int, group: int):
+    """The ``vrmpy`` input vector of folded reduction ``group`` at grid row ``row``: each
+    tap vector it spans (one unaligned load from its phase grid, as unfolded) masked to
+    its channels and shifted to its bytes, OR-ed. The layout's padding byte (the input's
+    fill, not always 0) is masked off."""
+    from tvm import tirx
+
+    def splat(value):
+        return tirx.Broadcast(tirx.const(value, "int32"), 32)
+
+    out = None
+    for tap, first, last, offset in fold.pieces(group):
+        phase, shift = geo.tap(tap // geo.kernel, tap % geo.kernel)
+        v = hvx.as_vec(x.vload([phase, 0, row + shift, 0], "uint8x128"))
+        # a left shift pushes the bytes past `last` out by itself when they are the top ones
+        if not (first == 0 and offset > 0 and last + offset == 3):
+            v = v & splat(sum(0xFF << (8 * c) for c in range(first, last + 1)))
+        if offset > 0:
+            v = v << splat(8 * offset)
+        elif offset < 0:
+            v = v >> splat(-8 * offset)  # masked: the top byte is 0, so arithmetic = logical
+        out = v if out is None else out | v
+    return hvx.as_bytes(out)
 
 
 def conv2d(
@@ -93,7 +122,14 @@ def conv2d(
     y_shape = geo.out_shape(variant, out_channels)
     kp = round_up(channels, layout.col_multiple)
     np_ = round_up(out_channels, layout.col_multiple)
-    w_shape = (geo.kernel * geo.kernel, kp if variant == "vmpy" else kp // 4, np_)
+    fold = TapFold(geo.kernel, channels) if TapFold.applies(variant, geo.kernel, channels) else None
+    if fold:
+        w_shape = (1, fold.groups, np_)
+        if hint is None:  # every group unrolled: each is assembled from its own taps
+            rb = 2 if y_shape[1] // layout.rows >= 2 else 1
+            hint = PackingHint(block_size(y_shape[0], 2), rb, fold.groups, "loop", "folded")
+    else:
+        w_shape = (geo.kernel * geo.kernel, kp if variant == "vmpy" else kp // 4, np_)
     params = [
         ("x", x_shape, "uint8"),
         ("w", w_shape, "int32"),
@@ -107,14 +143,16 @@ def conv2d(
         x, w, bias, *table, y = bufs
 
         def load(p, g, tap):
+            if fold:
+                return _folded_vector(x, geo, fold, p * rows, g)
             phase, shift = geo.tap(*tap) if tap else (0, 0)
             return x.vload([phase, g, p * rows + shift, 0], "uint8x128")
 
         ops = Operands(
             row_blocks=y_shape[1] // rows,
-            in_groups=x_shape[1],
+            in_groups=fold.groups if fold else x_shape[1],
             out_groups=y_shape[0],
-            taps=(geo.kernel, geo.kernel) if geo.kernel > 1 else (),
+            taps=(geo.kernel, geo.kernel) if geo.kernel > 1 and not fold else (),
             x=load,
             w=lambda tap, i, col: w[tap[0] * geo.kernel + tap[1] if tap else 0, i, col],
             bias=lambda col: bias[col],

@@ -73,9 +73,39 @@ def channel_params(table):
 def requant4(rq: Requant, vectors, params=None):
     """Requantize four int32x32 vectors and interleave them into one uint8x128;
     ``params``: per vector the ``(m, s)`` of its channel (a per-channel ``rq``)."""
+    if params is None and not rq.per_channel:
+        return _requant4_narrowing(rq, vectors)
     params = params or [None] * 4
     return hvx.saturate_interleave4(*(rq.tir_int32(v, 32, hvx.mul_shr16, p)
                                       for v, p in zip(vectors, params)))
+
+
+def _requant4_narrowing(rq: Requant, vectors):
+    """:func:`requant4` of a per-tensor ``rq`` with the rounding shift in the narrowing.
+
+    :meth:`Requant.tir_int32` is ``((mul_shr16(acc, m) + 2**(d-1)) >> d) + zp`` with
+    ``d = s - 16``; ``vasr(Vu.w, Vv.w, d):rnd:sat`` does the rounding shift and the
+    saturation to halfwords of two vectors at once, ``vadd(.h, zp):sat`` adds the zero
+    point, ``vsat`` to bytes clips: 9 instructions for four vectors instead of 19 (a
+    rounding add, a shift and a zero-point add per vector, then the three ``vsat``).
+    Exact: a value beyond int16 saturates to a bound that the zero point cannot bring back
+    inside [0, 255]. Shifts beyond 15 (the instruction's range) first shift by ``d - 15``
+    without rounding: ``floor((floor(x / 2**a) + 2**14) / 2**15)`` is
+    ``floor((x + 2**(d-1)) / 2**d)`` for ``a = d - 15``.
+    """
+    from tvm import tirx
+
+    d = rq.shift - 16
+    ys = [hvx.mul_shr16(v, rq.multiplier) for v in vectors]
+    if d > 15:
+        ys = [hvx.vasrw(y, d - 15) for y in ys]
+        d = 15
+    low = hvx.vasrwh_rnd_sat(ys[2], ys[0], d)  # h[2i] = y0[i], h[2i+1] = y2[i]
+    high = hvx.vasrwh_rnd_sat(ys[3], ys[1], d)  # h[2i] = y1[i], h[2i+1] = y3[i]
+    if rq.zero_point:
+        zp = tirx.Broadcast(tirx.const(rq.zero_point * 0x10001, "int32"), 32)
+        low, high = hvx.vaddhsat(low, zp), hvx.vaddhsat(high, zp)
+    return hvx.as_bytes(hvx.vsathub(high, low))
 
 
 def _loops(ops: Operands, nb: int):
@@ -239,8 +269,8 @@ def emit_vrmpy(
                             step(ps, blk, g2 * u + q, (*taps0, dx))
             else:
                 with _Reduction(ops) as tap, T.serial(groups) as g2:
-                    for q in range(u):
-                        step(ps, blk, g2 * u + q, tap)
+                    for q in range(u):  # fully unrolled: the group as a Python int
+                        step(ps, blk, g2 * u + q if groups > 1 else q, tap)
             for r, p in enumerate(ps):
                 for b in range(nb):
                     # columns 4b + t of the block, 32 rows each: byte 4r + t of the output

@@ -95,6 +95,20 @@ def vsathub(vu, vv):
     return _intrin(VEC, "vsathub", vu, vv)
 
 
+def vasrwh_rnd_sat(vu, vv, shift: int):
+    """``Vd.h = vasr(Vu.w, Vv.w, Rt):rnd:sat`` for ``Rt`` in [1, 15]:
+    ``h[2i] = sat16((Vv.w[i] + 2**(Rt-1)) >> Rt)``, ``h[2i+1]`` the same of ``Vu.w[i]``
+    (the shift amount is ``Rt & 15``, so larger shifts need a plain :func:`vasrw` first)."""
+    if not 1 <= shift <= 15:
+        raise ValueError(f"vasr(...):rnd:sat shifts by 1 to 15, not {shift}")
+    return _intrin(VEC, "vasrwhrndsat", vu, vv, tirx.const(shift, "int32"))
+
+
+def vaddhsat(vu, vv):
+    """``Vd.h = vadd(Vu.h, Vv.h):sat``."""
+    return _intrin(VEC, "vaddhsat", vu, vv)
+
+
 def vmpyewuh(vu, vv):
     """``Vd.w = vmpye(Vu.w, Vv.uh)``: ``(Vu.w[i] * Vv.w[i].uh[0]) >> 16``, exact."""
     return _intrin(VEC, "vmpyewuh", vu, vv)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from ...errors import CocopieError
 from ...topi.int8.hvx import GroupWindow
-from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, Layout, round_up
+from ...topi.int8.layouts import LAYOUT_OF, GridGeometry, Layout, TapFold, round_up
 from ..kernels.gemm import block_size
 from .coefficients import COEFFICIENTS, CYCLE_COEFFICIENTS
 
@@ -72,7 +72,11 @@ MEASURES = {"packets": COEFFICIENTS, "cycles": CYCLE_COEFFICIENTS}
 
 FEATURES = {
     "matmul": ("const", "mul", "iter", "out", "loops"),
-    "conv": ("const", "mul", "iter", "out", "loops"),
+    # folded: input vectors a TapFold conv assembles from its tap vectors (0 otherwise)
+    "conv": ("const", "mul", "iter", "out", "loops", "folded"),
+    # grouped convs: the same counts, their own coefficients (a short reduction per output
+    # vector and a window base per block cost other than a dense conv's)
+    "gconv": ("const", "mul", "iter", "out", "loops"),
     "dwconv": ("const", "mul", "iter", "out", "loops"),
     "repack": ("const", "vec", "src", "blocks"),
     "to_rowmajor": ("const", "bytes", "rowvec", "vec"),
@@ -111,6 +115,7 @@ def _gemm_counts(variant, row_blocks, in_groups, out_groups, taps) -> dict:
         "iter": iters,
         "out": row_blocks * out_groups,
         "loops": blocks * taps,
+        "folded": 0,
     }
 
 
@@ -131,20 +136,28 @@ def conv_work(variant: str, geo: GridGeometry, channels: int, out_channels: int)
     layout = LAYOUT_OF[variant]
     x = geo.in_shape(variant, channels)
     y = geo.out_shape(variant, out_channels)
-    counts = _gemm_counts(variant, y[1] // layout.rows, x[1], y[0], geo.kernel**2)
+    fold = TapFold.applies(variant, geo.kernel, channels)
+    if fold:  # one reduction over the folded groups, each assembled from its taps
+        groups, taps = TapFold(geo.kernel, channels).groups, 1
+    else:
+        groups, taps = x[1], geo.kernel**2
+    counts = _gemm_counts(variant, y[1] // layout.rows, groups, y[0], taps)
+    if fold:
+        counts["folded"] = counts["iter"]
     return _work("conv", variant, counts)
 
 
 def gconv_work(geo: GridGeometry, channels: int, out_channels: int, groups: int) -> Work:
-    """Counts of :func:`..kernels.grouped.grouped_conv2d`, in the ``conv/vrmpy`` family's
-    features: a dense ``vrmpy`` conv whose reduction per output vector is its window of
+    """Counts of :func:`..kernels.grouped.grouped_conv2d`, the ``conv`` family's features
+    fitted on grouped convs (``gconv/vrmpy``): a dense ``vrmpy`` conv whose reduction per
+    output vector is its window of
     :class:`~tvm_cocopie.topi.int8.hvx.GroupWindow` (``span`` input groups per tap),
     over the taps that read the image (the executor folds the others into the bias)."""
     win = GroupWindow(channels, out_channels, groups)
     y = geo.out_shape("vrmpy", out_channels)
     counts = _gemm_counts("vrmpy", y[1] // LAYOUT_OF["vrmpy"].rows, win.span, y[0],
                           len(geo.live_taps()))
-    return _work("conv", "vrmpy", counts)
+    return _work("gconv", "vrmpy", counts)
 
 
 def dwconv_work(variant: str, geo: GridGeometry, channels: int) -> Work:

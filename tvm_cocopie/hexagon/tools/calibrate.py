@@ -20,6 +20,7 @@ from ..selection.costmodel import (
     Work,
     conv_work,
     dwconv_work,
+    gconv_work,
     matmul_work,
     transform_work,
 )
@@ -37,6 +38,7 @@ CALIBRATION_SHAPES = {
         (14, 14, 32, 32, 1, 1, 0),
         (10, 10, 8, 24, 3, 2, 1),
         (16, 16, 3, 16, 7, 2, 3),
+        (24, 24, 3, 32, 3, 2, 1),  # a MobileNet stem: taps folded as the 7x7's
         (12, 12, 16, 48, 1, 1, 0),
         (10, 10, 192, 64, 1, 1, 0),
         (6, 6, 128, 256, 1, 1, 0),
@@ -46,6 +48,11 @@ CALIBRATION_SHAPES = {
     ],
     # (H, W, C, kernel, stride, pad)
     "dwconv": [(12, 12, 32, 3, 1, 1), (16, 16, 16, 3, 2, 1), (8, 8, 64, 3, 1, 1)],
+    # (H, W, C, O, groups, kernel, stride, pad): grouped convs (vrmpy grids only)
+    "gconv": [(8, 8, 64, 64, 4, 3, 1, 1), (10, 6, 96, 48, 2, 3, 1, 1),
+              (12, 12, 32, 32, 8, 1, 1, 0), (6, 6, 64, 64, 16, 3, 1, 1),
+              (10, 10, 64, 64, 16, 3, 2, 1), (7, 7, 24, 24, 12, 3, 1, 1),
+              (9, 9, 128, 64, 4, 1, 1, 0), (6, 6, 16, 8, 2, 1, 1, 0)],
     "transform": [(64, 64), (128, 32), (96, 160)],
 }
 
@@ -92,9 +99,11 @@ def measure_work(family: str, variant: str, shape, timeout=None, measure="packet
 def measure_record(family: str, variant: str, shape, timeout=None, cycles=False):
     """Run one kernel under the emulator: ``(Work, record of :mod:`.measure`)``, with
     ``cycles`` and ``stalls`` when ``cycles``; raises on a wrong result."""
-    if family not in ("matmul", "conv", "dwconv", "transform"):
+    if family not in ("matmul", "conv", "dwconv", "gconv", "transform"):
         raise CocopieError(f"no calibration family {family!r}")
-    if family == "matmul":
+    if family == "gconv":
+        rec = kernel_runs.gcd2_grouped_conv(*shape, timeout=timeout, cycles=cycles)
+    elif family == "matmul":
         rec = kernel_runs.gcd2_matmul(variant, *shape, timeout=timeout, cycles=cycles)
     elif family == "conv":
         h, w, c, o, k, s, p = shape
@@ -125,6 +134,7 @@ def jobs(shapes: dict):
     for family in ("matmul", "conv", "dwconv"):
         for shape in shapes.get(family, []):
             out += [(family, v, shape) for v in LAYOUT_OF]
+    out += [("gconv", "vrmpy", shape) for shape in shapes.get("gconv", [])]  # its only layout
     for shape in shapes.get("transform", []):
         out += [("transform", pair, shape) for pair in transform_pairs()]
     return out
@@ -167,6 +177,9 @@ def _work_of(family, variant, shape) -> Work:
     if family == "dwconv":
         h, w, c, k, s, p = shape
         return dwconv_work(variant, GridGeometry(h, w, k, s, p), c)
+    if family == "gconv":
+        h, w, c, o, g, k, s, p = shape
+        return gconv_work(GridGeometry(h, w, k, s, p), c, o, g)
     by_cols = {lay.cols: lay for lay in LAYOUT_OF.values()}
     src, dst = (None if c is None else by_cols[c] for c in variant)
     return transform_work(src, dst, *shape)

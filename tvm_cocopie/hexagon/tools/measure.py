@@ -17,7 +17,7 @@ from ...emulation import hexagon as runner
 from ...topi.int8 import compute as int8_compute
 from ...topi.int8 import reference
 from ...topi.int8.compute import Requant
-from ..kernels import conv2d, depthwise, matmul
+from ..kernels import conv2d, depthwise, grouped, matmul
 from ..kernels import transforms as layouts
 from . import ms_runner, tvm_vrmpy
 
@@ -157,6 +157,36 @@ def gcd2_conv(variant: str, h, w_, c, o, kernel, stride, pad, dw=False, seed=0, 
         "shape": [h, w_, c, o, kernel, stride, pad],
         "packets": res.packets[0],
         "exact": bool(np.array_equal(y, ref)),
+        **_cycles(res, cycles),
+    }
+
+
+def gcd2_grouped_conv(h, w_, c, o, groups, kernel, stride, pad, seed=0, timeout=None,
+                      cycles=False):
+    """Packets of the grouped-conv HVX kernel (:mod:`..kernels.grouped`, ``vrmpy`` grids)."""
+    geo = conv2d.GridGeometry(h, w_, kernel, stride, pad)
+    x, w, b = _data((1, h, w_, c), (kernel, kernel, c // groups, o), o, seed, wmax=127)
+    rq = _requant(kernel * kernel * c // groups)
+    res = _run(
+        {"gconv": grouped.grouped_conv2d(geo, c, o, groups, rq)},
+        [("gconv", ["x", "w", "bias", "y"])],
+        {
+            "x": conv2d.pack_input(x, geo, "vrmpy"),
+            "w": grouped.pack_grouped_weights(w, groups),
+            "bias": layouts.pad_bias(b, "vrmpy"),
+        },
+        ["y"],
+        timeout,
+        cycles=cycles,
+    )
+    y = conv2d.unpack_output(res.outputs["y"], geo, o)
+    return {
+        "op": "gconv2d",
+        "impl": "vrmpy",
+        "shape": [h, w_, c, o, groups, kernel, stride, pad],
+        "packets": res.packets[0],
+        "exact": bool(np.array_equal(
+            y, reference.qgroup_conv2d_nhwc(x, w, b, rq, groups, stride, pad))),
         **_cycles(res, cycles),
     }
 

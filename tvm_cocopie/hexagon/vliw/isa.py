@@ -215,7 +215,16 @@ def _parse(text: str) -> Instr:
         t_body = t
     first = re.match(r"([a-z_0-9:]+)", t_body)
     word = first.group(1) if first else ""
-    if word in _OPAQUE or any(t_body.startswith(o) for o in ("trap", "dealloc")):
+    # the operation of an assignment form: LLVM writes a return as
+    # ``r31:30 = dealloc_return(r30):raw``, whose first word is a register pair
+    op = re.match(r"[^=]*=\s*([a-z_0-9]+)", t_body) if "==" not in t_body else None
+    op = op.group(1) if op else ""
+    if op == "dealloc_return":  # a return: the block's last packet, frame registers written
+        regs = {r for r, _ in registers(t_body)}
+        return Instr(raw, frozenset(regs | {"pc", "r29", "r30", "r31"}),
+                     frozenset({"r30", *pred_uses}), kind="branch", slots=(0,),
+                     predicated=predicated, new=new)
+    if word in _OPAQUE or op in _OPAQUE or any(t_body.startswith(o) for o in ("trap", "dealloc")):
         regs = {r for r, _ in registers(t_body)}
         return Instr(raw, frozenset(regs | {"r29", "r30", "r31"}), frozenset(regs | set(pred_uses)),
                      kind="opaque", slots=(0, 1, 2, 3), predicated=predicated, new=new)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 
 from .compute import Requant, requant_at, requant_table, upsample_func
-from .layouts import LAYOUT_OF, GridGeometry, round_up
+from .layouts import LAYOUT_OF, GridGeometry, TapFold, round_up
 
 #: PrimFunc attribute holding the JSON descriptor of an HVX-layout operator.
 HVX_ATTR = "cocopie.hvx"
@@ -103,18 +103,21 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
     taps = geo.kernel * geo.kernel
     y_shape = geo.out_shape(variant, out_channels)
     x = te.placeholder(geo.in_shape(variant, channels), "uint8", name="x")
-    w = te.placeholder((taps, kp if variant == "vmpy" else kp // 4, np_), "int32", name="w")
     bias = te.placeholder((np_,), "int32", name="bias")
-    t = te.reduce_axis((0, taps), "tap")
-    c = te.reduce_axis((0, kp), "rc")
-    acc = te.compute(
-        y_shape,
-        lambda g, r, j: te.sum(
-            _input(x, geo, v, t, r, c).astype("int32") * _weight(variant, w, t, c, g * v + j),
-            axis=[t, c],
-        ),
-        name="acc",
-    )
+    if TapFold.applies(variant, geo.kernel, channels):
+        w, acc = _folded_conv(TapFold(geo.kernel, channels), x, geo, np_, y_shape)
+    else:
+        w = te.placeholder((taps, kp if variant == "vmpy" else kp // 4, np_), "int32", name="w")
+        t = te.reduce_axis((0, taps), "tap")
+        c = te.reduce_axis((0, kp), "rc")
+        acc = te.compute(
+            y_shape,
+            lambda g, r, j: te.sum(
+                _input(x, geo, v, t, r, c).astype("int32") * _weight(variant, w, t, c, g * v + j),
+                axis=[t, c],
+            ),
+            name="acc",
+        )
     table = requant_table(rq, np_)
     y = te.compute(y_shape, lambda g, r, j: requant_at(rq, table, acc[g, r, j] + bias[g * v + j],
                                                        g * v + j), name="y")
@@ -122,6 +125,27 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
         te.create_prim_func([x, w, bias, *([table] if table is not None else []), y]),
         op="conv", variant=variant, geo=_geo_list(geo), c=channels, o=out_channels,
         rq=[rq.multiplier, rq.shift, rq.zero_point],
+    )
+
+
+def _folded_conv(fold: TapFold, x, geo, np_: int, y_shape):
+    """``(w, accumulators)`` of a ``vrmpy`` conv with its taps folded
+    (:class:`.layouts.TapFold`): ``w`` is ``(1, groups, O')``, reduction entry ``kappa`` reads channel ``kappa % C`` of
+    tap ``kappa // C`` (entries past ``k*k*C`` have zero weights; their tap is clamped)."""
+    from tvm import te, tirx
+
+    w = te.placeholder((1, fold.groups, np_), "int32", name="w")
+    e = te.reduce_axis((0, 4 * fold.groups), "entry")
+
+    def read(r, kappa):
+        tap = tirx.min(kappa // fold.channels, fold.taps - 1)
+        return _input(x, geo, 4, tap, r, kappa % fold.channels)
+
+    return w, te.compute(
+        y_shape,
+        lambda g, r, j: te.sum(
+            read(r, e).astype("int32") * _weight("vrmpy", w, 0, e, g * 4 + j), axis=[e]),
+        name="acc",
     )
 
 

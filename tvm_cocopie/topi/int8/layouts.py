@@ -185,3 +185,56 @@ class GridGeometry:
         groups = round_up(channels, layout.col_multiple) // layout.cols
         return (groups, self.out_rows(variant), layout.cols)
 
+
+
+@dataclass(frozen=True)
+class TapFold:
+    """The taps of a ``vrmpy`` convolution over fewer than 4 input channels folded into its
+    reduction groups (a network's RGB or gray stem).
+
+    In the 4-column layout a pixel of a 3-channel image fills 3 of a ``vrmpy``'s 4 bytes,
+    so a 7x7 stem multiplies 49 groups of which a quarter is padding. Folded, the
+    reduction runs over ``K = k*k*C`` entries ``kappa = t*C + c`` (tap ``t = dy*k + dx``,
+    channel ``c``), four per group: group ``g`` is assembled in the kernel from the tap
+    vectors it spans (each masked to its channels and shifted to its bytes), the input
+    grids stay the phase grids of every conv. 37 groups instead of 49 for the 7x7 stem
+    (147 of 148 bytes useful), 7 instead of 9 for a 3x3 one.
+    """
+
+    kernel: int
+    channels: int
+
+    @staticmethod
+    def applies(variant: str, kernel: int, channels: int) -> bool:
+        """Whether a ``kernel x kernel`` conv of ``channels`` inputs folds its taps."""
+        return variant == "vrmpy" and kernel > 1 and channels < FOUR_COLUMN.cols
+
+    @property
+    def taps(self) -> int:
+        """Taps of the kernel."""
+        return self.kernel * self.kernel
+
+    @property
+    def entries(self) -> int:
+        """Reduction entries ``k*k*C``."""
+        return self.taps * self.channels
+
+    @property
+    def groups(self) -> int:
+        """Reduction groups of 4 entries (the last one zero padded)."""
+        return _ceil_div(self.entries, FOUR_COLUMN.cols)
+
+    def pieces(self, group: int) -> list:
+        """``[(tap, first channel, last channel, byte offset)]`` of ``group``: the channels
+        of each tap it holds and where in the group's word they land (``byte = c + offset``)."""
+        lo, hi = 4 * group, min(4 * group + 3, self.entries - 1)
+        out = []
+        for t in range(lo // self.channels, hi // self.channels + 1):
+            first, last = max(lo, t * self.channels), min(hi, t * self.channels + self.channels - 1)
+            base = t * self.channels
+            out.append((t, first - base, last - base, base - lo))
+        return out
+
+    def fold(self, w: np.ndarray) -> np.ndarray:
+        """HWIO ``[k, k, C, O]`` weights as the folded reduction ``[K, O]`` (``kappa`` order)."""
+        return w.reshape(self.entries, w.shape[-1])
