@@ -186,12 +186,21 @@ def schedule_partials(sch: s_tir.Schedule, rf, rows, lanes: int) -> None:
     """The lane loop of an rfactor block computed at ``rows`` innermost and vectorized.
 
     Under the row loop the block's loops are its non-unit iterators in order: the lane
-    iterator ``rfactor`` put first, the reduction over vectors last."""
+    iterator ``rfactor`` put first, the reduction over vectors last. Where ``rows`` is a
+    tile of several rows (a matmul's row tile with its layer norm, :mod:`.matmul_packed`),
+    the tile's rows lie between them: they go outside the reduction, and the partials'
+    buffer takes the lane as its last axis, so that a row's partials are one contiguous
+    vector (``rfactor`` puts the lane first: with the rows inside, every partial vector
+    was a gather and a scatter of lanes a row length apart)."""
     inner = loops_under(sch, rf, rows)
     if len(inner) < 2 or const_extent(sch, inner[0]) != lanes:
         return
     lane, reduce_loop = inner[0], inner[-1]
-    sch.reorder(reduce_loop, lane)
+    if len(inner) > 2:
+        sch.reorder(*inner[1:-1], reduce_loop, lane)
+        sch.transform_layout(rf, ("write", 0), lambda k, *rest: (*rest, k))
+    else:
+        sch.reorder(reduce_loop, lane)
     if vectorizable(sch, rf):
         sch.vectorize(lane)
     else:
