@@ -137,6 +137,26 @@ def test_a_raw_dealloc_return_stays_the_blocks_last_instruction():
             assert len(body) - 1 in groups[-1], (mode, groups)
 
 
+def test_a_block_that_jumps_back_to_its_label_is_priced_as_a_loop():
+    """A counted loop LLVM closed with a compare and jump (no hardware loop) is a loop
+    body: priced per iteration (it was priced once, from a cold start, so a packing with
+    a load-use stall in every iteration tied with one without: 256 stalls in a 1x1 conv)."""
+    from tvm_cocopie.hexagon.vliw.repack import Repack
+
+    def asm(target):
+        return "\n".join([
+            "\t.type\tk,@function", "k:", ".LBB0_1:",
+            "\t{", "\t\tr1 = add(r1,#1)", "\t\tr2 = memw(r3+#0)", "\t}",
+            "\t{", "\t\tr4 = add(r2,r4)", "\t}",
+            "\t{", f"\t\tp0 = cmp.eq(r1,#8); if (!p0.new) jump:t {target}", "\t}", ""])
+
+    for target, loop in ((".LBB0_1", True), (".LBB0_9", False)):
+        rp = Repack("sda", rename=False)
+        rp(asm(target))
+        (report,) = [r for r in rp.reports if r.instructions >= 3]
+        assert report.loop is loop, (target, report)
+
+
 def test_rename_uses_free_registers_and_keeps_meaning():
     order = [(t, P(t)) for t in [
         "r7:6 = memd(r23+#0)", "v2.w += vrmpy(v0.ub,r6.b)", "v3.w += vrmpy(v0.ub,r7.b)",

@@ -13,11 +13,12 @@ read whole:
    stall weight ``q`` (the thesis sets them "empirically", §4.5) -- for SDA the grid
    of ``p`` includes its two extremes, ``p = 0`` (soft to none) and ``p = inf`` (soft
    to hard) -- and with a latency-aware list schedule (:func:`.sda.list_schedule`);
-4. improves the two best packings and LLVM's own by local search
-   (:func:`.sda.refine`);
+4. improves the two best packings of each mode of the grid and LLVM's own by local
+   search (:func:`.sda.refine`);
 5. keeps the packing the cycle model (:mod:`.cycles`) estimates fastest -- a loop
-   body by its steady-state cycles per iteration, any other block from a cold start
-   -- among those :func:`.sda.verify` accepts; LLVM's packing stays unless beaten.
+   body (a hardware loop's, or a block whose last branch jumps back to its own label)
+   by its steady-state cycles per iteration, any other block from a cold start --
+   among those :func:`.sda.verify` accepts; LLVM's packing stays unless beaten.
 
 ``llvm-mc`` then checks every packet (slots, resources, register rules); a block it
 rejects goes back to LLVM's packing. Blocks left alone: those with instructions we do
@@ -108,12 +109,13 @@ class Repack:
         chosen = {}
         if self.mode != "llvm":
             nodes = liveness.analyze(items) if self.rename else {}
+            labels = _entry_labels(items)
             for block in blocks:
                 if self.functions and not any(f in block.function for f in self.functions):
                     continue
                 node = nodes.get(block.index)
                 free = liveness.free_registers(node) if node is not None else frozenset()
-                packets, report = self.repack_block(block, free)
+                packets, report = self.repack_block(block, free, labels.get(block.index))
                 self.reports.append(report)
                 if packets is not None:
                     chosen[block.index] = packets
@@ -147,12 +149,13 @@ class Repack:
         except ToolchainError:
             return False
 
-    def repack_block(self, block: asmfile.Block, free=frozenset()):
+    def repack_block(self, block: asmfile.Block, free=frozenset(), label: str | None = None):
         """``(new packets or None, BlockReport)`` for one block; ``free``: registers
-        dead throughout it that renaming may use."""
+        dead throughout it that renaming may use; ``label``: the block's own label, if
+        it has one (a block whose last branch jumps to it is a loop body too)."""
         packets_in = fuse_compare_jumps(block.packets)
         parsed = [isa.parse(t) for texts, _ in packets_in for t in texts]
-        loop = bool(block.packets and block.packets[-1][1])
+        loop = bool(block.packets and block.packets[-1][1]) or _jumps_back(packets_in, label)
         original = block.parsed()
         base = _block_cost(CycleModel(), original, loop)
         report = BlockReport(block.index, len(parsed), loop, len(original), base,
@@ -235,7 +238,11 @@ class Repack:
                 found.append((cost(groups), groups, f"list,p={p}", sub))
             except RuntimeError:
                 pass
-        starts = sorted(found, key=lambda f: f[0])[:2]
+        # the two best of each mode of the grid (SDA's holds soft to none and soft to
+        # hard: refined from their own starts, it finds what those modes find)
+        starts = []
+        for sub in dict.fromkeys(sub for sub, _ in variants):
+            starts += sorted((f for f in found if f[3] == sub), key=lambda f: f[0])[:2]
         if self.refine:
             starts.append((cost(original), original, "llvm", self.mode))
         for c, groups, label, sub in list(starts):
@@ -317,6 +324,32 @@ def linearize(packets):
             done.append(ready[0])
         out.extend(items[k] for k in done)
     return out
+
+
+_LABEL_LINE = re.compile(r"^\s*([\w.$]+):")
+_JUMP_TARGET = re.compile(r"jump(?::n?t)?\s+([\w.$]+)\s*$")
+
+
+def _entry_labels(items) -> dict:
+    """Block index -> the label line right before the block (``.LBB3_3``), if any."""
+    out, label = {}, None
+    for item in items:
+        if isinstance(item, asmfile.Block):
+            if label is not None:
+                out[item.index] = label
+            label = None
+        elif (m := _LABEL_LINE.match(item)) and not m.group(1).startswith(".Ltmp"):
+            label = m.group(1)
+    return out
+
+
+def _jumps_back(packets, label: str | None) -> bool:
+    """Whether the block's last packet branches to ``label``, its own entry: a loop
+    closed by a compare and jump (a counted loop LLVM did not make a hardware loop), whose
+    body the packer must price per iteration like an ``endloop`` one."""
+    if not label or not packets:
+        return False
+    return any((m := _JUMP_TARGET.search(t)) and m.group(1) == label for t in packets[-1][0])
 
 
 def _block_cost(model: CycleModel, packets, loop: bool) -> float:
