@@ -162,3 +162,26 @@ def test_folding_a_stems_taps_saves_packets():
     padded = measure.gcd2_conv("vrmpy", 56, 56, 4, 64, 7, 2, 3)  # 49 taps of 4 channels
     assert folded["exact"] and padded["exact"]
     assert folded["packets"] < 0.85 * padded["packets"]
+
+
+@pytest.mark.needs_toolchain
+@pytest.mark.parametrize("scale", [3e-3, 2e-6, 1.5e-7])  # shifts d = s - 16 below and past 15
+def test_narrowing_requantization_is_exact_at_every_shift(scale):
+    """Per-tensor requantization rounds and narrows in ``vasr(...):rnd:sat``, which shifts by
+    at most 15: larger shifts go through a plain shift first. Accumulators across the whole
+    int32 range the 15-bit multiplier allows, clipped at both ends."""
+    h, w, c, o = 6, 7, 64, 16
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (1, h, w, c)).astype("uint8")
+    wt = rng.integers(-128, 128, (1, 1, c, o)).astype("int8")
+    span = min(int(160 / scale), 2**30)  # outputs spread over [0, 255] and past both ends
+    b = rng.integers(-span, span, o).astype("int32")
+    rq = Requant.from_scale(scale, zero_point=128)
+    assert (rq.shift - 16 > 15) == (scale < 1e-5)
+    geo = conv2d.GridGeometry(h, w, 1, 1, 0)
+    res = _run(conv2d.conv2d("vrmpy", geo, c, o, rq), "vrmpy", conv2d.pack_input(x, geo, "vrmpy"),
+               conv2d.pack_conv_weights(wt, "vrmpy"), b)
+    y = conv2d.unpack_output(res.outputs["y"], geo, o)
+    want = reference.qconv2d_nhwc(x, wt, b, rq, 1, 0)
+    np.testing.assert_array_equal(y, want)
+    assert 0 < np.count_nonzero((want > 0) & (want < 255))  # not all clipped
