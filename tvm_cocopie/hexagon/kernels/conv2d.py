@@ -65,8 +65,8 @@ def pack_conv_weights(w: np.ndarray, variant: str) -> np.ndarray:
     """HWIO ``int8 [KH, KW, C, O]`` to ``int32 [KH*KW, words, O']``: one matrix per tap;
     with the taps folded (:class:`TapFold`) ``[1, groups, O']``, one matrix of them all."""
     kh, kw, c = w.shape[:3]
-    if TapFold.applies(variant, kh, c):
-        return pack_weights(TapFold(kh, c).fold(w), variant)[None]
+    if fold := TapFold.of(variant, kh, c):
+        return pack_weights(fold.fold(w), variant)[None]
     return np.stack([pack_weights(w[dy, dx], variant) for dy in range(kh) for dx in range(kw)])
 
 
@@ -122,12 +122,11 @@ def conv2d(
     y_shape = geo.out_shape(variant, out_channels)
     kp = round_up(channels, layout.col_multiple)
     np_ = round_up(out_channels, layout.col_multiple)
-    fold = TapFold(geo.kernel, channels) if TapFold.applies(variant, geo.kernel, channels) else None
+    fold = TapFold.of(variant, geo.kernel, channels)
     if fold:
         w_shape = (1, fold.groups, np_)
         if hint is None:  # every group unrolled: each is assembled from its own taps
-            rb = 2 if y_shape[1] // layout.rows >= 2 else 1
-            hint = PackingHint(block_size(y_shape[0], 2), rb, fold.groups, "loop", "folded")
+            hint = PackingHint(block_size(y_shape[0], 2), 2, fold.groups, "loop", "folded")
     else:
         w_shape = (geo.kernel * geo.kernel, kp if variant == "vmpy" else kp // 4, np_)
     params = [

@@ -136,9 +136,9 @@ def conv_work(variant: str, geo: GridGeometry, channels: int, out_channels: int)
     layout = LAYOUT_OF[variant]
     x = geo.in_shape(variant, channels)
     y = geo.out_shape(variant, out_channels)
-    fold = TapFold.applies(variant, geo.kernel, channels)
+    fold = TapFold.of(variant, geo.kernel, channels)
     if fold:  # one reduction over the folded groups, each assembled from its taps
-        groups, taps = TapFold(geo.kernel, channels).groups, 1
+        groups, taps = fold.groups, 1
     else:
         groups, taps = x[1], geo.kernel**2
     counts = _gemm_counts(variant, y[1] // layout.rows, groups, y[0], taps)

@@ -104,8 +104,8 @@ def qconv2d_grid(variant: str, geo, channels: int, out_channels: int, rq: Requan
     y_shape = geo.out_shape(variant, out_channels)
     x = te.placeholder(geo.in_shape(variant, channels), "uint8", name="x")
     bias = te.placeholder((np_,), "int32", name="bias")
-    if TapFold.applies(variant, geo.kernel, channels):
-        w, acc = _folded_conv(TapFold(geo.kernel, channels), x, geo, np_, y_shape)
+    if fold := TapFold.of(variant, geo.kernel, channels):
+        w, acc = _folded_conv(fold, x, geo, np_, y_shape)
     else:
         w = te.placeholder((taps, kp if variant == "vmpy" else kp // 4, np_), "int32", name="w")
         t = te.reduce_axis((0, taps), "tap")

@@ -209,6 +209,11 @@ class TapFold:
         """Whether a ``kernel x kernel`` conv of ``channels`` inputs folds its taps."""
         return variant == "vrmpy" and kernel > 1 and channels < FOUR_COLUMN.cols
 
+    @classmethod
+    def of(cls, variant: str, kernel: int, channels: int) -> TapFold | None:
+        """The fold of such a conv, ``None`` where it does not fold (:meth:`applies`)."""
+        return cls(kernel, channels) if cls.applies(variant, kernel, channels) else None
+
     @property
     def taps(self) -> int:
         """Taps of the kernel."""
