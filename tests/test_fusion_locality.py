@@ -185,3 +185,64 @@ def test_a_matmul_and_its_layer_norm_fused_keep_each_rows_partials_contiguous(
     x = np.random.default_rng(0).standard_normal([128, 256]).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _pre_norm_linear_model(rows=37, width=64, out=96):
+    """A pre-norm transformer's projection: LayerNormalization, then MatMul + bias + GELU
+    (ViT, GPT: the normalized rows are the matmul's left operand)."""
+    rng = np.random.default_rng(2)
+
+    def const(name, shape, scale=0.1):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape,
+                                  (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
+
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "beta"], ["n"], axis=-1,
+                              epsilon=1e-6),
+             helper.make_node("MatMul", ["n", "w"], ["p"]),
+             helper.make_node("Add", ["p", "b"], ["pb"]),
+             helper.make_node("Relu", ["pb"], ["y"])]
+    inits = [const("g", [width], 1.0), const("beta", [width]), const("w", [width, out]),
+             const("b", [out])]
+    return make_model(nodes,
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, width])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, out])],
+                      initializers=inits, opset=17)
+
+
+@pytest.mark.parametrize("rows", [37, 64])
+def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_stay_local(
+        tmp_path, monkeypatch, rows):
+    """Fused (the decision forced), a layer norm feeding a matmul's rows is scheduled by
+    the matmul rule (before: the rule failed on the reductions and the fusion was
+    dropped as fallback-only, ViT-tiny kept its 25 layer norms apart): the statistics a
+    parallel pass of their own, the normalization per row tile into a local copy of A
+    (no buffer of all the normalized rows), rows not a multiple of the tile (37) too;
+    the numbers are ONNX Runtime's."""
+    import math
+    import re
+
+    import tvm
+
+    from tvm_cocopie.bench.fusion import kernel_calls
+    from tvm_cocopie.relay_passes.fusion import profiler
+    from tvm_cocopie.schedules import default_rules
+
+    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
+                        lambda self, entry: math.isfinite(entry.fused_us))
+    model = _pre_norm_linear_model(rows=rows)
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
+    target = tvm.target.Target(host_target())
+    fused = run_until(from_onnx(model), target, "fusion", opts)
+    calls = [c.kernel for c in kernel_calls(fused)]
+    (name,) = [k for k in calls if "matmul" in k and "layer_norm" in k]
+    assert len(calls) == 1, calls
+    rules = default_rules(target)
+    assert profiler.first_rule(fused[name], target, rules).name == "matmul_packed"
+    script = profiler.scheduled_primfunc(fused[name], target, rules).script()
+    buffers = re.findall(r"(\w+) = T\.sblock_alloc_buffer\(\((.*?)\)(.*?)\)", script)
+    full = [b for b, shape, _ in buffers
+            if [int(d) for d in re.findall(r"T\.int64\((\d+)", shape)][-2:] == [rows, 64]]
+    assert [b for b in full if "local" not in b] == [], buffers
+    x = np.random.default_rng(0).standard_normal([1, rows, 64]).astype(np.float32)
+    got = tvm_cocopie.compile(model, options=opts)(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -21,6 +21,22 @@ of the product (every column panel) and then the row kernel's passes over them
 (:mod:`.row_reduction`: element-wise chains inlined, reductions in vector partials)
 while the rows are in L1.
 
+A producer that reduces along A's rows (a layer norm before the QKV projection or the
+MLP of a pre-norm transformer, RMS norm, a softmax: DNNFusion joins them when the
+matmul reads its result row-locally) becomes a pass of its own ahead of the tiles
+(:func:`.row_reduction.schedule_row_pass`: one parallel loop over rows, the per-row
+values only, a mean and an inverse deviation) and the element-wise end of it (the
+normalization) is computed per row tile into a local copy of the tile's A rows, so
+the normalized tensor never goes to memory::
+
+    parallel  rows: the row statistics (vector partials)
+    parallel  batch, M' / tm
+      the tile's tm x K rows of A, normalized (L1)
+      serial  N' / nb  ... as above
+
+Such a matmul keeps its row tiles outermost whatever the size of B (in the nest below,
+the panels outermost, the tile would be normalized once per panel).
+
 A B too large for the cache (the compute's ``colout``, :func:`~tvm_cocopie.topi.cpu.
 tiling.matmul_blocking`) turns the nest around: the column panels go outermost and in
 parallel, the row tiles inside, so every panel of B comes from memory once; with a
@@ -43,6 +59,7 @@ the kernel has a serial version for sizes below :data:`MIN_PARALLEL_MACS`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -56,6 +73,7 @@ from ..base import (
     annotated_blocks,
     block_work,
     blocks_after,
+    blocks_before,
     const_extent,
     fuse_parallel,
     fuse_parallel_upto,
@@ -77,6 +95,7 @@ from .row_reduction import (
     inline_elementwise,
     lane_partials,
     schedule_partials,
+    schedule_row_pass,
     vectorize_row,
 )
 
@@ -97,14 +116,66 @@ class MatmulKnobs:
     sample_tiles: bool = False  # tuning: sample the rows of the register tile (tm)
 
 
+def row_prologue(sch: s_tir.Schedule, anchor) -> tuple[list, str] | None:
+    """``(the row pass's block names, the name of A's producer)`` when blocks before
+    ``anchor`` reduce (module docstring): A's producer is spatial, the last block before
+    the matmul and read by it alone, and every other block before it feeds only that
+    pass; ``None`` otherwise (no reduction before the matmul, or another structure)."""
+    before = blocks_before(sch, anchor)
+    if not before or all(is_spatial(sch, b) for b in before):
+        return None
+    producer = before[-1]
+    a_buffer = sch.get(anchor).reads[0].source
+    name = sch.get(anchor).name_hint
+    if (not sch.get(producer).writes[0].source.same_as(a_buffer)
+            or not is_spatial(sch, producer)
+            or [sch.get(c).name_hint for c in sch.get_consumers(producer)] != [name]):
+        return None
+    stage = {sch.get(b).name_hint for b in before}
+    if any(sch.get(c).name_hint not in stage for b in before[:-1]
+           for c in sch.get_consumers(b)):
+        return None
+    return [sch.get(b).name_hint for b in before[:-1]], sch.get(producer).name_hint
+
+
+def _schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],
+                           info: CpuInfo):
+    """The row pass of :func:`row_prologue`'s ``plan``, A's producer inlined into a local
+    copy of A that the nest computes per row tile: ``(the schedule, the copy's block)``.
+    Raises when a primitive refuses (the rule then answers ``None``)."""
+    stage, producer = plan
+    done = schedule_row_pass(sch, stage, info)
+    if done is None:
+        raise ValueError(f"the blocks {stage} before the matmul are not a row pass")
+    sch, _ = done
+    a_tile = sch.cache_read(sch.get_sblock(sch.get(anchor).name_hint), 0, "local")
+    sch.compute_inline(sch.get_sblock(producer))
+    return sch, a_tile
+
+
+def _tile_rows_at(sch: s_tir.Schedule, a_tile, loop, lanes: int) -> None:
+    """``a_tile`` (:func:`_schedule_row_prologue`) computed under ``loop``, vectorized."""
+    sch.compute_at(a_tile, loop, preserve_unit_loops=False)
+    if vectorizable(sch, a_tile):
+        vectorize_inner(sch, sch.get_loops(a_tile)[-1], lanes)
+
+
 def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo):
     """Apply the module docstring's nest to ``anchor``; return ``sch``."""
     work = block_work(sch, anchor)
-    for block in inline_prologue(sch, anchor):
-        parallel_spatial(sch, block, info)
+    name = sch.get(anchor).name_hint
+    a_tile = None
+    plan = row_prologue(sch, anchor)
+    if plan is not None:
+        sch, a_tile = _schedule_row_prologue(sch, anchor, plan, info)
+        anchor = sch.get_sblock(name)
+        knobs = dataclasses.replace(knobs, columns_outer=False, kb=0)
+    else:
+        for block in inline_prologue(sch, anchor):
+            parallel_spatial(sch, block, info)
     if any(not is_spatial(sch, b) for b in blocks_after(sch, anchor)):
         # rows outermost whatever the size of B: a row's reductions need the whole row
-        return _schedule_row_epilogue(sch, anchor, knobs, info, work)
+        return _schedule_row_epilogue(sch, anchor, knobs, info, work, a_tile)
     final = inline_consumers(sch, anchor)
     detached = None
     if final is not None and (not reads_plainly(sch, final, anchor)
@@ -162,6 +233,11 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     sch.reverse_compute_at(final, attach, preserve_unit_loops=knobs.sample_tiles)
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
+    if a_tile is not None:  # at the row tile: the loop around the panels (or fused with them)
+        loops = sch.get_loops(sch.get_sblock(name))
+        at = [sch.get(lp).same_as(sch.get(attach)) for lp in loops].index(True)
+        _tile_rows_at(sch, a_tile, loops[at - 1] if at and attach.same_as(no) else attach,
+                      lanes)
     for loop in inner:
         sch.unroll(loop)
     if knobs.sample_unroll:
@@ -184,8 +260,9 @@ def _split_columns(sch: s_tir.Schedule, n, nb: int, lanes: int):
 
 
 def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuInfo,
-                           work: int | None):
-    """The module docstring's row-tile nest: a matmul whose consumers reduce along rows."""
+                           work: int | None, a_tile=None):
+    """The module docstring's row-tile nest: a matmul whose consumers reduce along rows
+    (``a_tile``: the local copy of A rows of a row prologue, computed per row tile)."""
     lanes = info.f32_lanes
     name = sch.get(anchor).name_hint
     inline_elementwise(sch)
@@ -205,6 +282,8 @@ def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info
     rows = sch.fuse(*batch, mo) if batch else mo
     if info.num_cores > 1 and (work is None or work >= MIN_PARALLEL_MACS):
         sch.parallel(rows)
+    if a_tile is not None:
+        _tile_rows_at(sch, a_tile, rows, lanes)
     sch.reverse_compute_at(write_back, no)
     if vectorizable(sch, write_back):
         vectorize_inner(sch, sch.get_loops(write_back)[-1], lanes)
@@ -244,6 +323,9 @@ class MatmulPacked(CpuRule):
             return None
         anchor = anchors[0]
         name = sch.get(anchor).name_hint
+        if row_prologue(sch, anchor) is None and not all(
+                is_spatial(sch, b) for b in blocks_before(sch, anchor)):
+            return None  # reductions before the matmul that are not a row pass
         ann = sch.get(anchor).annotations[ANNOTATION]
         knobs = MatmulKnobs(int(ann["tm"]), int(ann["nb"]))
         if int(ann.get("colout", 0)) and _panels(sch, anchor, knobs.nb) >= 2 * info.num_cores:

@@ -150,7 +150,9 @@ def lane_partials(sch: s_tir.Schedule, block, lanes: int):
     """
     kinds = iter_types(sch, block)
     loops = sch.get_loops(block)
-    reduce_loops = loops[kinds.index(next(k for k in kinds if k != DATA_PAR)):]
+    # the innermost loops, one per reduction iterator (the block may sit under a row
+    # loop it was computed at, its own spatial loops gone)
+    reduce_loops = loops[len(loops) - sum(k != DATA_PAR for k in kinds):]
     k = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
     extent = const_extent(sch, k)
     if extent is None:
@@ -306,6 +308,47 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
             sch = try_apply(sch, lambda s, b=block: vectorize_row(s, b, rows, lanes)) or sch
     init_reductions_first(sch, rows)
     return sch
+
+
+def schedule_row_pass(sch: s_tir.Schedule, names: list, info: CpuInfo):
+    """The root blocks ``names`` (in program order: a row-wise computation whose per-row
+    results other blocks read, a layer norm's mean and inverse deviation ahead of the
+    matmul that normalizes its rows on the fly, :mod:`.matmul_packed`) as one pass over
+    rows: the first block's row loops fused (parallel with enough work), every other
+    block computed under them (``reverse_compute_at``: its results leave the pass, so it
+    cannot be computed at a consumer), reductions in vector partials, row loops
+    vectorized. The first block must be a row reduction. Returns ``(the schedule, the row
+    loop)``: the schedule may be a copy of ``sch`` (a step tried on a copy), so go on
+    with the one returned; ``None`` (nothing changed) when the blocks are not such a
+    pass."""
+    blocks = [sch.get_sblock(n) for n in names]
+    if not blocks or is_spatial(sch, blocks[0]) or not all(
+            is_spatial(sch, b) or _is_row_reduction(sch, b) for b in blocks):
+        return None
+    row_dims = len(sch.get(blocks[0]).writes[0].source.shape)
+    work = iterations(sch, blocks[0])
+    lanes = info.f32_lanes
+    partials = set()
+    for block in blocks:
+        if not is_spatial(sch, block):
+            rf = lane_partials(sch, block, lanes)
+            if rf is not None:
+                partials.add(sch.get(rf).name_hint)
+    members = set(names) | partials
+    stage = [b for b in root_blocks(sch) if sch.get(b).name_hint in members]
+    loops = sch.get_loops(stage[0])
+    rows = sch.fuse(*loops[:row_dims]) if row_dims > 1 else loops[0]
+    for block in stage[1:]:
+        sch.reverse_compute_at(block, rows, preserve_unit_loops=False)
+    if info.num_cores > 1 and planned_value(work) >= MIN_PARALLEL_WORK // 4:
+        sch.parallel(rows)
+    for block in sch.get_child_blocks(rows):
+        if sch.get(block).name_hint in partials:
+            schedule_partials(sch, block, rows, lanes)
+        elif is_spatial(sch, block):
+            sch = try_apply(sch, lambda s, b=block: vectorize_row(s, b, rows, lanes)) or sch
+    init_reductions_first(sch, rows)
+    return sch, rows
 
 
 def _leading_rows(sch: s_tir.Schedule, final, row_count) -> list:
