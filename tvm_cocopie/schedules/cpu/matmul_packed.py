@@ -93,6 +93,7 @@ from ..versions import block_iterations, parallel_when
 from .row_reduction import (
     init_reductions_first,
     inline_elementwise,
+    is_row_pass,
     lane_partials,
     schedule_partials,
     schedule_row_pass,
@@ -119,8 +120,9 @@ class MatmulKnobs:
 def row_prologue(sch: s_tir.Schedule, anchor) -> tuple[list, str] | None:
     """``(the row pass's block names, the name of A's producer)`` when blocks before
     ``anchor`` reduce (module docstring): A's producer is spatial, the last block before
-    the matmul and read by it alone, and every other block before it feeds only that
-    pass; ``None`` otherwise (no reduction before the matmul, or another structure)."""
+    the matmul and read by it alone, every other block before it feeds only that pass,
+    and they are a row pass (:func:`.row_reduction.is_row_pass`: not a pooling window);
+    ``None`` otherwise (no reduction before the matmul, or another structure)."""
     before = blocks_before(sch, anchor)
     if not before or all(is_spatial(sch, b) for b in before):
         return None
@@ -135,7 +137,8 @@ def row_prologue(sch: s_tir.Schedule, anchor) -> tuple[list, str] | None:
     if any(sch.get(c).name_hint not in stage for b in before[:-1]
            for c in sch.get_consumers(b)):
         return None
-    return [sch.get(b).name_hint for b in before[:-1]], sch.get(producer).name_hint
+    names = [sch.get(b).name_hint for b in before[:-1]]
+    return (names, sch.get(producer).name_hint) if is_row_pass(sch, names) else None
 
 
 def _schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],

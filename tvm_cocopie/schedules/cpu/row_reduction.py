@@ -310,6 +310,14 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     return sch
 
 
+def is_row_pass(sch: s_tir.Schedule, names: list) -> bool:
+    """Whether the root blocks ``names`` are what :func:`schedule_row_pass` takes: a row
+    reduction first, then row reductions and element-wise blocks."""
+    blocks = [sch.get_sblock(n) for n in names]
+    return bool(blocks) and not is_spatial(sch, blocks[0]) and all(
+        is_spatial(sch, b) or _is_row_reduction(sch, b) for b in blocks)
+
+
 def schedule_row_pass(sch: s_tir.Schedule, names: list, info: CpuInfo):
     """The root blocks ``names`` (in program order: a row-wise computation whose per-row
     results other blocks read, a layer norm's mean and inverse deviation ahead of the
@@ -321,10 +329,9 @@ def schedule_row_pass(sch: s_tir.Schedule, names: list, info: CpuInfo):
     loop)``: the schedule may be a copy of ``sch`` (a step tried on a copy), so go on
     with the one returned; ``None`` (nothing changed) when the blocks are not such a
     pass."""
-    blocks = [sch.get_sblock(n) for n in names]
-    if not blocks or is_spatial(sch, blocks[0]) or not all(
-            is_spatial(sch, b) or _is_row_reduction(sch, b) for b in blocks):
+    if not is_row_pass(sch, names):
         return None
+    blocks = [sch.get_sblock(n) for n in names]
     row_dims = len(sch.get(blocks[0]).writes[0].source.shape)
     work = iterations(sch, blocks[0])
     lanes = info.f32_lanes
