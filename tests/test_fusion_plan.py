@@ -404,14 +404,16 @@ def test_a_squeeze_excite_block_is_one_matvec_kernel(tmp_path):
 
 
 def test_a_fusion_only_the_generic_schedule_takes_is_never_kept(tmp_path):
-    """conv -> relu -> max pool (-> conv): the pool reads the conv row-locally, so the
-    pair is measured; fused, only the generic schedule takes it while the conv alone has its
-    register-blocked kernel. It is stored as never-fuse before any timing, and stays
-    apart even when every measured row says 'fused is faster'."""
+    """conv -> relu -> 3x3 max pool of stride 2 (-> conv): the pool reads the conv
+    row-locally, so the pair is measured; fused, only the generic schedule takes it (its
+    windows overlap, so no band of rows pools alone: the conv rule pools only
+    non-overlapping windows) while the conv alone has its register-blocked kernel. It is
+    stored as never-fuse before any timing, and stays apart even when every measured row
+    says 'fused is faster'."""
     target = host_target()
     gb = GraphBuilder("conv_pool", seed=0)
     x = gb.input("x", [1, 16, 32, 32])
-    gb.output(gb.conv(gb.maxpool(gb.relu(gb.conv(x, 32, 3, bias=True)), 2, 2), 16, 3))
+    gb.output(gb.conv(gb.maxpool(gb.relu(gb.conv(x, 32, 3, bias=True)), 3, 2, pad=1), 16, 3))
     mod = run_until(from_onnx(gb.model()), target, "legalize")
     path = tmp_path / "fusion.sqlite"
     fused = _force_measured(mod, path)

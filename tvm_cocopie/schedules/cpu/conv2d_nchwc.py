@@ -22,6 +22,14 @@ convs (memory-bound) compute their padded rows inside the parallel loop instead,
 L1 (``ConvKnobs.pad_per_tile`` says why).
 
 Depthwise convs use the same nest without ``rco``/``rci``/``ocr``.
+
+A conv whose result a pooling window reduces (conv + bias + ReLU + max pool, VGG's and
+CRNN's stages: DNNFusion joins them, :func:`window_epilogue`) writes its epilogue per
+tile into a buffer of a band of rows and the pool runs over the band under the same
+parallel iteration, so the conv's full-size result never goes to memory (at 224x224 x
+64 channels, 12.8 MB written and read back): the rows of a band are a multiple of the
+pool's stride, so no window crosses two bands (non-overlapping windows only; not a
+conv over flattened pixels, on small maps).
 """
 
 from __future__ import annotations
@@ -29,20 +37,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from ...target import CpuInfo
 from ...topi.cpu.conv2d_nchwc import ANNOTATION
 from ..base import (
+    DATA_PAR,
     MIN_PARALLEL_MACS,
     CpuRule,
     annotated_blocks,
     block_work,
+    blocks_after,
     const_extent,
     fuse_parallel,
     fuse_parallel_upto,
     inline_consumers,
     inline_prologue,
+    is_spatial,
+    iter_types,
     parallel_spatial,
     spills_over,
     vectorizable,
@@ -200,11 +212,122 @@ def tag_space(sch: s_tir.Schedule, anchor, knobs) -> None:
                                            f"split={knobs.split}")
 
 
+@dataclass(frozen=True)
+class WindowEpilogue:
+    """A pooling window over a conv's result (:func:`window_epilogue`)."""
+
+    chain: tuple  # names of the element-wise blocks between the conv and the pool
+    pool: str  # the reduction over windows
+    rest: tuple  # names of the blocks after it
+    stride: int  # the window's stride (= its extent) along the rows
+
+
+def window_epilogue(sch: s_tir.Schedule, anchor) -> WindowEpilogue | None:
+    """The module docstring's pooled epilogue, when the conv's consumers are element-wise
+    blocks, then one reduction whose every read of the chain's result takes rows
+    ``s * y + r`` with ``r`` over a window of ``s`` (a pool whose windows do not
+    overlap), then element-wise blocks; ``None`` otherwise."""
+    after = blocks_after(sch, anchor)
+    reductions = [i for i, b in enumerate(after) if not is_spatial(sch, b)]
+    if len(reductions) != 1:
+        return None
+    at = reductions[0]
+    pool = sch.get(after[at])
+    source = sch.get(after[at - 1] if at else anchor).writes[0].source
+    regions = [r for r in pool.reads if r.source.same_as(source)]
+    if len(regions) != 1 or len(regions[0].region) < 4:
+        return None
+    stride = _window_stride(pool, regions[0].region[2].min)  # (n, c, y, x[, lanes])
+    if stride is None:
+        return None
+    if at and block_work(sch, after[at - 1]) != block_work(sch, after[0]):
+        return None  # the chain grows the map (a padding before the pool)
+    if any(not is_spatial(sch, b) for b in after[at + 1:]):
+        return None
+    names = [sch.get(b).name_hint for b in after]
+    return WindowEpilogue(tuple(names[:at]), pool.name_hint, tuple(names[at + 1:]), stride)
+
+
+def _window_stride(pool, row):
+    """The stride ``s`` of a pool's row index ``s * y + r`` whose window ``r`` spans
+    ``s`` rows (``y`` alone: 1), else ``None`` (overlapping or other windows)."""
+    doms = {iv.var: iv for iv in pool.iter_vars}
+    if isinstance(row, tirx.Var):
+        return 1 if row in doms and doms[row].iter_type == DATA_PAR else None
+    if not isinstance(row, tirx.Add):
+        return None
+    for scaled, window in ((row.a, row.b), (row.b, row.a)):
+        if (isinstance(scaled, tirx.Mul) and isinstance(scaled.b, tirx.IntImm)
+                and isinstance(scaled.a, tirx.Var) and isinstance(window, tirx.Var)
+                and window in doms and doms[window].iter_type != DATA_PAR):
+            extent = doms[window].dom.extent
+            if isinstance(extent, tirx.IntImm) and int(extent) == int(scaled.b.value):
+                return int(extent)
+    return None
+
+
+def _pooled_result(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, pooled: WindowEpilogue):
+    """The block writing the pooled conv's per-tile result (the chain inlined into its
+    last block, else a write-back of the accumulators)."""
+    for name in pooled.chain[:-1]:
+        sch.compute_inline(sch.get_sblock(name))
+    if not pooled.chain:
+        return sch.cache_write(anchor, 0, "local")
+    final = sch.get_sblock(pooled.chain[-1])
+    if knobs.flat:
+        flatten_final(sch, final, knobs.ow)
+    sch.set_scope(anchor, 0, "local")
+    return final
+
+
+def _pool_band(tiles: int | None, th: int, stride: int) -> int:
+    """Row tiles per band of a pooled conv: the fewest whose rows are whole windows."""
+    band = stride // math.gcd(th, stride)
+    if not tiles or tiles % band:
+        raise ValueError(f"{tiles} row tiles of {th} rows do not split into windows of "
+                         f"{stride}")
+    return band
+
+
+def _schedule_pool(sch: s_tir.Schedule, pooled: WindowEpilogue, loop, info: CpuInfo) -> None:
+    """The pool (and the blocks after it) computed under ``loop``, after the conv's tiles:
+    the lanes innermost and vectorized, the window outside them."""
+    pool = sch.get_sblock(pooled.pool)
+    sch.reverse_compute_at(pool, loop, preserve_unit_loops=True)  # a loop per iterator
+    loops = sch.get_loops(pool)
+    window = sum(k != DATA_PAR for k in iter_types(sch, pool))
+    lane = loops[-window - 1]
+    sch.reorder(*loops[-window:], lane)
+    sch.vectorize(lane)
+    sch.decompose_reduction(pool, loops[-window])
+    init = sch.get_sblock(pooled.pool + "_init")
+    vectorize_inner(sch, sch.get_loops(init)[-1], info.f32_lanes)
+    for name in pooled.rest:
+        block = sch.get_sblock(name)
+        try:
+            sch.reverse_compute_at(block, loop, preserve_unit_loops=False)
+        except Exception:  # noqa: BLE001 - a permuting consumer: its own pass
+            parallel_spatial(sch, block, info)
+            continue
+        if vectorizable(sch, block):
+            vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
+
+
 def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     """Apply the loop nest of the module docstring to ``anchor``; return ``sch``."""
     work = block_work(sch, anchor)
+    pooled = window_epilogue(sch, anchor)
+    if pooled is not None and knobs.flat:
+        # TVM 0.27's reverse_compute_at bounds the window of a pool under a loop of
+        # flattened pixels to one row (checked: wrong maxima); only row bands pool
+        raise ValueError("a conv over flattened pixels cannot pool per tile")
+    if pooled is not None:  # weight-stationary bands of rows, the pool under each
+        knobs = _replace(knobs, oc_inner=False, pixel_band=0)
     prologue = inline_prologue(sch, anchor)
-    final = result_block(sch, anchor, knobs, info)
+    if pooled is not None:
+        final = _pooled_result(sch, anchor, knobs, pooled)
+    else:
+        final = result_block(sch, anchor, knobs, info)
     fuse_lanes(sch, anchor, knobs)
 
     loops = sch.get_loops(anchor)
@@ -244,6 +367,8 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         if (knobs.pad_per_tile and not knobs.pad_inline and not knobs.oc_inner
                 and not knobs.sample_tiles):
             band = row_band(sch, n, oc, yo, prologue, knobs, info)
+        if pooled is not None:
+            band = _pool_band(const_extent(sch, yo), knobs.th, pooled.stride)
         if band > 1:  # the padded rows of a band of row tiles, computed once per band
             yb, yt = sch.split(yo, [None, band])
             outer = [yb, yt, xo]
@@ -267,10 +392,12 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     par_iters = 1
     for loop in par_loops:
         par_iters *= const_extent(sch, loop) or 1
-    if par_iters < 4 * max(1, info.num_cores) and band == 1:
+    if par_iters < 4 * max(1, info.num_cores) and band == 1 and pooled is None:
         par, attach = fuse_parallel_upto(sch, [*par_loops, attach], info, work, min_macs)
     else:
         par = fuse_parallel(sch, par_loops, info, work, min_macs)
+    # a pool runs after the pixel tiles of its band: under the loop around them
+    pixel_loop = outer[0] if knobs.flat else (outer[1] if band > 1 else outer[-1])
     if knobs.pad_inline:
         inline_padding(sch, prologue, par, info)
     elif knobs.pad_per_tile:
@@ -283,6 +410,12 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     final_loops = sch.get_loops(final)
     if vectorizable(sch, final):
         vectorize_inner(sch, final_loops[-1], info.f32_lanes)
+    if pooled is not None:
+        loops = sch.get_loops(anchor)
+        at = [sch.get(lp).same_as(sch.get(pixel_loop)) for lp in loops].index(True)
+        if at == 0:
+            raise ValueError("no loop around the pooled conv's pixel tiles")
+        _schedule_pool(sch, pooled, loops[at - 1], info)
 
     if knobs.wide:  # a vector over the tile's pixels x the chunk's channels (contiguous)
         oi = sch.fuse(inner.pop(), oi)
