@@ -248,7 +248,7 @@ def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_st
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
-def _conv_pool_model(window):
+def _conv_pool_model(window, channels=1):
     """Conv 3x3 + bias + ReLU, then a max pool of non-overlapping windows, then another
     conv (VGG's and CRNN's stages; CRNN's later pools are 2x1)."""
     rng = np.random.default_rng(3)
@@ -264,19 +264,22 @@ def _conv_pool_model(window):
              helper.make_node("Conv", ["m", "w2"], ["y"], pads=[1, 1, 1, 1])]
     out = [1, 16, 32 // window[0], 128 // window[1]]
     return make_model(nodes,
-                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 32, 128])],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                     [1, channels, 32, 128])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
-                      initializers=[const("w", [32, 1, 3, 3], 0.3), const("b", [32], 0.1),
+                      initializers=[const("w", [32, channels, 3, 3], 0.3), const("b", [32], 0.1),
                                     const("w2", [16, 32, 3, 3], 0.1)])
 
 
-@pytest.mark.parametrize("window", [(2, 2), (2, 1)])
+@pytest.mark.parametrize("window, rule", [((2, 2), "conv2d_nchwc"), ((2, 1), "conv2d_nchwc"),
+                                          ((2, 2), "winograd")])
 def test_a_conv_and_its_max_pool_fused_pool_each_band_of_rows_in_the_conv_loop(
-        tmp_path, monkeypatch, window):
+        tmp_path, monkeypatch, window, rule):
     """Fused (the decision forced), conv + bias + ReLU + max pool is one kernel of the
-    conv rule (before: the rule failed on the pool's reduction and the fusion was dropped
-    as fallback-only): the pool runs inside the conv's parallel loop, over each band of
-    rows the conv's tiles just wrote; the numbers are ONNX Runtime's."""
+    conv's rule, the direct conv's or Winograd's (before: both failed on the pool's
+    reduction and the fusion was dropped as fallback-only): the pool runs inside a
+    parallel loop, over each band of rows the conv's tiles (Winograd: its gather) just
+    wrote; the numbers are ONNX Runtime's."""
     import math
 
     import tvm
@@ -288,17 +291,19 @@ def test_a_conv_and_its_max_pool_fused_pool_each_band_of_rows_in_the_conv_loop(
 
     monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
                         lambda self, entry: math.isfinite(entry.fused_us))
-    model = _conv_pool_model(window)
-    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
+    channels = 16 if rule == "winograd" else 1
+    model = _conv_pool_model(window, channels)
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"),
+                           winograd="2" if rule == "winograd" else "auto")
     target = tvm.target.Target(host_target())
     fused = run_until(from_onnx(model), target, "fusion", opts)
     calls = [c.kernel for c in kernel_calls(fused)]
     (name,) = [k for k in calls if "conv2d" in k and "pool" in k]
     rules = default_rules(target)
-    assert profiler.first_rule(fused[name], target, rules).name == "conv2d_nchwc"
+    assert profiler.first_rule(fused[name], target, rules).name == rule
     sch = s_tir.Schedule(profiler.scheduled_primfunc(fused[name], target, rules))
     kinds = [sch.get(lp).kind for lp in sch.get_loops(sch.get_sblock("pool_max_update"))]
     assert tvm.tirx.ForKind.PARALLEL in kinds, kinds
-    x = np.random.default_rng(0).standard_normal([1, 1, 32, 128]).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal([1, channels, 32, 128]).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -289,7 +289,7 @@ def _pool_band(tiles: int | None, th: int, stride: int) -> int:
     return band
 
 
-def _schedule_pool(sch: s_tir.Schedule, pooled: WindowEpilogue, loop, info: CpuInfo) -> None:
+def schedule_pool(sch: s_tir.Schedule, pooled: WindowEpilogue, loop, info: CpuInfo) -> None:
     """The pool (and the blocks after it) computed under ``loop``, after the conv's tiles:
     the lanes innermost and vectorized, the window outside them."""
     pool = sch.get_sblock(pooled.pool)
@@ -415,7 +415,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         at = [sch.get(lp).same_as(sch.get(pixel_loop)) for lp in loops].index(True)
         if at == 0:
             raise ValueError("no loop around the pooled conv's pixel tiles")
-        _schedule_pool(sch, pooled, loops[at - 1], info)
+        schedule_pool(sch, pooled, loops[at - 1], info)
 
     if knobs.wide:  # a vector over the tile's pixels x the chunk's channels (contiguous)
         oi = sch.fuse(inner.pop(), oi)

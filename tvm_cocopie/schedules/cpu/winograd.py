@@ -21,6 +21,12 @@ and each block runs the three stages one after the other inside one parallel loo
 
 With fewer than ``FUSE_MIN_BLOCKS`` blocks per core (small images) each stage is a
 parallel pass of its own instead (the GEMM parallel over ``xi, nu, K / wb``).
+
+A max pool of non-overlapping windows after the conv (VGG's stages, DNNFusion:
+:func:`.conv2d_nchwc.window_epilogue`) runs inside the gather's pass: the gather writes
+a band of rows as deep as the pool's stride (the epilogue inlined), the pool reduces it
+right after, in the same parallel iteration, so the conv's full-size result is never
+written; the gather is then always its own pass over the tiles.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from ..base import (
     vectorizable,
     vectorize_inner,
 )
+from .conv2d_nchwc import WindowEpilogue, schedule_pool, window_epilogue
 
 
 def _block(sch: s_tir.Schedule, name: str):
@@ -131,6 +138,25 @@ def schedule_untile(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     fuse_parallel(sch, loops[:-2], info, block_work(sch, block))
 
 
+def untile_pooled(sch: s_tir.Schedule, block, pooled: WindowEpilogue, info: CpuInfo) -> None:
+    """The gather (its epilogue inlined) in bands of ``pooled.stride`` output rows, parallel
+    over images, output chunks and bands, and the pool of each band computed right after
+    it (module docstring). Needs whole windows (the stride divides the output rows)."""
+    loops = sch.get_loops(block)
+    n, kb, y = loops[:3]
+    rows = sch.get(y).extent
+    if not isinstance(rows, tirx.IntImm) or int(rows) % pooled.stride:
+        raise ValueError(f"{rows} output rows are not whole pooling windows of "
+                         f"{pooled.stride}")
+    yo, yi = sch.split(y, [None, pooled.stride])
+    if vectorizable(sch, block):
+        vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
+    fuse_parallel(sch, [n, kb, yo], info, block_work(sch, block))
+    loops = sch.get_loops(block)
+    at = [sch.get(lp).same_as(sch.get(yi)) for lp in loops].index(True)
+    schedule_pool(sch, pooled, loops[at - 1], info)
+
+
 def untile_in_block(sch: s_tir.Schedule, block, loop, m: int, info: CpuInfo,
                     per_image: int = 0) -> None:
     """Iterate the gather (and its epilogue) tile by tile, ``(p, kb, yi, xi, ki)``, and
@@ -165,7 +191,13 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
     prologue = [b for b in inline_prologue(sch, _block(sch, "winograd_window"))
                 if not _inline_if_possible(sch, b)]  # the padding, into the window
     yblock = _block(sch, "winograd_Y")
-    final = inline_consumers(sch, yblock)
+    pooled = window_epilogue(sch, yblock)
+    if pooled is not None:
+        for name in pooled.chain:  # the epilogue before the pool, in the gather
+            sch.reverse_compute_inline(sch.get_sblock(name))
+        final = None
+    else:
+        final = inline_consumers(sch, yblock)
     if final is not None and try_apply(sch, lambda s: s.reverse_compute_inline(
             s.get_sblock(sch.get(final).name_hint))) is not None:
         sch.reverse_compute_inline(final)  # the epilogue in the gather
@@ -183,7 +215,9 @@ def schedule_winograd(sch: s_tir.Schedule, anchor, info: CpuInfo) -> s_tir.Sched
     schedule_gemm(sch, anchor, info, r, tp, ib, parallel=not fused)
     schedule_input_transform(sch, _block(sch, "winograd_V"), info, prologue, parallel=not fused)
     yname = "winograd_Y"
-    if not fused or try_apply(sch, lambda s: untile_in_block(
+    if pooled is not None:
+        untile_pooled(sch, _block(sch, yname), pooled, info)
+    elif not fused or try_apply(sch, lambda s: untile_in_block(
             s, s.get_sblock(yname), s.get_loops(s.get_sblock("winograd_Yt"))[0], m, info,
         ppi)) is None:
         schedule_untile(sch, _block(sch, yname), info)
