@@ -307,3 +307,58 @@ def test_a_conv_and_its_max_pool_fused_pool_each_band_of_rows_in_the_conv_loop(
     x = np.random.default_rng(0).standard_normal([1, channels, 32, 128]).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _pooled_classifier_model():
+    """Conv + ReLU, global average pool, flatten, Gemm: a CNN's head."""
+    rng = np.random.default_rng(4)
+
+    def const(name, shape, scale):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape,
+                                  (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
+
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fb"], ["y"], transB=1)]
+    return make_model(nodes,
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100])],
+                      initializers=[const("w", [64, 16, 3, 3], 0.2), const("b", [64], 0.1),
+                                    const("fc", [100, 64], 0.1), const("fb", [100], 0.1)])
+
+
+def test_a_global_pool_before_the_classifier_is_computed_at_the_matmuls_root(
+        tmp_path, monkeypatch):
+    """Fused (the decision forced), global average pool + flatten + matmul is one kernel
+    of the matmul rule (before: its reductions made the rule fail and the fusion was
+    dropped as fallback-only): the pooled vector computed first, the blocked layout's
+    lanes in vector accumulators; the numbers are ONNX Runtime's."""
+    import math
+
+    import tvm
+    from tvm import s_tir
+
+    from tvm_cocopie.bench.fusion import kernel_calls
+    from tvm_cocopie.relay_passes.fusion import profiler
+    from tvm_cocopie.schedules import default_rules
+
+    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
+                        lambda self, entry: math.isfinite(entry.fused_us))
+    model = _pooled_classifier_model()
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
+    target = tvm.target.Target(host_target())
+    fused = run_until(from_onnx(model), target, "fusion", opts)
+    (name,) = [c.kernel for c in kernel_calls(fused) if "mean" in c.kernel and "matmul" in c.kernel]
+    rules = default_rules(target)
+    assert profiler.first_rule(fused[name], target, rules).name == "matmul_packed"
+    sch = s_tir.Schedule(profiler.scheduled_primfunc(fused[name], target, rules))
+    reduction = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                 if "red" in sch.get(b).name_hint and "init" not in sch.get(b).name_hint]
+    assert reduction, sch.mod.script()
+    kinds = [sch.get(lp).kind for lp in sch.get_loops(reduction[0])]
+    assert kinds[-1] == tvm.tirx.ForKind.VECTORIZED, kinds
+    x = np.random.default_rng(0).standard_normal([1, 16, 7, 7]).astype(np.float32)
+    got = tvm_cocopie.compile(model, options=opts)(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -306,6 +306,19 @@ def inline_prologue(sch: s_tir.Schedule, anchor) -> list:
     return kept
 
 
+def lanes_inside_reduction(sch: s_tir.Schedule, block) -> None:
+    """Move ``block``'s innermost spatial loop (the lanes of a blocked layout) inside its
+    trailing reduction loops (a pooling window, a global mean over the map) and vectorize
+    it: one vector accumulator per lane group instead of a scalar chain per lane. The
+    block's loops must be one per iterator, spatial ones first (a root block, or one
+    computed at a loop with ``preserve_unit_loops``)."""
+    loops = sch.get_loops(block)
+    window = sum(k != DATA_PAR for k in iter_types(sch, block))
+    lane = loops[-window - 1]
+    sch.reorder(*loops[-window:], lane)
+    sch.vectorize(lane)
+
+
 def parallel_spatial(sch: s_tir.Schedule, block, info: CpuInfo) -> None:
     """Parallelize the outer loops of a spatial block and vectorize its innermost loop."""
     lanes = info.f32_lanes

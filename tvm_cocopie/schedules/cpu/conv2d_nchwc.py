@@ -55,6 +55,7 @@ from ..base import (
     inline_prologue,
     is_spatial,
     iter_types,
+    lanes_inside_reduction,
     parallel_spatial,
     spills_over,
     vectorizable,
@@ -294,12 +295,9 @@ def schedule_pool(sch: s_tir.Schedule, pooled: WindowEpilogue, loop, info: CpuIn
     the lanes innermost and vectorized, the window outside them."""
     pool = sch.get_sblock(pooled.pool)
     sch.reverse_compute_at(pool, loop, preserve_unit_loops=True)  # a loop per iterator
-    loops = sch.get_loops(pool)
     window = sum(k != DATA_PAR for k in iter_types(sch, pool))
-    lane = loops[-window - 1]
-    sch.reorder(*loops[-window:], lane)
-    sch.vectorize(lane)
-    sch.decompose_reduction(pool, loops[-window])
+    lanes_inside_reduction(sch, pool)
+    sch.decompose_reduction(pool, sch.get_loops(pool)[-window - 1])
     init = sch.get_sblock(pooled.pool + "_init")
     vectorize_inner(sch, sch.get_loops(init)[-1], info.f32_lanes)
     for name in pooled.rest:

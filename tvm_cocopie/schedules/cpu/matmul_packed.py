@@ -37,6 +37,11 @@ the normalized tensor never goes to memory::
 Such a matmul keeps its row tiles outermost whatever the size of B (in the nest below,
 the panels outermost, the tile would be normalized once per panel).
 
+A small A computed by reductions over other axes (a global average pool, then the
+classifier: its pooled vector, :data:`SMALL_PROLOGUE_BYTES` at most) is computed at the
+kernel's root, each reduction one parallel pass with the lanes of the blocked layout in
+vector accumulators (:func:`~..base.lanes_inside_reduction`), before the tiles.
+
 A B too large for the cache (the compute's ``colout``, :func:`~tvm_cocopie.topi.cpu.
 tiling.matmul_blocking`) turns the nest around: the column panels go outermost and in
 parallel, the row tiles inside, so every panel of B comes from memory once; with a
@@ -68,6 +73,7 @@ from tvm import s_tir
 from ...target import CpuInfo
 from ...topi.cpu.dense_packed import ANNOTATION
 from ..base import (
+    DATA_PAR,
     MIN_PARALLEL_MACS,
     CpuRule,
     annotated_blocks,
@@ -80,6 +86,8 @@ from ..base import (
     inline_consumers,
     inline_prologue,
     is_spatial,
+    iter_types,
+    lanes_inside_reduction,
     parallel_spatial,
     reads_plainly,
     root_blocks,
@@ -141,6 +149,56 @@ def row_prologue(sch: s_tir.Schedule, anchor) -> tuple[list, str] | None:
     return (names, sch.get(producer).name_hint) if is_row_pass(sch, names) else None
 
 
+#: the largest left operand computed at the kernel's root by reductions that are not a
+#: row pass (module docstring): a pooled feature vector (2048 floats of ResNet-50's)
+SMALL_PROLOGUE_BYTES = 16 * 1024
+
+
+def small_prologue(sch: s_tir.Schedule, anchor) -> bool:
+    """Whether the blocks before ``anchor`` reduce into an A of at most
+    :data:`SMALL_PROLOGUE_BYTES` (module docstring), each reduction with trailing
+    reduction loops and a spatial loop inside the last spatial one's (a blocked lane)."""
+    before = blocks_before(sch, anchor)
+    reductions = [b for b in before if not is_spatial(sch, b)]
+    if not reductions:
+        return False
+    a_buffer = sch.get(anchor).reads[0].source
+    size = 4
+    for dim in a_buffer.shape:
+        if not hasattr(dim, "value"):
+            return False
+        size *= int(dim.value)
+    for block in reductions:
+        kinds = iter_types(sch, block)
+        first_reduce = next(i for i, k in enumerate(kinds) if k != DATA_PAR)
+        loops = sch.get_loops(block)
+        if (first_reduce == 0 or any(k == DATA_PAR for k in kinds[first_reduce:])
+                or len(loops) != len(kinds)
+                or not 0 < (const_extent(sch, loops[first_reduce - 1]) or 0) <= MAX_LANES):
+            return False
+    return size <= SMALL_PROLOGUE_BYTES
+
+
+#: the longest innermost spatial loop :func:`small_prologue` vectorizes (four vectors)
+MAX_LANES = 64
+
+
+def _schedule_small_prologue(sch: s_tir.Schedule, anchor, info: CpuInfo) -> None:
+    """:func:`small_prologue`'s blocks at the root: reductions with their lanes in vector
+    accumulators, in parallel over their other spatial loops; element-wise blocks inlined
+    where they can be, else a parallel pass."""
+    for block in inline_prologue(sch, anchor):
+        if is_spatial(sch, block):
+            parallel_spatial(sch, block, info)
+            continue
+        work = block_work(sch, block)
+        spatial = sum(k == DATA_PAR for k in iter_types(sch, block))
+        lanes_inside_reduction(sch, block)
+        loops = sch.get_loops(block)
+        fuse_parallel(sch, loops[:spatial - 1], info, work)
+        sch.decompose_reduction(block, loops[spatial - 1])  # the window's first loop
+
+
 def _schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],
                            info: CpuInfo):
     """The row pass of :func:`row_prologue`'s ``plan``, A's producer inlined into a local
@@ -173,6 +231,8 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         sch, a_tile = _schedule_row_prologue(sch, anchor, plan, info)
         anchor = sch.get_sblock(name)
         knobs = dataclasses.replace(knobs, columns_outer=False, kb=0)
+    elif small_prologue(sch, anchor):
+        _schedule_small_prologue(sch, anchor, info)
     else:
         for block in inline_prologue(sch, anchor):
             parallel_spatial(sch, block, info)
@@ -326,9 +386,9 @@ class MatmulPacked(CpuRule):
             return None
         anchor = anchors[0]
         name = sch.get(anchor).name_hint
-        if row_prologue(sch, anchor) is None and not all(
-                is_spatial(sch, b) for b in blocks_before(sch, anchor)):
-            return None  # reductions before the matmul that are not a row pass
+        if (row_prologue(sch, anchor) is None and not small_prologue(sch, anchor)
+                and not all(is_spatial(sch, b) for b in blocks_before(sch, anchor))):
+            return None  # reductions before the matmul that are neither
         ann = sch.get(anchor).annotations[ANNOTATION]
         knobs = MatmulKnobs(int(ann["tm"]), int(ann["nb"]))
         if int(ann.get("colout", 0)) and _panels(sch, anchor, knobs.nb) >= 2 * info.num_cores:
