@@ -63,6 +63,29 @@ def test_row_map_of_a_weight_and_compose_chains_maps():
     assert locality.slice_bytes([4, 16, 32], "float32", {0: 0, 1: 1}) == 128
 
 
+def _const(rng, name, shape, scale=0.1):
+    """A float initializer of standard-normal values times ``scale``."""
+    return helper.make_tensor(name, TensorProto.FLOAT, shape,
+                              (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
+
+
+def _forced_fusion(monkeypatch, tmp_path, model, **options):
+    """``model`` up to the fusion stage with DNNFusion's measured decisions forced (a
+    candidate whose fused kernel builds and computes its parts' numbers fuses):
+    ``(the fused module, the options, the target)``."""
+    import math
+
+    import tvm
+
+    from tvm_cocopie.relay_passes.fusion import profiler
+
+    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
+                        lambda self, entry: math.isfinite(entry.fused_us))
+    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"), **options)
+    target = tvm.target.Target(host_target())
+    return run_until(from_onnx(model), target, "fusion", opts), opts, target
+
+
 def _layer_norm_model(rows=16, width=64):
     """LayerNorm decomposed as ONNX exporters write it: two reductions along the row."""
     nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1], keepdims=1),
@@ -134,17 +157,14 @@ def _linear_layer_norm_model(rows=128, width=256):
     """A transformer's output projection: MatMul + bias + residual, then LayerNormalization."""
     rng = np.random.default_rng(1)
 
-    def const(name, shape, scale=0.1):
-        return helper.make_tensor(name, TensorProto.FLOAT, shape,
-                                  (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
 
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
              helper.make_node("Add", ["p", "b"], ["pb"]),
              helper.make_node("Add", ["pb", "x"], ["r"]),
              helper.make_node("LayerNormalization", ["r", "g", "beta"], ["y"], axis=-1,
                               epsilon=1e-5)]
-    inits = [const("w", [width, width]), const("b", [width]), const("g", [width], 1.0),
-             const("beta", [width])]
+    inits = [_const(rng, "w", [width, width]), _const(rng, "b", [width]),
+             _const(rng, "g", [width], 1.0), _const(rng, "beta", [width])]
     return make_model(nodes,
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])],
@@ -157,22 +177,15 @@ def test_a_matmul_and_its_layer_norm_fused_keep_each_rows_partials_contiguous(
     product; each row's lane partials are one vector (buffer ``[rows, lanes]``): laid out
     ``[lanes, rows]`` as ``rfactor`` makes them, every partial was a gather and a scatter
     (the fused kernel ran 203 us against 173 for its parts in BERT's projection)."""
-    import math
     import re
-
-    import tvm
 
     from tvm_cocopie.bench.fusion import kernel_calls
     from tvm_cocopie.relay_passes.fusion import profiler
     from tvm_cocopie.schedules import default_rules
     from tvm_cocopie.target import cpu_info
 
-    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
-                        lambda self, entry: math.isfinite(entry.fused_us))
     model = _linear_layer_norm_model()
-    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
-    target = tvm.target.Target(host_target())
-    fused = run_until(from_onnx(model), target, "fusion", opts)
+    fused, opts, target = _forced_fusion(monkeypatch, tmp_path, model)
     (name,) = [c.kernel for c in kernel_calls(fused)
                if "matmul" in c.kernel and "layer_norm" in c.kernel]
     script = profiler.scheduled_primfunc(fused[name], target, default_rules(target)).script()
@@ -192,17 +205,14 @@ def _pre_norm_linear_model(rows=37, width=64, out=96):
     (ViT, GPT: the normalized rows are the matmul's left operand)."""
     rng = np.random.default_rng(2)
 
-    def const(name, shape, scale=0.1):
-        return helper.make_tensor(name, TensorProto.FLOAT, shape,
-                                  (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
 
     nodes = [helper.make_node("LayerNormalization", ["x", "g", "beta"], ["n"], axis=-1,
                               epsilon=1e-6),
              helper.make_node("MatMul", ["n", "w"], ["p"]),
              helper.make_node("Add", ["p", "b"], ["pb"]),
              helper.make_node("Relu", ["pb"], ["y"])]
-    inits = [const("g", [width], 1.0), const("beta", [width]), const("w", [width, out]),
-             const("b", [out])]
+    inits = [_const(rng, "g", [width], 1.0), _const(rng, "beta", [width]),
+             _const(rng, "w", [width, out]), _const(rng, "b", [out])]
     return make_model(nodes,
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, width])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, out])],
@@ -218,21 +228,14 @@ def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_st
     parallel pass of their own, the normalization per row tile into a local copy of A
     (no buffer of all the normalized rows), rows not a multiple of the tile (37) too;
     the numbers are ONNX Runtime's."""
-    import math
     import re
-
-    import tvm
 
     from tvm_cocopie.bench.fusion import kernel_calls
     from tvm_cocopie.relay_passes.fusion import profiler
     from tvm_cocopie.schedules import default_rules
 
-    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
-                        lambda self, entry: math.isfinite(entry.fused_us))
     model = _pre_norm_linear_model(rows=rows)
-    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
-    target = tvm.target.Target(host_target())
-    fused = run_until(from_onnx(model), target, "fusion", opts)
+    fused, opts, target = _forced_fusion(monkeypatch, tmp_path, model)
     calls = [c.kernel for c in kernel_calls(fused)]
     (name,) = [k for k in calls if "matmul" in k and "layer_norm" in k]
     assert len(calls) == 1, calls
@@ -253,9 +256,6 @@ def _conv_pool_model(window, channels=1):
     conv (VGG's and CRNN's stages; CRNN's later pools are 2x1)."""
     rng = np.random.default_rng(3)
 
-    def const(name, shape, scale):
-        return helper.make_tensor(name, TensorProto.FLOAT, shape,
-                                  (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
@@ -267,8 +267,8 @@ def _conv_pool_model(window, channels=1):
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                      [1, channels, 32, 128])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
-                      initializers=[const("w", [32, channels, 3, 3], 0.3), const("b", [32], 0.1),
-                                    const("w2", [16, 32, 3, 3], 0.1)])
+                      initializers=[_const(rng, "w", [32, channels, 3, 3], 0.3),
+                                    _const(rng, "b", [32]), _const(rng, "w2", [16, 32, 3, 3])])
 
 
 @pytest.mark.parametrize("window, rule", [((2, 2), "conv2d_nchwc"), ((2, 1), "conv2d_nchwc"),
@@ -280,7 +280,6 @@ def test_a_conv_and_its_max_pool_fused_pool_each_band_of_rows_in_the_conv_loop(
     reduction and the fusion was dropped as fallback-only): the pool runs inside a
     parallel loop, over each band of rows the conv's tiles (Winograd: its gather) just
     wrote; the numbers are ONNX Runtime's."""
-    import math
 
     import tvm
     from tvm import s_tir
@@ -289,14 +288,10 @@ def test_a_conv_and_its_max_pool_fused_pool_each_band_of_rows_in_the_conv_loop(
     from tvm_cocopie.relay_passes.fusion import profiler
     from tvm_cocopie.schedules import default_rules
 
-    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
-                        lambda self, entry: math.isfinite(entry.fused_us))
     channels = 16 if rule == "winograd" else 1
     model = _conv_pool_model(window, channels)
-    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"),
-                           winograd="2" if rule == "winograd" else "auto")
-    target = tvm.target.Target(host_target())
-    fused = run_until(from_onnx(model), target, "fusion", opts)
+    fused, opts, target = _forced_fusion(monkeypatch, tmp_path, model,
+                                          winograd="2" if rule == "winograd" else "auto")
     calls = [c.kernel for c in kernel_calls(fused)]
     (name,) = [k for k in calls if "conv2d" in k and "pool" in k]
     rules = default_rules(target)
@@ -313,9 +308,6 @@ def _pooled_classifier_model():
     """Conv + ReLU, global average pool, flatten, Gemm: a CNN's head."""
     rng = np.random.default_rng(4)
 
-    def const(name, shape, scale):
-        return helper.make_tensor(name, TensorProto.FLOAT, shape,
-                                  (rng.standard_normal(shape) * scale).astype(np.float32).ravel())
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
@@ -325,8 +317,8 @@ def _pooled_classifier_model():
     return make_model(nodes,
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100])],
-                      initializers=[const("w", [64, 16, 3, 3], 0.2), const("b", [64], 0.1),
-                                    const("fc", [100, 64], 0.1), const("fb", [100], 0.1)])
+                      initializers=[_const(rng, "w", [64, 16, 3, 3], 0.2), _const(rng, "b", [64]),
+                                    _const(rng, "fc", [100, 64]), _const(rng, "fb", [100])])
 
 
 def test_a_global_pool_before_the_classifier_is_computed_at_the_matmuls_root(
@@ -335,7 +327,6 @@ def test_a_global_pool_before_the_classifier_is_computed_at_the_matmuls_root(
     of the matmul rule (before: its reductions made the rule fail and the fusion was
     dropped as fallback-only): the pooled vector computed first, the blocked layout's
     lanes in vector accumulators; the numbers are ONNX Runtime's."""
-    import math
 
     import tvm
     from tvm import s_tir
@@ -344,12 +335,8 @@ def test_a_global_pool_before_the_classifier_is_computed_at_the_matmuls_root(
     from tvm_cocopie.relay_passes.fusion import profiler
     from tvm_cocopie.schedules import default_rules
 
-    monkeypatch.setattr(profiler.MeasuredDecision, "_faster",
-                        lambda self, entry: math.isfinite(entry.fused_us))
     model = _pooled_classifier_model()
-    opts = PipelineOptions(fusion="dnnfusion", fusion_db=str(tmp_path / "db.sqlite"))
-    target = tvm.target.Target(host_target())
-    fused = run_until(from_onnx(model), target, "fusion", opts)
+    fused, opts, target = _forced_fusion(monkeypatch, tmp_path, model)
     (name,) = [c.kernel for c in kernel_calls(fused) if "mean" in c.kernel and "matmul" in c.kernel]
     rules = default_rules(target)
     assert profiler.first_rule(fused[name], target, rules).name == "matmul_packed"
