@@ -306,17 +306,25 @@ def inline_prologue(sch: s_tir.Schedule, anchor) -> list:
     return kept
 
 
-def lanes_inside_reduction(sch: s_tir.Schedule, block) -> None:
+def lanes_inside_reduction(sch: s_tir.Schedule, block):
     """Move ``block``'s innermost spatial loop (the lanes of a blocked layout) inside its
     trailing reduction loops (a pooling window, a global mean over the map) and vectorize
     it: one vector accumulator per lane group instead of a scalar chain per lane. The
     block's loops must be one per iterator, spatial ones first (a root block, or one
-    computed at a loop with ``preserve_unit_loops``)."""
+    computed at a loop with ``preserve_unit_loops``). Returns the first reduction loop
+    (where the reduction's init goes)."""
     loops = sch.get_loops(block)
     window = sum(k != DATA_PAR for k in iter_types(sch, block))
     lane = loops[-window - 1]
     sch.reorder(*loops[-window:], lane)
     sch.vectorize(lane)
+    return loops[-window]
+
+
+def loops_above(sch: s_tir.Schedule, block, loop) -> list:
+    """The loops of ``block``'s nest outside ``loop`` (one of them), outermost first."""
+    loops = sch.get_loops(block)
+    return loops[:[sch.get(lp).same_as(sch.get(loop)) for lp in loops].index(True)]
 
 
 def parallel_spatial(sch: s_tir.Schedule, block, info: CpuInfo) -> None:

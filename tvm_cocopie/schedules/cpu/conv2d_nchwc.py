@@ -54,8 +54,8 @@ from ..base import (
     inline_consumers,
     inline_prologue,
     is_spatial,
-    iter_types,
     lanes_inside_reduction,
+    loops_above,
     parallel_spatial,
     spills_over,
     vectorizable,
@@ -267,18 +267,16 @@ def _window_stride(pool, row):
     return None
 
 
-def _pooled_result(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, pooled: WindowEpilogue):
+def _pooled_result(sch: s_tir.Schedule, anchor, pooled: WindowEpilogue):
     """The block writing the pooled conv's per-tile result (the chain inlined into its
-    last block, else a write-back of the accumulators)."""
+    last block, else a write-back of the accumulators); never a conv over flattened
+    pixels (:func:`schedule_conv` refuses those)."""
     for name in pooled.chain[:-1]:
         sch.compute_inline(sch.get_sblock(name))
     if not pooled.chain:
         return sch.cache_write(anchor, 0, "local")
-    final = sch.get_sblock(pooled.chain[-1])
-    if knobs.flat:
-        flatten_final(sch, final, knobs.ow)
     sch.set_scope(anchor, 0, "local")
-    return final
+    return sch.get_sblock(pooled.chain[-1])
 
 
 def _pool_band(tiles: int | None, th: int, stride: int) -> int:
@@ -295,9 +293,7 @@ def schedule_pool(sch: s_tir.Schedule, pooled: WindowEpilogue, loop, info: CpuIn
     the lanes innermost and vectorized, the window outside them."""
     pool = sch.get_sblock(pooled.pool)
     sch.reverse_compute_at(pool, loop, preserve_unit_loops=True)  # a loop per iterator
-    window = sum(k != DATA_PAR for k in iter_types(sch, pool))
-    lanes_inside_reduction(sch, pool)
-    sch.decompose_reduction(pool, sch.get_loops(pool)[-window - 1])
+    sch.decompose_reduction(pool, lanes_inside_reduction(sch, pool))
     init = sch.get_sblock(pooled.pool + "_init")
     vectorize_inner(sch, sch.get_loops(init)[-1], info.f32_lanes)
     for name in pooled.rest:
@@ -323,7 +319,7 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         knobs = _replace(knobs, oc_inner=False, pixel_band=0)
     prologue = inline_prologue(sch, anchor)
     if pooled is not None:
-        final = _pooled_result(sch, anchor, knobs, pooled)
+        final = _pooled_result(sch, anchor, pooled)
     else:
         final = result_block(sch, anchor, knobs, info)
     fuse_lanes(sch, anchor, knobs)
@@ -362,11 +358,11 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         yo, yi = split_tile(sch, y, knobs.th, 4, knobs.sample_tiles)
         xo, xi = split_tile(sch, x, knobs.tw, 16, knobs.sample_tiles)
         outer, tile = [yo, xo], [yi, xi]
-        if (knobs.pad_per_tile and not knobs.pad_inline and not knobs.oc_inner
-                and not knobs.sample_tiles):
-            band = row_band(sch, n, oc, yo, prologue, knobs, info)
         if pooled is not None:
             band = _pool_band(const_extent(sch, yo), knobs.th, pooled.stride)
+        elif (knobs.pad_per_tile and not knobs.pad_inline and not knobs.oc_inner
+                and not knobs.sample_tiles):
+            band = row_band(sch, n, oc, yo, prologue, knobs, info)
         if band > 1:  # the padded rows of a band of row tiles, computed once per band
             yb, yt = sch.split(yo, [None, band])
             outer = [yb, yt, xo]
@@ -394,8 +390,6 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
         par, attach = fuse_parallel_upto(sch, [*par_loops, attach], info, work, min_macs)
     else:
         par = fuse_parallel(sch, par_loops, info, work, min_macs)
-    # a pool runs after the pixel tiles of its band: under the loop around them
-    pixel_loop = outer[0] if knobs.flat else (outer[1] if band > 1 else outer[-1])
     if knobs.pad_inline:
         inline_padding(sch, prologue, par, info)
     elif knobs.pad_per_tile:
@@ -408,12 +402,11 @@ def schedule_conv(sch: s_tir.Schedule, anchor, knobs: ConvKnobs, info: CpuInfo):
     final_loops = sch.get_loops(final)
     if vectorizable(sch, final):
         vectorize_inner(sch, final_loops[-1], info.f32_lanes)
-    if pooled is not None:
-        loops = sch.get_loops(anchor)
-        at = [sch.get(lp).same_as(sch.get(pixel_loop)) for lp in loops].index(True)
-        if at == 0:
+    if pooled is not None:  # after the pixel tiles of its band, under the loop around them
+        above = loops_above(sch, anchor, outer[1] if band > 1 else outer[-1])
+        if not above:
             raise ValueError("no loop around the pooled conv's pixel tiles")
-        schedule_pool(sch, pooled, loops[at - 1], info)
+        schedule_pool(sch, pooled, above[-1], info)
 
     if knobs.wide:  # a vector over the tile's pixels x the chunk's channels (contiguous)
         oi = sch.fuse(inner.pop(), oi)

@@ -88,6 +88,7 @@ from ..base import (
     is_spatial,
     iter_types,
     lanes_inside_reduction,
+    loops_above,
     parallel_spatial,
     reads_plainly,
     root_blocks,
@@ -192,11 +193,9 @@ def _schedule_small_prologue(sch: s_tir.Schedule, anchor, info: CpuInfo) -> None
             parallel_spatial(sch, block, info)
             continue
         work = block_work(sch, block)
-        spatial = sum(k == DATA_PAR for k in iter_types(sch, block))
-        lanes_inside_reduction(sch, block)
-        loops = sch.get_loops(block)
-        fuse_parallel(sch, loops[:spatial - 1], info, work)
-        sch.decompose_reduction(block, loops[spatial - 1])  # the window's first loop
+        window = lanes_inside_reduction(sch, block)
+        fuse_parallel(sch, loops_above(sch, block, window), info, work)
+        sch.decompose_reduction(block, window)
 
 
 def _schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],
@@ -297,9 +296,8 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
     if a_tile is not None:  # at the row tile: the loop around the panels (or fused with them)
-        loops = sch.get_loops(sch.get_sblock(name))
-        at = [sch.get(lp).same_as(sch.get(attach)) for lp in loops].index(True)
-        _tile_rows_at(sch, a_tile, loops[at - 1] if at and attach.same_as(no) else attach,
+        above = loops_above(sch, sch.get_sblock(name), attach)
+        _tile_rows_at(sch, a_tile, above[-1] if above and attach.same_as(no) else attach,
                       lanes)
     for loop in inner:
         sch.unroll(loop)

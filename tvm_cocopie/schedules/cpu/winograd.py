@@ -43,6 +43,7 @@ from ..base import (
     fuse_parallel,
     inline_consumers,
     inline_prologue,
+    loops_above,
     parallel_spatial,
     try_apply,
     vectorizable,
@@ -152,9 +153,7 @@ def untile_pooled(sch: s_tir.Schedule, block, pooled: WindowEpilogue, info: CpuI
     if vectorizable(sch, block):
         vectorize_inner(sch, sch.get_loops(block)[-1], info.f32_lanes)
     fuse_parallel(sch, [n, kb, yo], info, block_work(sch, block))
-    loops = sch.get_loops(block)
-    at = [sch.get(lp).same_as(sch.get(yi)) for lp in loops].index(True)
-    schedule_pool(sch, pooled, loops[at - 1], info)
+    schedule_pool(sch, pooled, loops_above(sch, block, yi)[-1], info)
 
 
 def untile_in_block(sch: s_tir.Schedule, block, loop, m: int, info: CpuInfo,
