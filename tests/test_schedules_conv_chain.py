@@ -5,6 +5,8 @@ random inputs."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -130,3 +132,83 @@ def test_a_conv_pair_it_cannot_nest_is_left_to_the_next_rule():
     target = host_target()
     with target:
         assert ConvChain().apply(func, target, False) is None
+
+
+def _inverted_residual_model(cin: int, expanded: int, cout: int, size: int, stride: int):
+    """MobileNetV2's block: 1x1 expansion, ReLU6, depthwise 3x3, ReLU6, 1x1 projection
+    (and the residual add when the shapes allow it)."""
+    rng = np.random.default_rng(3)
+
+    def weight(name, shape):
+        values = (rng.standard_normal(int(np.prod(shape))) * 0.2).astype(np.float32)
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, values.tolist())
+
+    residual = stride == 1 and cin == cout
+    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["r"]),
+             helper.make_node("Conv", ["r", "wd", "bd"], ["b"], group=expanded,
+                              pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node("Clip", ["b", "lo", "hi"], ["s"]),
+             helper.make_node("Conv", ["s", "wp", "bp"], ["p" if residual else "y"])]
+    if residual:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    inits = [weight("we", [expanded, cin, 1, 1]), weight("be", [expanded]),
+             weight("wd", [expanded, 1, 3, 3]), weight("bd", [expanded]),
+             weight("wp", [cout, expanded, 1, 1]), weight("bp", [cout]),
+             helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+             helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+    out = (size - 1) // stride + 1
+    return make_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, out, out])],
+        initializers=inits)
+
+
+@pytest.mark.parametrize("cin, expanded, cout, size, stride", [
+    (32, 192, 32, 28, 1),   # MobileNetV2's 28x28 blocks (residual)
+    (32, 192, 64, 28, 2),   # the stride-2 block into 14x14
+    (64, 384, 64, 14, 1),   # 14x14, 24 chunks
+    (24, 144, 24, 56, 1),   # 56x56: the projection tiles rows, not flattened pixels
+    (16, 96, 24, 15, 1),    # odd size, 6 chunks
+])
+def test_inverted_residual_block_in_one_kernel(cin, expanded, cout, size, stride):
+    """The three convs of an inverted residual block in one kernel: over row bands when
+    the projection tiles rows (the expansion computed with the depthwise conv's halo),
+    else chunk by chunk with the projection's reduction over the chunks split among the
+    cores (partial sums added after), the expanded tensor never written whole."""
+    sch = _chain_schedule_matches_plain_loops(
+        _fused_pair(_inverted_residual_model(cin, expanded, cout, size, stride)))
+    assert sch.mod.script().count("T.vectorized") >= 4
+    sizes = _allocated_elements(sch.mod)
+    # the expanded tensor is never whole (the partial sums of the split reduction are
+    # the projection's result, once per part)
+    assert all(n < expanded * size * size // 2 for name, n in sizes.items()
+               if not name.endswith("_rf"))
+
+
+def _allocated_elements(mod) -> dict[str, int]:
+    """``{buffer: elements}`` of the buffers ``mod``'s main allocates once its
+    allocations are placed and compacted as the build does."""
+    import tvm.s_tir.transform as stt
+    for p in (stt.LowerInitBlock(), stt.PlanAndUpdateBufferAllocationLocation(),
+              stt.ConvertBlocksToOpaque(), stt.CompactBufferAllocation()):
+        mod = p(mod)
+    found = re.findall(r"(\w+) = T\.sblock_alloc_buffer\(\(((?:T\.int64\(\d+\),?\s*)+)\)",
+                       mod.script())
+    return {name: int(np.prod([int(d) for d in re.findall(r"T\.int64\((\d+)\)", shape)]))
+            for name, shape in found}
+
+
+@pytest.mark.parametrize("channels, cout, size, stride", [(144, 32, 56, 2), (192, 64, 14, 1)])
+def test_depthwise_then_flattened_pointwise_split_over_chunks(channels, cout, size, stride):
+    """A depthwise conv and a 1x1 conv over flattened pixels (small maps): chunk by chunk,
+    the 1x1 conv's reduction split among the cores (9 chunks: 3 parts)."""
+    model = _dw_pw_model(cout, channels, size)
+    if stride > 1:
+        for node in model.graph.node:
+            if node.input[1] == "wd":
+                node.attribute.append(helper.make_attribute("strides", [stride, stride]))
+        out = (size - 1) // stride + 1
+        model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = out
+        model.graph.output[0].type.tensor_type.shape.dim[3].dim_value = out
+    _chain_schedule_matches_plain_loops(_fused_pair(model))

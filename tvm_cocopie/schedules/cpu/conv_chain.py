@@ -47,12 +47,15 @@ from ..base import (
     block_work,
     blocks_before,
     const_extent,
+    fuse_parallel,
+    inline_consumers,
     is_spatial,
     parallel_spatial,
+    spills_over,
     vectorizable,
     vectorize_inner,
 )
-from .conv2d_nchwc import ConvKnobs, result_block
+from .conv2d_nchwc import ConvKnobs, flatten_final, fuse_lanes, inline_padding, result_block
 
 
 def _between(sch: s_tir.Schedule, first, second) -> list:
@@ -61,10 +64,9 @@ def _between(sch: s_tir.Schedule, first, second) -> list:
 
 
 def _is_pointwise(sch: s_tir.Schedule, block) -> bool:
-    """A 1x1 window (its ``ry``/``rx`` loops of extent 1)."""
+    """A 1x1 window: the ``ry``/``rx`` loops (before the last, ``rci``) of extent 1."""
     loops = sch.get_loops(block)
-    window = loops[6:8] if len(loops) == 9 else loops[5:7]  # (y, x) or flattened pixels
-    return len(loops) in (8, 9) and all(const_extent(sch, lp) == 1 for lp in window)
+    return len(loops) >= 8 and all(const_extent(sch, lp) == 1 for lp in loops[-3:-1])
 
 
 def _band_rows(sch: s_tir.Schedule, second, knobs: ConvKnobs) -> int | None:
@@ -83,33 +85,36 @@ def _band_rows(sch: s_tir.Schedule, second, knobs: ConvKnobs) -> int | None:
     return None
 
 
-def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
-    """The module docstring's nest; ``sch``, or ``None`` if the pair does not fit it."""
+def _is_padding(sch: s_tir.Schedule, block) -> bool:
+    """A padded copy: a spatial block whose value is an ``if_then_else``."""
+    return is_spatial(sch, block) and "if_then_else" in str(sch.get(block).body)
+
+
+def schedule_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
+    """The module docstring's first nest for ``anchors`` (a depthwise or 1x1 conv and the
+    1x1 conv reading it); ``sch``, or ``None`` if the pair does not fit it."""
+    *firsts, second = anchors
     knobs = ConvKnobs.from_annotation(sch.get(second).annotations[ANNOTATION])
-    first_knobs = ConvKnobs.from_annotation(sch.get(first).annotations[ANNOTATION])
-    if knobs.kind != "conv" or first_knobs.flat or not _is_pointwise(sch, second):
+    first_knobs = [ConvKnobs.from_annotation(sch.get(b).annotations[ANNOTATION])
+                   for b in firsts]
+    if len(firsts) != 1 or knobs.kind != "conv" or not _is_pointwise(sch, second):
         return None
-    if knobs.split > 1 or first_knobs.split > 1:  # GSPC segments: a lane loop of their own
-        return None
+    if any(k.flat or k.split > 1 for k in first_knobs) or knobs.split > 1:
+        return None  # flattened first convs, GSPC segments: loops of their own
     band = _band_rows(sch, second, knobs)
     if band is None:
         return None
-    if len(annotated_blocks(sch, ANNOTATION)) != 2:
-        return None
     lanes = info.f32_lanes
-    second_name, first_name = sch.get(second).name_hint, sch.get(first).name_hint
+    names = [sch.get(b).name_hint for b in anchors]
     work = block_work(sch, second)
-    # the first conv's epilogue: one block computing it, fed by the conv
-    middle = _between(sch, first, second)
-    if not middle or not all(is_spatial(sch, b) for b in middle):
+    epilogues = _chain_epilogues(sch, names, first_knobs)
+    if epilogues is None:
         return None
-    for block in middle[:-1]:
-        sch.compute_inline(block)
-    epilogue = _between(sch, sch.get_sblock(first_name), sch.get_sblock(second_name))[0]
     # the first conv's input side (padding, packing) stays materialized per row band
-    prologue = [b for b in blocks_before(sch, sch.get_sblock(first_name)) if is_spatial(sch, b)]
-    second = sch.get_sblock(second_name)
+    prologue = [b for b in blocks_before(sch, sch.get_sblock(names[0])) if is_spatial(sch, b)]
+    second = sch.get_sblock(names[-1])
     final = result_block(sch, second, knobs, info)
+    fuse_lanes(sch, second, knobs)  # a wide tile's chunks side by side: one vector
     if knobs.flat:  # pixels p = y * OW + x: bands of whole rows, tiles of tw pixels
         n, oc, p, oi, rco, ry, rx, rci = sch.get_loops(second)
         yo, xo, xi = sch.split(p, [None, band * knobs.ow // knobs.tw, knobs.tw])
@@ -128,16 +133,22 @@ def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     sch.reverse_compute_at(final, oc, preserve_unit_loops=False)
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
-    # the first conv for the rows, every channel: epilogue, conv, then its input
-    sch.compute_at(epilogue, rows, preserve_unit_loops=False)
-    first = sch.get_sblock(first_name)
-    sch.compute_at(first, rows, preserve_unit_loops=True)
-    for block in reversed(prologue):
-        sch.compute_at(block, rows, preserve_unit_loops=False)
-        vectorize_inner(sch, sch.get_loops(block)[-1], lanes)
-    vectorize_inner(sch, sch.get_loops(epilogue)[-1], lanes)
-    _first_conv_inner(sch, sch.get_sblock(first_name), rows, first_knobs, lanes)
-    second = sch.get_sblock(second_name)
+    # the convs before, last first, for the rows (with the halo a window needs), every
+    # channel: its epilogue, the conv, then the first conv's input
+    for i in reversed(range(len(firsts))):
+        sch.compute_at(sch.get_sblock(epilogues[i]), rows, preserve_unit_loops=False)
+        sch.compute_at(sch.get_sblock(names[i]), rows, preserve_unit_loops=True)
+    if first_knobs[0].pad_inline:  # a depthwise first conv reads under the padding condition
+        inline_padding(sch, prologue, rows, info)
+    else:
+        for block in reversed(prologue):
+            sch.compute_at(block, rows, preserve_unit_loops=False)
+            vectorize_inner(sch, sch.get_loops(block)[-1], lanes)
+    for name, epilogue, fknobs in zip(names, epilogues, first_knobs):
+        vectorize_inner(sch, sch.get_loops(sch.get_sblock(epilogue))[-1], lanes)
+        _first_conv_inner(sch, sch.get_sblock(name), rows, fknobs, lanes,
+                          sch.get_sblock(epilogue))
+    second = sch.get_sblock(names[-1])
     for loop in inner:
         sch.unroll(loop)
     if knobs.unroll_channel:
@@ -147,32 +158,38 @@ def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     return sch
 
 
-def _first_conv_inner(sch: s_tir.Schedule, block, rows, knobs: ConvKnobs, lanes: int) -> None:
-    """The first conv under the row loop: window loops outside, output channels of a
-    chunk innermost and vectorized (a depthwise conv: one FMA per tap and lane; a 1x1
-    conv: input channels outside too)."""
+def _first_conv_inner(sch: s_tir.Schedule, block, rows, knobs: ConvKnobs, lanes: int,
+                      epilogue) -> None:
+    """A conv before the last under the row loop: window loops outside, a register tile
+    of pixels of a row x one chunk of output channels (vectorized), ``epilogue`` applied
+    to the tile in registers (a depthwise conv: one FMA per tap and lane; a 1x1 conv:
+    input channels outside too)."""
     loops = sch.get_loops(block)
     at = [sch.get(lp).same_as(sch.get(rows)) for lp in loops]
     below = loops[at.index(True) + 1:]
     if knobs.kind == "depthwise":
-        c, y, x, ci, ry, rx = below[-6:]
-        width = const_extent(sch, x) or 0
-        if knobs.tw > 1 and width % knobs.tw == 0:  # the register tile: tw pixels a tap
-            xo, xi = sch.split(x, [None, knobs.tw])
-            sch.reorder(c, y, xo, ry, rx, xi, ci)
-            sch.unroll(xi)
-        else:
-            sch.reorder(c, y, x, ry, rx, ci)
-        sch.unroll(ry)
-        sch.unroll(rx)
-        reduce_at = ry
+        c, y, x, ci, *window = below[-6:]
     else:
-        c, y, x, ci, rco, ry, rx, rci = below[-8:]
-        sch.reorder(c, y, x, rco, ry, rx, rci, ci)
-        sch.unroll(rci)
-        reduce_at = rco
+        c, y, x, ci, *window = below[-8:]
+    width = const_extent(sch, x) or 0
+    tw = knobs.tw if knobs.kind == "depthwise" else _pixel_tile(width)
+    tiled = tw > 1 and width % tw == 0
+    if tiled:  # the register tile: tw pixels
+        xo, xi = sch.split(x, [None, tw])
+        sch.reorder(c, y, xo, *window, xi, ci)
+        sch.unroll(xi)
+        sch.set_scope(block, 0, "local")
+        sch.reverse_compute_at(epilogue, xo, preserve_unit_loops=False)
+        vectorize_inner(sch, sch.get_loops(epilogue)[-1], lanes)
+    else:
+        sch.reorder(c, y, x, *window, ci)
+    if knobs.kind == "depthwise":
+        for loop in window:
+            sch.unroll(loop)
+    else:
+        sch.unroll(window[-1])  # rci
     sch.vectorize(ci)
-    init = sch.decompose_reduction(block, reduce_at)
+    init = sch.decompose_reduction(block, window[0])
     vectorize_inner(sch, sch.get_loops(init)[-1], lanes)
 
 
@@ -265,6 +282,129 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     return sch
 
 
+def schedule_split_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
+    """The module docstring's third nest for ``anchors`` (a depthwise conv, or an
+    expansion 1x1 and a depthwise conv, then a 1x1 conv over flattened pixels); ``sch``,
+    or ``None`` if the convs do not fit it."""
+    *firsts, second = anchors
+    knobs = ConvKnobs.from_annotation(sch.get(second).annotations[ANNOTATION])
+    first_knobs = [ConvKnobs.from_annotation(sch.get(b).annotations[ANNOTATION])
+                   for b in firsts]
+    kinds = [k.kind for k in first_knobs]
+    if knobs.kind != "conv" or knobs.split > 1 or not _is_pointwise(sch, second):
+        return None
+    if kinds not in (["depthwise"], ["conv", "depthwise"]):
+        return None
+    dw_knobs = first_knobs[-1]
+    if dw_knobs.flat or dw_knobs.wide or not dw_knobs.pad_inline:
+        return None
+    if len(firsts) == 2 and (first_knobs[0].flat or first_knobs[0].split > 1
+                             or first_knobs[0].group > 1 or not _is_pointwise(sch, firsts[0])):
+        return None
+    lanes = info.f32_lanes
+    names = [sch.get(b).name_hint for b in anchors]
+    epilogues = _chain_epilogues(sch, names, first_knobs)
+    if epilogues is None:
+        return None
+    prologue = [b for b in blocks_before(sch, sch.get_sblock(names[0])) if is_spatial(sch, b)]
+    second = sch.get_sblock(names[-1])
+    final = inline_consumers(sch, second)
+    if final is None or spills_over(sch, final, second):
+        return None
+    fuse_lanes(sch, second, knobs)  # a wide tile's chunks side by side: one vector
+    n, oc, *pixels, oi, rco, ry, rx, rci = sch.get_loops(second)
+    chunks = const_extent(sch, rco)
+    if chunks is None:
+        return None
+    cores = _reduction_split(chunks, info.num_cores)
+    if cores is None:
+        return None
+    # the reduction over the depthwise conv's chunks, split among the cores: each sums
+    # its chunks into a partial result of its own (rfactor); the partials then add up
+    ro, ri = sch.split(rco, [cores, None])
+    partial = sch.rfactor(ro, 0)
+    n, oc, *pixels, oi, ro, ri, ry, rx, rci = sch.get_loops(partial)
+    if knobs.flat:
+        (p,) = pixels
+        po, pi = sch.split(p, [None, knobs.tw])
+        outer, tile = [po], [pi]
+    else:
+        y, x = pixels
+        yo, yi = sch.split(y, [None, knobs.th])
+        xo, xi = sch.split(x, [None, knobs.tw])
+        outer, tile = [yo, xo], [yi, xi]
+    oc, ocr = sch.split(oc, [None, knobs.r]) if knobs.r > 1 else (oc, None)
+    inner = [lp for lp in (ocr, *tile) if lp is not None]
+    sch.reorder(ro, ri, n, oc, *outer, ry, rx, rci, *inner, oi)
+    if cores > 1:
+        sch.parallel(ro)
+    else:
+        n = None
+    # a chunk of the convs before, every pixel, then its share of the 1x1 conv
+    for i in reversed(range(len(firsts))):
+        sch.compute_at(sch.get_sblock(epilogues[i]), ri, preserve_unit_loops=False)
+        sch.compute_at(sch.get_sblock(names[i]), ri, preserve_unit_loops=True)
+    if first_knobs[0].pad_inline:
+        inline_padding(sch, prologue, ri, info)
+    else:
+        for block in prologue:
+            parallel_spatial(sch, block, info)
+    for name, epilogue, fknobs in zip(names, epilogues, first_knobs):
+        vectorize_inner(sch, sch.get_loops(sch.get_sblock(epilogue))[-1], lanes)
+        _first_conv_inner(sch, sch.get_sblock(name), ri, fknobs, lanes,
+                          sch.get_sblock(epilogue))
+    for loop in inner:
+        sch.unroll(loop)
+    sch.unroll(rci)
+    sch.vectorize(oi)
+    sch.decompose_reduction(partial, ri)
+    # the partials' sum and the epilogue, one parallel pass over the result
+    second = sch.get_sblock(names[-1])
+    n, oc, *pixels, oi, ro = sch.get_loops(second)
+    sch.reorder(n, oc, *pixels, ro, oi)
+    fuse_parallel(sch, [n, oc], info, block_work(sch, second))
+    sch.vectorize(oi)
+    if knobs.flat:  # the epilogue iterates over the flattened pixels too
+        flatten_final(sch, final, knobs.ow)
+    sch.reverse_compute_at(final, pixels[-1], preserve_unit_loops=False)
+    if vectorizable(sch, final):
+        vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
+    return sch
+
+
+def _reduction_split(chunks: int, cores: int) -> int | None:
+    """Parts the chunks of a split reduction are cut into: the most that divide them
+    evenly, at most ``cores`` (a part an iteration of the parallel loop), or, when none
+    above one does, the fewest above ``cores`` up to twice as many; ``None`` if neither
+    (a prime number of chunks: one core would do all the work)."""
+    if cores <= 1:
+        return 1
+    even = max(d for d in range(1, cores + 1) if chunks % d == 0)
+    if even > 1:
+        return even
+    return next((d for d in range(cores + 1, 2 * cores + 2) if chunks % d == 0), None)
+
+
+def _chain_epilogues(sch: s_tir.Schedule, names: list, first_knobs: list) -> list | None:
+    """Each conv's epilogue before the last conv inlined into one block fed by the conv
+    (its name); before a depthwise conv that reads under the padding condition, the
+    padded copy inlined into the depthwise conv. ``None``: something else in between."""
+    epilogues = []
+    for i in range(len(names) - 1):
+        middle = _between(sch, sch.get_sblock(names[i]), sch.get_sblock(names[i + 1]))
+        if not middle or not all(is_spatial(sch, b) for b in middle):
+            return None
+        if i + 1 < len(names) - 1:  # a conv before the depthwise one
+            if not (first_knobs[i + 1].pad_inline and len(middle) > 1
+                    and _is_padding(sch, middle[-1])):
+                return None
+            sch.compute_inline(middle.pop())
+        for block in middle[:-1]:
+            sch.compute_inline(block)
+        epilogues.append(sch.get(middle[-1]).name_hint)
+    return epilogues
+
+
 class ConvChain(CpuRule):
     """Schedules PrimFuncs holding two annotated convs: a 1x1 reading the first pixel by
     pixel, or a depthwise conv reading the first chunk by chunk (DNNFusion's row-local
@@ -275,9 +415,12 @@ class ConvChain(CpuRule):
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
         """The nests of the module docstring, or ``None``."""
         anchors = annotated_blocks(sch, ANNOTATION)
-        if len(anchors) != 2:
+        if len(anchors) not in (2, 3):
             return None
-        kind = str(sch.get(anchors[1]).annotations[ANNOTATION]["kind"])
-        if kind == "depthwise":
+        kind = str(sch.get(anchors[-1]).annotations[ANNOTATION]["kind"])
+        if kind == "depthwise" and len(anchors) == 2:
             return schedule_channel_chain(sch, anchors[0], anchors[1], info)
-        return schedule_chain(sch, anchors[0], anchors[1], info)
+        last = ConvKnobs.from_annotation(sch.get(anchors[-1]).annotations[ANNOTATION])
+        if last.flat or len(anchors) == 3:
+            return schedule_split_chain(sch, anchors, info)
+        return schedule_chain(sch, anchors, info)
