@@ -1,4 +1,5 @@
-"""Two convolutions in one kernel: a conv and the 1x1 conv that reads it pixel by pixel.
+"""Two or three convolutions in one kernel: a conv and the 1x1 conv that reads it pixel
+by pixel, a 1x1 conv and the depthwise conv after it, a whole inverted residual block.
 
 DNNFusion joins a depthwise conv (or a 1x1 conv) with the 1x1 conv after it when the
 second reads the first at its own pixel (row locality,
@@ -7,8 +8,11 @@ two 1x1 convs in a row. The first conv's result (the expanded tensor of an inver
 residual block, the largest of the network) then never goes to memory. The nest::
 
     parallel  n, output rows of the second conv (th at a time)
-      first conv's padded input rows, then the first conv and its epilogue for those
-      rows, every channel (a few KiB: L1/L2), channels innermost, vectorized
+      the first conv and its epilogue for those rows, every channel (a few KiB: L1/L2),
+      register tiles of pixels x one vector of channels, the epilogue applied to the
+      tile in registers; a depthwise first conv reads its input under the padding
+      condition (no padded copy: 1.5 rows copied per output row at 112x112 made the
+      pair 175 against 97 us for the two kernels; read inline and tiled, 102 vs 100)
       serial  pixel tiles of the row
         serial  output-channel tiles             <- the second conv's epilogue here
           the register-blocked 1x1 conv of :mod:`.conv2d_nchwc` (input-stationary)
@@ -29,9 +33,26 @@ no halo and nothing computed twice::
 The expanded tensor (1.8 MiB at 56x56 x 144) then never leaves the core's cache: timed
 with flushed caches, 28x28 x 192: 231 vs 273 us for the two kernels, 14x14 x 384: 196 vs
 267 us; at 56x56 the first conv re-reads its whole input for every chunk and the pair
-loses (637 vs 614 us): the measured decision keeps those apart. Anything else (a window
-in the second conv, a stride in a 1x1 second conv, more than two convs, a wide first
-conv before a depthwise one, a GSPC conv on either side) is left to the next rule.
+loses (637 vs 614 us): the measured decision keeps those apart.
+
+The whole block (expansion, depthwise, projection), and a depthwise conv before a 1x1
+conv over flattened pixels (small maps, where bands of whole rows do not hold whole
+pixel tiles), run chunk by chunk too, the projection's reduction over the chunks split
+among the cores (``rfactor``)::
+
+    parallel  the cores' parts of the depthwise conv's chunks (an even split)
+      serial  chunk: the expansion for the chunk, every pixel; the depthwise conv for
+              it; then the chunk's share of the projection, every pixel, accumulated
+              into the part's partial sums (register tiles of the 1x1 conv)
+    parallel  output chunks: the parts' sums, the projection's epilogue per pixel
+
+Nothing is computed twice and no row band needs a halo; the partial sums are the
+projection's result once per part (100 KiB at 28x28 x 32). MobileNetV2's blocks at
+28x28 and 14x14 measure even with their two kernels (103 vs 106 us, 105 vs 100, 140 vs
+144, flushed caches, 2 cores, znver4). Anything else (a window in the second conv, a
+stride in a 1x1 second conv, other chains of three, a wide first conv before a
+depthwise one, a GSPC conv on either side, a prime number of chunks) is left to the
+next rule.
 """
 
 from __future__ import annotations
