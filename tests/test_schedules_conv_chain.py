@@ -107,7 +107,10 @@ def _pw_dw_model(cin: int, expanded: int, size: int, stride: int):
 
 
 @pytest.mark.parametrize("cin, expanded, size, stride", [(16, 96, 14, 1), (24, 48, 15, 2),
-                                                         (32, 64, 7, 1)])
+                                                         (32, 64, 7, 1),
+                                                         # 8-channel chunks, a wide
+                                                         # first conv (AVX-512)
+                                                         (24, 72, 28, 1), (40, 200, 14, 1)])
 def test_pointwise_then_depthwise_chunk_by_chunk(cin, expanded, size, stride):
     """The expansion conv computed one channel chunk at a time, every pixel, right before
     the depthwise conv of that chunk (odd sizes: flattened and padded pixel tiles)."""

@@ -33,7 +33,11 @@ no halo and nothing computed twice::
 The expanded tensor (1.8 MiB at 56x56 x 144) then never leaves the core's cache: timed
 with flushed caches, 28x28 x 192: 231 vs 273 us for the two kernels, 14x14 x 384: 196 vs
 267 us; at 56x56 the first conv re-reads its whole input for every chunk and the pair
-loses (637 vs 614 us): the measured decision keeps those apart.
+loses (637 vs 614 us): the measured decision keeps those apart. A wide first conv (its
+register tile several 8-channel chunks side by side: MobileNetV3's 72, 120, 200
+channels) feeds as many depthwise chunks per parallel iteration; with few such tiles
+the cores get uneven shares (3 for 2 cores at 56x56 x 72: 183 vs 126 us; 28x28 x 120:
+66 vs 64), so most stay apart.
 
 The whole block (expansion, depthwise, projection), and a depthwise conv before a 1x1
 conv over flattened pixels (small maps, where bands of whole rows do not hold whole
@@ -227,8 +231,9 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     first_knobs = ConvKnobs.from_annotation(sch.get(first).annotations[ANNOTATION])
     if knobs.kind != "depthwise" or first_knobs.kind != "conv":
         return None
-    if first_knobs.group > 1 or first_knobs.split > 1:  # wide or GSPC lanes: other loops
+    if first_knobs.split > 1:  # GSPC lanes: other loops
         return None
+    group = first_knobs.group  # a wide first conv: chunks side by side in its tile
     if len(annotated_blocks(sch, ANNOTATION)) != 2:
         return None
     lanes = info.f32_lanes
@@ -256,7 +261,11 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
         yo, yi = sch.split(y, [None, knobs.th])
         xo, xi = sch.split(x, [None, knobs.tw])
         outer, tile = [yo, xo], [yi, xi]
-    sch.reorder(n, c, *outer, ry, rx, *tile, ci)
+    if group > 1:  # a wide tile of the first conv feeds `group` depthwise chunks
+        c, cg = sch.split(c, [None, group])
+        sch.reorder(n, c, cg, *outer, ry, rx, *tile, ci)
+    else:
+        sch.reorder(n, c, *outer, ry, rx, *tile, ci)
     chunk = sch.fuse(n, c)
     if info.num_cores > 1:
         sch.parallel(chunk)
@@ -273,6 +282,8 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
     sch.compute_at(write_back, chunk, preserve_unit_loops=False)
     sch.compute_at(first, chunk, preserve_unit_loops=True)
     first = sch.get_sblock(first_name)
+    if group > 1:  # the tile's chunks x lanes: one vector
+        sch.fuse(*sch.get_loops(first)[-6:-4])
     loops = sch.get_loops(first)
     if first_knobs.flat:
         p, oi, rco, fy, fx, rci = loops[-6:]
