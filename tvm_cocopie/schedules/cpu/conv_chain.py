@@ -54,9 +54,8 @@ Nothing is computed twice and no row band needs a halo; the partial sums are the
 projection's result once per part (100 KiB at 28x28 x 32). MobileNetV2's blocks at
 28x28 and 14x14 measure even with their two kernels (103 vs 106 us, 105 vs 100, 140 vs
 144, flushed caches, 2 cores, znver4). Anything else (a window in the second conv, a
-stride in a 1x1 second conv, other chains of three, a wide first conv before a
-depthwise one, a GSPC conv on either side, a prime number of chunks) is left to the
-next rule.
+stride in a 1x1 second conv, other chains of three, a wide expansion in a chain of
+three, a GSPC conv on either side, a prime number of chunks) is left to the next rule.
 """
 
 from __future__ import annotations
