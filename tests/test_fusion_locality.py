@@ -349,3 +349,46 @@ def test_a_global_pool_before_the_classifier_is_computed_at_the_matmuls_root(
     x = np.random.default_rng(0).standard_normal([1, 16, 7, 7]).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _split_model(channels=32, size=16):
+    """YOLO's C2f block: a conv, its result split in two halves along the channels, the
+    second half read by a bottleneck (two 3x3 convs) and by the concat of both halves
+    and the bottleneck's result."""
+    rng = np.random.default_rng(5)
+    half = channels // 2
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["y"]),
+             helper.make_node("Split", ["y", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Conv", ["b", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w3", "b3"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r"]),
+             helper.make_node("Concat", ["a", "b", "r"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w2", "b2"], ["out"])]
+    inits = [_const(rng, "w0", [channels, channels, 1, 1]), _const(rng, "b0", [channels]),
+             _const(rng, "w1", [half, half, 3, 3]), _const(rng, "b1", [half]),
+             _const(rng, "w3", [half, half, 3, 3]), _const(rng, "b3", [half]),
+             _const(rng, "w2", [channels, channels + half, 1, 1]),
+             _const(rng, "b2", [channels]),
+             helper.make_tensor("sizes", TensorProto.INT64, [2], [half, half])]
+    shape = [1, channels, size, size]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                      [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)],
+                      initializers=inits, opset=13)
+
+
+def test_a_split_read_by_two_kernels_is_copied_into_both(tmp_path, monkeypatch):
+    """A slice read by the next conv and by a concat is computed by each of them (index
+    remapping), not as a kernel of its own, and the numbers stay ONNX Runtime's."""
+    from tvm_cocopie.bench.fusion import kernel_calls
+    from tvm_cocopie.relay_passes.fusion.apply import shared_moves
+
+    model = _split_model()
+    legal = run_until(from_onnx(model), host_target(), "legalize")
+    assert shared_moves(legal, ECG.of(legal))  # the second half has two readers
+    fused, opts, target = _forced_fusion(monkeypatch, tmp_path, model)
+    kernels = [c.kernel for c in kernel_calls(fused)]
+    assert not any(k.startswith(("strided_slice", "split")) for k in kernels), kernels
+    x = np.random.default_rng(0).standard_normal([1, 32, 16, 16]).astype(np.float32)
+    got = tvm_cocopie.compile(model, target=target, options=opts)(x=x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

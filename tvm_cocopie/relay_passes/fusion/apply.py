@@ -18,7 +18,8 @@ import tvm
 from tvm import relax
 
 from .locality import ROW_BUDGET_BYTES, WHOLE_BUDGET_BYTES
-from .plan import ECG, Block, Decide, TypeStore, explore
+from .mapping import MappingType, stores_in, tir_blocks
+from .plan import ECG, Block, Decide, Node, TypeStore, explore
 from .regions import fuse_tir
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,60 @@ def call_tir_again(call: relax.Call, args: list) -> relax.Call:
     return new
 
 
+def shared_moves(mod: tvm.IRModule, graph: ECG) -> list[Node]:
+    """The nodes of ``mod``'s graph that only move elements (a slice, a transpose, a
+    reshape: every value they store is a load) and whose result several kernels read,
+    nothing else: each reader can take a copy of its own as index remapping (YOLO's
+    C2f split: each half read by the next conv and by the concat)."""
+    return [n for n in graph.nodes
+            if len(n.consumers) > 1 and not n.escapes and not n.alone
+            and n.kind in (MappingType.ONE_TO_ONE, MappingType.REORGANIZE,
+                           MappingType.SHUFFLE)
+            and moves_only(mod[n.kernel])]
+
+
+def moves_only(func) -> bool:
+    """Whether every value the PrimFunc ``func`` stores is loaded from a buffer."""
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        return False
+    stores = [st for block in tir_blocks(func) for st in stores_in(block.body)]
+    return bool(stores) and all(type(st.value).__name__ in ("BufferLoad", "TensorLoad")
+                                for st in stores)
+
+
+def duplicate_moves(mod: tvm.IRModule, nodes: list[Node]) -> tvm.IRModule:
+    """``mod`` with each of ``nodes`` (:func:`shared_moves`) computed once per consumer:
+    the first consumer keeps the call, every other gets a copy bound right before it."""
+    if not nodes:
+        return mod
+    main = mod["main"]
+    copies = {c.var: {n.var: None for n in nodes if c in n.consumers[1:]}
+              for n in nodes for c in n.consumers[1:]}
+    calls = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}
+    new_blocks = []
+    for blk in main.body.blocks:
+        bindings = []
+        for binding in blk.bindings:
+            wanted = copies.get(binding.var)
+            if wanted:
+                renamed = {}
+                for var in wanted:
+                    copy = type(var)(f"{var.name}_copy", var.ty)  # a DataflowVar stays one
+                    bindings.append(relax.VarBinding(copy, calls[var]))
+                    renamed[var] = copy
+                call = binding.value
+                args = [renamed.get(a, a) for a in call.args[1].fields]
+                binding = relax.VarBinding(binding.var, call_tir_again(call, args))
+            bindings.append(binding)
+        new_blocks.append(relax.DataflowBlock(bindings) if isinstance(
+            blk, relax.DataflowBlock) else relax.BindingBlock(bindings))
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    out["main"] = relax.Function(main.params, relax.SeqExpr(new_blocks, main.body.body),
+                                 main.ret_ty if hasattr(main, "ret_ty") else None,
+                                 main.is_pure, main.attrs, main.span)
+    return out
+
+
 def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.IRModule:
     """``mod`` with every block of ``least`` (two) or more calls in a ``Primitive``
     function (``FuseTIR`` still to run; a block of one call so made becomes its kernel
@@ -152,6 +207,16 @@ def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
                           main.is_pure, main.attrs, main.span)
 
 
+def _copies_alone(move: Node, planned: tvm.IRModule, alone: set) -> bool:
+    """Whether ``move`` or one of its copies in ``planned`` is a block of its own."""
+    if move.var in alone:
+        return True
+    main = planned["main"]
+    call = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}[move.var]
+    return any(b.value.same_as(call) and b.var in alone
+               for blk in main.body.blocks for b in blk.bindings)
+
+
 @tvm.transform.module_pass(opt_level=0, name="DNNFusion")
 class DNNFusion:
     """The ``fusion`` stage by DNNFusion's plan (:mod:`.plan`), then ``FuseTIR``.
@@ -182,12 +247,28 @@ class DNNFusion:
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
         decide = merge = None
+        current = [mod]  # the module planned (with its moves copied)
         if self.decide is not None:
             def decide(nodes, candidate, fused_type):
-                return self.decide(mod, nodes, candidate, fused_type)
+                return self.decide(current[0], nodes, candidate, fused_type)
             if hasattr(self.decide, "merge"):
                 def merge(first, second):
-                    return self.decide.merge(mod, first, second)
-        self.blocks = explore(ECG.of(mod, self.types), decide, self.max_ops, merge,
-                              self.row_budget, self.whole_budget)
-        return fuse_tir(fuse_blocks(mod, self.blocks))
+                    return self.decide.merge(current[0], first, second)
+        # a move read by several kernels is copied into each, where every copy then joins
+        # its reader's block; a move one of whose copies would stay a kernel of its own
+        # is not copied (the plan is made again without it)
+        moves = shared_moves(mod, ECG.of(mod, self.types))
+        while True:
+            planned = current[0] = duplicate_moves(mod, moves)
+            graph = ECG.of(planned, self.types)
+            self.blocks = explore(graph, decide, self.max_ops, merge,
+                                  self.row_budget, self.whole_budget)
+            alone = {n.var for b in self.blocks if len(b.nodes) == 1 for n in b.nodes}
+            stranded = [m for m in moves if _copies_alone(m, planned, alone)]
+            if not stranded:
+                break
+            moves = [m for m in moves if m not in stranded]
+        if moves:
+            log.info("DNNFusion: %d moves read by several kernels copied into each",
+                     len(moves))
+        return fuse_tir(fuse_blocks(planned, self.blocks))
