@@ -22,12 +22,24 @@ from tvm_cocopie.schedules.cpu.conv_chain import ConvChain
 from tvm_cocopie.target import host_target
 
 
-def _dw_pw_model(out_ch: int, expanded: int, size: int):
-    rng = np.random.default_rng(0)
-
+def _weigher(rng):
+    """``weight(name, shape)``: an initializer of standard-normal values x 0.2."""
     def weight(name, shape):
         values = (rng.standard_normal(int(np.prod(shape))) * 0.2).astype(np.float32)
         return helper.make_tensor(name, TensorProto.FLOAT, shape, values.tolist())
+    return weight
+
+
+def _relu6_bounds() -> list:
+    """The ``lo`` and ``hi`` initializers of a ReLU6 written as ``Clip``."""
+    return [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+            helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+
+
+def _dw_pw_model(out_ch: int, expanded: int, size: int):
+    rng = np.random.default_rng(0)
+
+    weight = _weigher(rng)
 
     nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["a"], group=expanded,
                               pads=[1, 1, 1, 1]),
@@ -35,8 +47,7 @@ def _dw_pw_model(out_ch: int, expanded: int, size: int):
              helper.make_node("Conv", ["r", "wp", "bp"], ["y"])]
     inits = [weight("wd", [expanded, 1, 3, 3]), weight("bd", [expanded]),
              weight("wp", [out_ch, expanded, 1, 1]), weight("bp", [out_ch]),
-             helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
-             helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+             *_relu6_bounds()]
     return make_model(
         nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, expanded, size, size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_ch, size, size])],
@@ -86,9 +97,7 @@ def _pw_dw_model(cin: int, expanded: int, size: int, stride: int):
     """An inverted residual's expansion: 1x1 conv, ReLU6, depthwise 3x3, ReLU6."""
     rng = np.random.default_rng(2)
 
-    def weight(name, shape):
-        values = (rng.standard_normal(int(np.prod(shape))) * 0.2).astype(np.float32)
-        return helper.make_tensor(name, TensorProto.FLOAT, shape, values.tolist())
+    weight = _weigher(rng)
 
     nodes = [helper.make_node("Conv", ["x", "wp", "bp"], ["a"]),
              helper.make_node("Clip", ["a", "lo", "hi"], ["r"]),
@@ -97,8 +106,7 @@ def _pw_dw_model(cin: int, expanded: int, size: int, stride: int):
              helper.make_node("Clip", ["b", "lo", "hi"], ["y"])]
     inits = [weight("wp", [expanded, cin, 1, 1]), weight("bp", [expanded]),
              weight("wd", [expanded, 1, 3, 3]), weight("bd", [expanded]),
-             helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
-             helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+             *_relu6_bounds()]
     out = (size - 1) // stride + 1
     return make_model(
         nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
@@ -142,9 +150,7 @@ def _inverted_residual_model(cin: int, expanded: int, cout: int, size: int, stri
     (and the residual add when the shapes allow it)."""
     rng = np.random.default_rng(3)
 
-    def weight(name, shape):
-        values = (rng.standard_normal(int(np.prod(shape))) * 0.2).astype(np.float32)
-        return helper.make_tensor(name, TensorProto.FLOAT, shape, values.tolist())
+    weight = _weigher(rng)
 
     residual = stride == 1 and cin == cout
     nodes = [helper.make_node("Conv", ["x", "we", "be"], ["a"]),
@@ -158,8 +164,7 @@ def _inverted_residual_model(cin: int, expanded: int, cout: int, size: int, stri
     inits = [weight("we", [expanded, cin, 1, 1]), weight("be", [expanded]),
              weight("wd", [expanded, 1, 3, 3]), weight("bd", [expanded]),
              weight("wp", [cout, expanded, 1, 1]), weight("bp", [cout]),
-             helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
-             helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+             *_relu6_bounds()]
     out = (size - 1) // stride + 1
     return make_model(
         nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
