@@ -123,8 +123,8 @@ def schedule_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
                    for b in firsts]
     if len(firsts) != 1 or knobs.kind != "conv" or not _is_pointwise(sch, second):
         return None
-    if any(k.flat or k.split > 1 for k in first_knobs) or knobs.split > 1:
-        return None  # flattened first convs, GSPC segments: loops of their own
+    if any(k.flat or k.split > 1 or k.group > 1 for k in first_knobs) or knobs.split > 1:
+        return None  # flattened or wide first convs, GSPC segments: loops of their own
     band = _band_rows(sch, second, knobs)
     if band is None:
         return None
