@@ -220,3 +220,36 @@ def test_depthwise_then_flattened_pointwise_split_over_chunks(channels, cout, si
         model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = out
         model.graph.output[0].type.tensor_type.shape.dim[3].dim_value = out
     _chain_schedule_matches_plain_loops(_fused_pair(model))
+
+
+def test_two_windowed_convs_are_refused_quietly_by_the_conv_rules(caplog):
+    """Two 3x3 convs in one PrimFunc (a DNNFusion candidate of ResNet's basic block: a
+    direct conv, then a Winograd one) are no conv rule's: each returns ``None`` without
+    failing (they logged a schedule error on every such candidate), the fallback takes
+    it."""
+    import logging
+
+    from tvm_cocopie.schedules.cpu.conv2d_nchwc import Conv2dNCHWc
+    from tvm_cocopie.schedules.cpu.fallback import Fallback
+    from tvm_cocopie.schedules.cpu.winograd import Winograd
+
+    rng = np.random.default_rng(4)
+    weight = _weigher(rng)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [weight("w1", [128, 64, 3, 3]), weight("b1", [128]),
+             weight("w2", [128, 128, 3, 3]), weight("b2", [128])]
+    func = _fused_pair(make_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 28, 28])],
+        initializers=inits))
+    text = func.script()
+    assert "winograd" in text and '"kind": "conv"' in text  # a direct conv, a Winograd one
+    target = host_target()
+    with target, caplog.at_level(logging.WARNING):
+        for rule in (ConvChain(), Conv2dNCHWc(), Winograd()):
+            assert rule.apply(func, target, False) is None, rule.name
+        assert Fallback().apply(func, target, False) is not None
+    assert not [r for r in caplog.records if "could not schedule" in r.getMessage()]

@@ -48,6 +48,7 @@ from ..base import (
     annotated_blocks,
     block_work,
     blocks_after,
+    blocks_before,
     const_extent,
     fuse_parallel,
     fuse_parallel_upto,
@@ -524,6 +525,15 @@ class Conv2dNCHWc(CpuRule):
         if len(anchors) != 1:
             return None
         anchor = anchors[0]
+        # another reduction before the conv (a squeeze-and-excitation pool) or after it
+        # other than a pool it can run per band (a Winograd conv, an overlapping pool)
+        # has loops of its own: not this rule's (it failed there, logged, on every such
+        # DNNFusion candidate)
+        if any(not is_spatial(sch, b) for b in blocks_before(sch, anchor)):
+            return None
+        if (any(not is_spatial(sch, b) for b in blocks_after(sch, anchor))
+                and window_epilogue(sch, anchor) is None):
+            return None
         name = sch.get(anchor).name_hint
         knobs = choose_knobs(sch, anchor)
         if not tunable:

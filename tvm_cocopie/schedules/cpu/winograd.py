@@ -34,6 +34,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 
 from ...target import CpuInfo
+from ...topi.cpu.conv2d_nchwc import ANNOTATION as CONV_ANNOTATION
 from ...topi.cpu.winograd import ANNOTATION
 from ..base import (
     MIN_PARALLEL_MACS,
@@ -240,7 +241,7 @@ class Winograd(CpuRule):
         """The Winograd schedule (the same one when ``tunable``: no sampled knobs yet), or
         ``None`` when ``sch`` holds no Winograd conv."""
         anchors = annotated_blocks(sch, ANNOTATION)
-        if len(anchors) != 1:
-            return None
+        if len(anchors) != 1 or annotated_blocks(sch, CONV_ANNOTATION):
+            return None  # none, or another conv beside it (a DNNFusion candidate)
         sch = schedule_winograd(sch, anchors[0], info)
         return [sch] if tunable else sch
