@@ -117,30 +117,24 @@ def duplicate_moves(mod: tvm.IRModule, nodes: list[Node]) -> tvm.IRModule:
     if not nodes:
         return mod
     main = mod["main"]
-    copies = {c.var: {n.var: None for n in nodes if c in n.consumers[1:]}
-              for n in nodes for c in n.consumers[1:]}
+    copied: dict = {}  # a consumer's var -> the moves it reads a copy of
+    for node in nodes:
+        for consumer in node.consumers[1:]:
+            copied.setdefault(consumer.var, []).append(node.var)
     calls = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}
-    new_blocks = []
-    for blk in main.body.blocks:
-        bindings = []
-        for binding in blk.bindings:
-            wanted = copies.get(binding.var)
-            if wanted:
-                renamed = {}
-                for var in wanted:
-                    copy = type(var)(f"{var.name}_copy", var.ty)  # a DataflowVar stays one
-                    bindings.append(relax.VarBinding(copy, calls[var]))
-                    renamed[var] = copy
-                call = binding.value
-                args = [renamed.get(a, a) for a in call.args[1].fields]
-                binding = relax.VarBinding(binding.var, call_tir_again(call, args))
-            bindings.append(binding)
-        new_blocks.append(relax.DataflowBlock(bindings) if isinstance(
-            blk, relax.DataflowBlock) else relax.BindingBlock(bindings))
+
+    def rewrite(binding):
+        if binding.var not in copied:
+            return [binding]
+        copies = {var: type(var)(f"{var.name}_copy", var.ty)  # a DataflowVar stays one
+                  for var in copied[binding.var]}
+        call = binding.value
+        args = [copies.get(a, a) for a in call.args[1].fields]
+        return [*(relax.VarBinding(copy, calls[var]) for var, copy in copies.items()),
+                relax.VarBinding(binding.var, call_tir_again(call, args))]
+
     out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-    out["main"] = relax.Function(main.params, relax.SeqExpr(new_blocks, main.body.body),
-                                 main.ret_ty if hasattr(main, "ret_ty") else None,
-                                 main.is_pure, main.attrs, main.span)
+    out["main"] = _rebound(main, rewrite)
     return out
 
 
@@ -190,31 +184,34 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
 def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
                   calls: dict) -> relax.Function:
     """``main`` with each block's calls replaced by one call of its fused function."""
+    def rewrite(binding):
+        if binding.var in hidden:
+            return []
+        if binding.var in by_output:
+            gv, inputs = calls[binding.var]
+            return [relax.VarBinding(binding.var, relax.Call(gv, inputs))]
+        return [binding]
+    return _rebound(main, rewrite)
+
+
+def _rebound(main: relax.Function, rewrite) -> relax.Function:
+    """``main`` with each binding replaced by the bindings ``rewrite(binding)`` gives."""
     new_blocks = []
     for blk in main.body.blocks:
-        new_bindings = []
-        for binding in blk.bindings:
-            if binding.var in hidden:
-                continue
-            if binding.var in by_output:
-                gv, inputs = calls[binding.var]
-                binding = relax.VarBinding(binding.var, relax.Call(gv, inputs))
-            new_bindings.append(binding)
-        new_blocks.append(relax.DataflowBlock(new_bindings) if isinstance(
-            blk, relax.DataflowBlock) else relax.BindingBlock(new_bindings))
+        bindings = [new for binding in blk.bindings for new in rewrite(binding)]
+        new_blocks.append(relax.DataflowBlock(bindings) if isinstance(
+            blk, relax.DataflowBlock) else relax.BindingBlock(bindings))
     body = relax.SeqExpr(new_blocks, main.body.body)
     return relax.Function(main.params, body, main.ret_ty if hasattr(main, "ret_ty") else None,
                           main.is_pure, main.attrs, main.span)
 
 
-def _copies_alone(move: Node, planned: tvm.IRModule, alone: set) -> bool:
-    """Whether ``move`` or one of its copies in ``planned`` is a block of its own."""
-    if move.var in alone:
-        return True
-    main = planned["main"]
-    call = {b.var: b.value for blk in main.body.blocks for b in blk.bindings}[move.var]
-    return any(b.value.same_as(call) and b.var in alone
-               for blk in main.body.blocks for b in blk.bindings)
+def _stranded(moves: list[Node], planned: tvm.IRModule, blocks: list) -> list[Node]:
+    """The ``moves`` of which a copy in ``planned`` (or the call itself) is a block of
+    its own in ``blocks`` (the copies share the move's call)."""
+    values = {b.var: b.value for blk in planned["main"].body.blocks for b in blk.bindings}
+    alone = [values[n.var] for b in blocks if len(b.nodes) == 1 for n in b.nodes]
+    return [m for m in moves if any(values[m.var].same_as(call) for call in alone)]
 
 
 @tvm.transform.module_pass(opt_level=0, name="DNNFusion")
@@ -263,8 +260,7 @@ class DNNFusion:
             graph = ECG.of(planned, self.types)
             self.blocks = explore(graph, decide, self.max_ops, merge,
                                   self.row_budget, self.whole_budget)
-            alone = {n.var for b in self.blocks if len(b.nodes) == 1 for n in b.nodes}
-            stranded = [m for m in moves if _copies_alone(m, planned, alone)]
+            stranded = _stranded(moves, planned, self.blocks)
             if not stranded:
                 break
             moves = [m for m in moves if m not in stranded]

@@ -74,6 +74,7 @@ from ..base import (
     fuse_parallel,
     inline_consumers,
     is_spatial,
+    loops_above,
     parallel_spatial,
     spills_over,
     vectorizable,
@@ -114,26 +115,25 @@ def _is_padding(sch: s_tir.Schedule, block) -> bool:
     return is_spatial(sch, block) and "if_then_else" in str(sch.get(block).body)
 
 
-def schedule_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
-    """The module docstring's first nest for ``anchors`` (a depthwise or 1x1 conv and the
-    1x1 conv reading it); ``sch``, or ``None`` if the pair does not fit it."""
-    *firsts, second = anchors
+def schedule_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
+    """The module docstring's first nest for a depthwise or 1x1 conv ``first`` and the 1x1
+    conv ``second`` reading it; ``sch``, or ``None`` if the pair does not fit it."""
     knobs = ConvKnobs.from_annotation(sch.get(second).annotations[ANNOTATION])
-    first_knobs = [ConvKnobs.from_annotation(sch.get(b).annotations[ANNOTATION])
-                   for b in firsts]
-    if len(firsts) != 1 or knobs.kind != "conv" or not _is_pointwise(sch, second):
+    first_knobs = ConvKnobs.from_annotation(sch.get(first).annotations[ANNOTATION])
+    if knobs.kind != "conv" or not _is_pointwise(sch, second):
         return None
-    if any(k.flat or k.split > 1 or k.group > 1 for k in first_knobs) or knobs.split > 1:
+    if first_knobs.flat or first_knobs.split > 1 or first_knobs.group > 1 or knobs.split > 1:
         return None  # flattened or wide first convs, GSPC segments: loops of their own
     band = _band_rows(sch, second, knobs)
     if band is None:
         return None
     lanes = info.f32_lanes
-    names = [sch.get(b).name_hint for b in anchors]
+    names = [sch.get(first).name_hint, sch.get(second).name_hint]
     work = block_work(sch, second)
-    epilogues = _chain_epilogues(sch, names, first_knobs)
+    epilogues = _chain_epilogues(sch, names, [first_knobs])
     if epilogues is None:
         return None
+    (epilogue,) = epilogues
     # the first conv's input side (padding, packing) stays materialized per row band
     prologue = [b for b in blocks_before(sch, sch.get_sblock(names[0])) if is_spatial(sch, b)]
     second = sch.get_sblock(names[-1])
@@ -157,21 +157,19 @@ def schedule_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
     sch.reverse_compute_at(final, oc, preserve_unit_loops=False)
     if vectorizable(sch, final):
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
-    # the convs before, last first, for the rows (with the halo a window needs), every
-    # channel: its epilogue, the conv, then the first conv's input
-    for i in reversed(range(len(firsts))):
-        sch.compute_at(sch.get_sblock(epilogues[i]), rows, preserve_unit_loops=False)
-        sch.compute_at(sch.get_sblock(names[i]), rows, preserve_unit_loops=True)
-    if first_knobs[0].pad_inline:  # a depthwise first conv reads under the padding condition
+    # the first conv for the rows (with the halo a window needs), every channel: its
+    # epilogue, the conv, then its input
+    sch.compute_at(sch.get_sblock(epilogue), rows, preserve_unit_loops=False)
+    sch.compute_at(sch.get_sblock(names[0]), rows, preserve_unit_loops=True)
+    if first_knobs.pad_inline:  # a depthwise first conv reads under the padding condition
         inline_padding(sch, prologue, rows, info)
     else:
         for block in reversed(prologue):
             sch.compute_at(block, rows, preserve_unit_loops=False)
             vectorize_inner(sch, sch.get_loops(block)[-1], lanes)
-    for name, epilogue, fknobs in zip(names, epilogues, first_knobs):
-        vectorize_inner(sch, sch.get_loops(sch.get_sblock(epilogue))[-1], lanes)
-        _first_conv_inner(sch, sch.get_sblock(name), rows, fknobs, lanes,
-                          sch.get_sblock(epilogue))
+    vectorize_inner(sch, sch.get_loops(sch.get_sblock(epilogue))[-1], lanes)
+    _first_conv_inner(sch, sch.get_sblock(names[0]), rows, first_knobs, lanes,
+                      sch.get_sblock(epilogue))
     second = sch.get_sblock(names[-1])
     for loop in inner:
         sch.unroll(loop)
@@ -189,8 +187,7 @@ def _first_conv_inner(sch: s_tir.Schedule, block, rows, knobs: ConvKnobs, lanes:
     to the tile in registers (a depthwise conv: one FMA per tap and lane; a 1x1 conv:
     input channels outside too)."""
     loops = sch.get_loops(block)
-    at = [sch.get(lp).same_as(sch.get(rows)) for lp in loops]
-    below = loops[at.index(True) + 1:]
+    below = loops[len(loops_above(sch, block, rows)) + 1:]
     if knobs.kind == "depthwise":
         c, y, x, ci, *window = below[-6:]
     else:
@@ -314,9 +311,9 @@ def schedule_channel_chain(sch: s_tir.Schedule, first, second, info: CpuInfo):
 
 
 def schedule_split_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
-    """The module docstring's third nest for ``anchors`` (a depthwise conv, or an
-    expansion 1x1 and a depthwise conv, then a 1x1 conv over flattened pixels); ``sch``,
-    or ``None`` if the convs do not fit it."""
+    """The module docstring's third nest for ``anchors``: a depthwise conv and a 1x1 conv
+    over flattened pixels, or an expansion 1x1, a depthwise conv and a 1x1 (an inverted
+    residual block); ``sch``, or ``None`` if the convs do not fit it."""
     *firsts, second = anchors
     knobs = ConvKnobs.from_annotation(sch.get(second).annotations[ANNOTATION])
     first_knobs = [ConvKnobs.from_annotation(sch.get(b).annotations[ANNOTATION])
@@ -369,8 +366,6 @@ def schedule_split_chain(sch: s_tir.Schedule, anchors: list, info: CpuInfo):
     sch.reorder(ro, ri, n, oc, *outer, ry, rx, rci, *inner, oi)
     if cores > 1:
         sch.parallel(ro)
-    else:
-        n = None
     # a chunk of the convs before, every pixel, then its share of the 1x1 conv
     for i in reversed(range(len(firsts))):
         sch.compute_at(sch.get_sblock(epilogues[i]), ri, preserve_unit_loops=False)
@@ -437,9 +432,9 @@ def _chain_epilogues(sch: s_tir.Schedule, names: list, first_knobs: list) -> lis
 
 
 class ConvChain(CpuRule):
-    """Schedules PrimFuncs holding two annotated convs: a 1x1 reading the first pixel by
-    pixel, or a depthwise conv reading the first chunk by chunk (DNNFusion's row-local
-    conv pairs)."""
+    """Schedules PrimFuncs holding two annotated convs (a 1x1 reading the first pixel by
+    pixel, or a depthwise conv reading the first chunk by chunk: DNNFusion's row-local
+    conv pairs) or three (an inverted residual block)."""
 
     name = "conv_chain"
 
@@ -454,4 +449,4 @@ class ConvChain(CpuRule):
         last = ConvKnobs.from_annotation(sch.get(anchors[-1]).annotations[ANNOTATION])
         if last.flat or len(anchors) == 3:
             return schedule_split_chain(sch, anchors, info)
-        return schedule_chain(sch, anchors, info)
+        return schedule_chain(sch, anchors[0], anchors[1], info)
