@@ -45,6 +45,21 @@ def conv_relu_model(batch="N", channels=8, size=16, seed=0) -> onnx.ModelProto:
     )
 
 
+def allocated_elements(mod) -> dict[str, int]:
+    """``{buffer: elements}`` of the buffers ``mod``'s main allocates once its
+    allocations are placed and compacted as the build does."""
+    import re
+
+    import tvm.s_tir.transform as stt
+    for p in (stt.LowerInitBlock(), stt.PlanAndUpdateBufferAllocationLocation(),
+              stt.ConvertBlocksToOpaque(), stt.CompactBufferAllocation()):
+        mod = p(mod)
+    found = re.findall(r"(\w+) = T\.sblock_alloc_buffer\(\(((?:T\.int64\(\d+\),?\s*)+)\)",
+                       mod.script())
+    return {name: int(np.prod([int(d) for d in re.findall(r"T\.int64\((\d+)\)", shape)]))
+            for name, shape in found}
+
+
 def ort_run(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
     import onnxruntime as ort
 

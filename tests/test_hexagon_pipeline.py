@@ -97,18 +97,25 @@ def test_compiled_kernels_run_bit_exact_with_the_executors_packets(net, schedule
 
 
 @pytest.mark.needs_toolchain
-def test_pipeline_kernels_run_bit_exact_with_sda_on_one_kernel(net, scheduled, tmp_path):
-    """SDA as the last step of the build, switched on for one kernel (issue 19)."""
+def test_pipeline_kernels_run_bit_exact_with_sda_on_one_kernel(net, scheduled, tmp_path,
+                                                             request):
+    """SDA as the last step of the build, switched on for one kernel (issue 19): the
+    chain's folded-tap stem, the ResNet block's first 1x1 conv (SDA over its 7x7 stem
+    took 75 s of the suite; the chain's stem takes the same folded kernel)."""
     from tvm_cocopie.hexagon.vliw.repack import Repack
 
     funcs, calls, inputs, output, aliases = relax_graph.program_of(scheduled)
     inputs = {"image": net.image_q, **inputs}
     memory = executor.plan_memory(funcs, calls, inputs, output, aliases)
-    sda = Repack("sda", functions=("layer0",))
+    index = 0
+    if request.node.callspec.params["net"] == "resnet50-block":
+        index = next(i for i, q in enumerate(net.layers)
+                     if q.layer.op == "conv" and q.layer.k == 1)
+    sda = Repack("sda", functions=(f"layer{index}",))
     res = runner.run(funcs, calls, inputs, [output], count_packets=True, offsets=memory.offsets,
                      asm_pass=sda, cache_dir=tmp_path)  # a fresh build: the pass runs
     assert np.array_equal(res.outputs[output], executor.reference_forward(net))
-    assert sda.reports and all("layer0" in r.function for r in sda.reports)
+    assert sda.reports and all(f"layer{index}" in r.function for r in sda.reports)
 
 
 def test_hvx_layout_computes_match_numpy_on_the_host(net):

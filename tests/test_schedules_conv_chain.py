@@ -5,12 +5,10 @@ random inputs."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import tvm
-from conftest import make_model
+from conftest import allocated_elements, make_model
 from onnx import TensorProto, helper
 from tvm import relax
 
@@ -187,24 +185,11 @@ def test_inverted_residual_block_in_one_kernel(cin, expanded, cout, size, stride
     sch = _chain_schedule_matches_plain_loops(
         _fused_pair(_inverted_residual_model(cin, expanded, cout, size, stride)))
     assert sch.mod.script().count("T.vectorized") >= 4
-    sizes = _allocated_elements(sch.mod)
+    sizes = allocated_elements(sch.mod)
     # the expanded tensor is never whole (the partial sums of the split reduction are
     # the projection's result, once per part)
     assert all(n < expanded * size * size // 2 for name, n in sizes.items()
                if not name.endswith("_rf"))
-
-
-def _allocated_elements(mod) -> dict[str, int]:
-    """``{buffer: elements}`` of the buffers ``mod``'s main allocates once its
-    allocations are placed and compacted as the build does."""
-    import tvm.s_tir.transform as stt
-    for p in (stt.LowerInitBlock(), stt.PlanAndUpdateBufferAllocationLocation(),
-              stt.ConvertBlocksToOpaque(), stt.CompactBufferAllocation()):
-        mod = p(mod)
-    found = re.findall(r"(\w+) = T\.sblock_alloc_buffer\(\(((?:T\.int64\(\d+\),?\s*)+)\)",
-                       mod.script())
-    return {name: int(np.prod([int(d) for d in re.findall(r"T\.int64\((\d+)\)", shape)]))
-            for name, shape in found}
 
 
 @pytest.mark.parametrize("channels, cout, size, stride", [(144, 32, 56, 2), (192, 64, 14, 1)])

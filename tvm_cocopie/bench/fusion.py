@@ -32,7 +32,6 @@ import tvm
 from tvm import relax, s_tir
 
 from ..api import compile_model
-from ..exprs import static_shape
 from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.fusion.plan import ECG
@@ -78,12 +77,9 @@ def kernel_calls(mod: tvm.IRModule) -> list[KernelCall]:
             if isinstance(value, relax.Var):  # a rebinding (dataflow output)
                 aliases[binding.var] = value
             if isinstance(value, relax.Call) and value.op.same_as(call_tir):
-                shape = static_shape(binding.var)
-                size = 0 if shape is None else int(np.prod(shape, dtype=np.int64))
-                itemsize = np.dtype(str(binding.var.ty.dtype)).itemsize \
-                    if hasattr(binding.var.ty, "dtype") else 0
                 calls.append((binding.var, KernelCall(value.args[0].name_hint,
-                                                      size * itemsize, False)))
+                                                      _written_bytes(binding.var.ty),
+                                                      False)))
     for var in list(outputs):
         while var in aliases:
             var = aliases[var]
@@ -91,6 +87,19 @@ def kernel_calls(mod: tvm.IRModule) -> list[KernelCall]:
     for var, call in calls:
         call.is_output = var in outputs
     return [c for _, c in calls]
+
+
+def _written_bytes(ty) -> int:
+    """Bytes of the tensors of type ``ty`` (each field of a tuple: a kernel with several
+    outputs); 0 for a symbolic shape."""
+    if isinstance(ty, relax.TupleType):
+        return sum(_written_bytes(field) for field in ty.fields)
+    values = getattr(getattr(ty, "shape", None), "values", None)
+    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values) \
+            or not hasattr(ty, "dtype"):
+        return 0
+    return int(np.prod([int(d) for d in values], dtype=np.int64)) * \
+        np.dtype(str(ty.dtype)).itemsize
 
 
 def _has_fast_block(func: tvm.tirx.PrimFunc) -> bool:

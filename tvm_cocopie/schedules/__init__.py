@@ -21,6 +21,8 @@ fusion:
 2. :class:`~.cpu.matmul_packed.MatmulPacked`: packed matmul / dense / batch matmul;
    :class:`~.cpu.attention.Attention`: the one-kernel attention (scores, softmax and
    the product with V per block of query rows);
+   :class:`~.cpu.matmul_chain.MatmulChain`: matmuls chained over the same rows
+   (DNNFusion's MLP and residual-stream blocks) in one nest over row tiles;
 3. :class:`~.cpu.row_reduction.RowReduction`: row-wise kernels (softmax, layer
    norm, reductions over the last axis) as one parallel loop over rows;
 4. :class:`~.cpu.fallback.Fallback`: parallel + vectorized loops for everything else.
@@ -42,13 +44,15 @@ from .cpu.conv2d_nchwc import Conv2dNCHWc
 from .cpu.conv_chain import ConvChain
 from .cpu.fallback import Fallback
 from .cpu.gspc_pixels import GspcPixels
+from .cpu.matmul_chain import MatmulChain
 from .cpu.matmul_packed import MatmulPacked
 from .cpu.matvec import Matvec
 from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
-__all__ = ["Attention", "Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulPacked", "Matvec",
+__all__ = ["Attention", "Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulChain",
+           "MatmulPacked", "Matvec",
            "RowReduction", "Winograd",
            "default_rules"]
 
@@ -60,4 +64,4 @@ def default_rules(target: tvm.target.Target) -> list:
     if target.kind.name != "llvm":
         return []
     return [Winograd(), Matvec(), ConvChain(), GspcPixels(), Conv2dNCHWc(), MatmulPacked(),
-            Attention(), RowReduction(), Fallback()]
+            Attention(), MatmulChain(), RowReduction(), Fallback()]

@@ -192,8 +192,8 @@ def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int, max_full: int = 64) -
 
 
 def _position(sch: s_tir.Schedule, blocks: list, block) -> int:
-    names = [sch.get(b).name_hint for b in blocks]
-    return names.index(sch.get(block).name_hint)
+    target = sch.get(block)  # the block itself: two blocks may share a name
+    return [sch.get(b).same_as(target) for b in blocks].index(True)
 
 
 def blocks_before(sch: s_tir.Schedule, block) -> list:

@@ -2,7 +2,7 @@
 
 Every block of two or more calls (:func:`.plan.explore`) is moved into a private Relax
 function marked ``Primitive`` (its outside inputs, constants included, as parameters;
-its one output as the result), ``main`` calls that function where the block's output
+its output as the result, a tuple when the block keeps several), ``main`` calls that function where the block's output
 was bound, and TVM's ``FuseTIR`` merges each such function's kernels into one PrimFunc.
 That is the form stock ``FuseOps`` produces, so the schedule stage and the VM lowering
 take it unchanged.
@@ -19,7 +19,7 @@ from tvm import relax
 
 from .locality import ROW_BUDGET_BYTES, WHOLE_BUDGET_BYTES
 from .mapping import MappingType, stores_in, tir_blocks
-from .plan import ECG, Block, Decide, Node, TypeStore, explore
+from .plan import ECG, Block, Decide, Node, TypeStore, explore, placement
 from .regions import fuse_tir
 
 log = logging.getLogger(__name__)
@@ -147,8 +147,11 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
     fused = [b for b in blocks if len(b.nodes) >= least]
     if not fused:
         return mod
-    by_output = {b.output.var: b for b in fused}
-    hidden = {n.var for b in fused for n in b.nodes if n is not b.output}
+    # each block's call where its plan places it (the last node, unless it keeps further
+    # outputs: :func:`.plan.placement`)
+    places = {b.output.var: placement(b.nodes) for b in fused}
+    hidden = {n.var for b in fused for n in b.nodes if n is not places[b.output.var]}
+    outputs = {b.output.var: [n.var for n in b.outputs] for b in fused}
     bb = relax.BlockBuilder(mod)
     calls = {}
     for block in fused:
@@ -160,20 +163,23 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
             inputs = [*inputs, relax.ShapeExpr(dims)]
             params = [*params, relax.Var("tir_vars", relax.ShapeType(dims))]
         name = "fused_" + "_".join(n.kernel for n in block.nodes)[:120]
+        leaving = outputs[block.output.var]
         with bb.function(name, params, attrs={"Primitive": True}, private=True):
             with bb.dataflow():
                 for node in block.nodes:
                     call = bindings[node.var]
                     args = [env.get(a, a) for a in call.args[1].fields]
                     new = call_tir_again(call, args)
-                    env[node.var] = (bb.emit_output(new) if node is block.output
+                    env[node.var] = (bb.emit_output(new) if node.var in leaving
                                      else bb.emit(new))
             # the builder's own GlobalVar: an identical function is shared, one of the same
             # name but another body (other inputs) is renamed, so a look-up by name would
-            # call the first with the second's arguments
-            gvar = bb.emit_func_output(env[block.output.var])
-        calls[block.output.var] = (gvar, inputs)
-    new_main = _rewrite_main(main, by_output, hidden, calls)
+            # call the first with the second's arguments; several outputs: a tuple
+            result = (env[block.output.var] if len(leaving) == 1
+                      else relax.Tuple([env[var] for var in leaving]))
+            gvar = bb.emit_func_output(result)
+        calls[places[block.output.var].var] = (gvar, inputs, leaving)
+    new_main = _rewrite_main(main, hidden, calls)
     out = bb.get()
     out["main"] = new_main
     log.info("DNNFusion: %d calls fused into %d kernels", sum(len(b.nodes) for b in fused),
@@ -181,15 +187,23 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
     return out
 
 
-def _rewrite_main(main: relax.Function, by_output: dict, hidden: set,
-                  calls: dict) -> relax.Function:
-    """``main`` with each block's calls replaced by one call of its fused function."""
+def _rewrite_main(main: relax.Function, hidden: set, calls: dict) -> relax.Function:
+    """``main`` with each block's calls replaced by one call of its fused function,
+    bound where ``calls`` (by the var of the binding it replaces) places it (a block of
+    several outputs: their vars bound to the fields of the call's tuple, right after it;
+    :func:`.plan.placement` saw that nothing reads them before)."""
     def rewrite(binding):
+        if binding.var in calls:
+            gv, inputs, leaving = calls[binding.var]
+            if len(leaving) == 1:
+                return [relax.VarBinding(binding.var, relax.Call(gv, inputs))]
+            both = type(binding.var)(f"{binding.var.name}_outputs",
+                                     relax.TupleType([v.ty for v in leaving]))
+            return [relax.VarBinding(both, relax.Call(gv, inputs)),
+                    *(relax.VarBinding(var, relax.TupleGetItem(both, i))
+                      for i, var in enumerate(leaving))]
         if binding.var in hidden:
             return []
-        if binding.var in by_output:
-            gv, inputs = calls[binding.var]
-            return [relax.VarBinding(binding.var, relax.Call(gv, inputs))]
         return [binding]
     return _rebound(main, rewrite)
 

@@ -11,8 +11,11 @@ One-to-One node with the smallest intermediate result; the block grows through i
 successors, then its predecessors, a node at a time, while the fusion-opportunity
 table (:mod:`.table`) allows it: red stops, green fuses, yellow asks ``decide`` (a
 latency comparison; without one, yellow pairs stay apart); then the next seed. A block
-keeps one output (every other intermediate result stays inside it) and at most
-``max_ops`` operators (the working-set budget). Nodes no block takes stay alone.
+grows with one output (every other intermediate result stays inside it) and at most
+``max_ops`` operators (the working-set budget). Nodes no block takes stay alone. Blocks
+are then joined (:func:`merge_blocks`), and a block whose result others read too joins
+the block that reads it row by row, keeping that result as a second output
+(:func:`merge_shared`: a transformer's residual stream).
 """
 
 from __future__ import annotations
@@ -193,6 +196,50 @@ class Block:
         """The node whose result leaves the block (the last in program order)."""
         return max(self.nodes, key=lambda n: n.index)
 
+    @property
+    def outputs(self) -> list[Node]:
+        """The nodes whose results leave the block, in program order: :attr:`output`
+        and those kept as further outputs (:func:`merge_shared`)."""
+        return leaving(self.nodes)
+
+
+def leaving(nodes: list) -> list[Node]:
+    """The nodes of ``nodes`` whose results something outside them reads, in program
+    order, the last node always (a block's outputs)."""
+    members = set(nodes)
+    last = max(nodes, key=lambda n: n.index)
+    return sorted((n for n in nodes if n is last or n.escapes or set(n.consumers) - members),
+                  key=lambda n: n.index)
+
+
+def placement(nodes: list) -> Node | None:
+    """The node of ``nodes`` at whose binding their fused kernel can be called, or
+    ``None``: the last one when only its result leaves them; else the first one after
+    every result they read from outside, if that comes before every outside reader of
+    a result leaving them (a further output's readers may come before the last node:
+    a side head bound before the layer norm that also reads the residual)."""
+    out = leaving(nodes)
+    if len(out) == 1:
+        return out[0]
+    members = set(nodes)
+    inputs = max((p.index for n in nodes for p in n.producers if p not in members),
+                 default=-1)
+    at = min((n for n in nodes if n.index > inputs), key=lambda n: n.index, default=None)
+    if at is None:
+        return None
+    for node in out[:-1]:
+        if node.escapes and node.index < at.index:
+            return None  # read by a binding that is not a kernel, somewhere after it
+        if any(c.index <= at.index for c in node.consumers if c not in members):
+            return None
+    return at
+
+
+def placeable(nodes: list) -> bool:
+    """Whether the nodes, fused into one kernel, can be called where every reader of
+    its results comes after it (:func:`placement`)."""
+    return placement(nodes) is not None
+
 
 def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
             merge: Merge | None = None,
@@ -228,6 +275,7 @@ def explore(graph: ECG, decide: Decide | None = None, max_ops: int = 16,
     for block in blocks:
         block.nodes.sort(key=lambda n: n.index)
     blocks = merge_blocks(blocks, merge, max_ops, row_budget, whole_budget)
+    blocks = merge_shared(blocks, merge, max_ops, row_budget)
     return sorted(blocks, key=lambda b: b.output.index)
 
 
@@ -300,6 +348,8 @@ def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
             key = (tuple(n.index for n in first.nodes), tuple(n.index for n in second.nodes))
             if key in rejected or len(first.nodes) + len(second.nodes) > max_ops:
                 continue
+            if not placeable([*first.nodes, *second.nodes]):
+                continue  # a further output of one would be read before the joined call
             cell = opportunity(first.kind, second.kind)
             kind = cell.fused
             if cell.color is not Color.GREEN:
@@ -319,6 +369,61 @@ def merge_blocks(blocks: list, merge: Merge | None, max_ops: int = 16,
             break
         if not joined:
             return blocks
+
+
+#: the most results a block keeps (:func:`merge_shared`)
+MAX_OUTPUTS = 2
+
+
+def merge_shared(blocks: list, merge: Merge | None, max_ops: int = 16,
+                 row_budget: int = locality.ROW_BUDGET_BYTES) -> list:
+    """Join a block whose result several blocks read into one of them that reads it row
+    by row, the result kept as a further output of the joined block.
+
+    A transformer's residual stream: the sum of a projection and the residual is read
+    by the next layer norm (row-locally, then the MLP's first matmul) and by the next
+    residual add; joined, the row tile computes its rows of the sum, writes them (they
+    are an output) and normalizes them while they are in L1, one kernel where there
+    were two (ViT's projection + residual and layer norm + MLP, BERT's layer norm and
+    the next layer's QKV projection). Only when ``merge`` measures the joined block
+    faster than the two, every other reader of the result comes after the joined
+    kernel's call (:func:`placement`; then the joined block is convex: no path leaves
+    it and comes back), and a block keeps at most :data:`MAX_OUTPUTS` results.
+    """
+    blocks = list(blocks)
+    rejected: set = set()
+    while merge is not None:
+        owner = {n: b for b in blocks for n in b.nodes}
+        joined = False
+        for first in sorted(blocks, key=lambda b: b.output.index):
+            out = first.output
+            targets = {owner[c] for c in out.consumers}
+            if out.escapes or len(targets) < 2 or len(first.outputs) > 1:
+                continue
+            for second in sorted(targets, key=lambda b: b.output.index):
+                nodes = [*first.nodes, *second.nodes]
+                key = (tuple(n.index for n in first.nodes),
+                       tuple(n.index for n in second.nodes))
+                if (key in rejected or len(nodes) > max_ops
+                        or any(n.alone for n in nodes)
+                        or len(leaving(nodes)) > MAX_OUTPUTS or not placeable(nodes)
+                        or not row_local(second.nodes, out, row_budget)):
+                    continue
+                if not merge(first.nodes, second.nodes):
+                    rejected.add(key)
+                    continue
+                cell = opportunity(first.kind, second.kind)
+                second.nodes = sorted(nodes, key=lambda n: n.index)
+                second.kind = (MappingType.MANY_TO_MANY if cell.color is Color.RED
+                               else cell.fused)
+                blocks.remove(first)
+                joined = True
+                break
+            if joined:
+                break
+        if not joined:
+            break
+    return blocks
 
 
 #: block types that only move or map elements: such a block is an epilogue waiting for

@@ -52,7 +52,7 @@ from ...tir_pipeline import tir_pipeline_for
 from .apply import call_tir_again, fuse_blocks, is_scalar_arg
 from .database import Entry, ProfileDB
 from .mapping import param_buffer
-from .plan import Block, Node
+from .plan import Block, Node, leaving
 from .regions import fuse_tir
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class MeasuredDecision:
         of one node is its kernel), through the database (a candidate it does not hold
         predicted instead, when not ``measure_missing``); fuse if faster by
         ``margin``."""
+        out_at = [group.index(n) for n in leaving(group)]  # the results leaving the group
         shapes = [static_shape(n.var) for n in group]
         if any(s is None for s in shapes):  # symbolic: decided at the planned size
             planned = self._at_planned_size(mod)
@@ -134,12 +135,14 @@ class MeasuredDecision:
         if any(len(p) > 1 for p in parts):  # a merge of blocks: the partition is in the key
             cuts = {p[-1].index for p in parts[:-1]}
             ops = [op + ("|" if n.index in cuts else "") for op, n in zip(ops, group)]
+        if len(out_at) > 1:  # a further output (another kernel): marked in the key
+            ops = [op + ("^" if i in out_at[:-1] else "") for i, op in enumerate(ops)]
         if self.flush_bytes:  # times taken with flushed caches are another measurement
             ops = [*ops, f"@flush={self.flush_bytes}"]
         entry = self.db.get(self.target, ops, shapes)
         name, key = "+".join(n.kernel for n in group), (tuple(ops), str(shapes))
         if entry is None and not self.measure_missing:
-            entry = self._predicted(mod, group, parts, bindings, key)
+            entry = self._predicted(mod, group, parts, bindings, key, out_at)
             if entry is None:
                 return False
         elif entry is None:
@@ -147,7 +150,7 @@ class MeasuredDecision:
                 return False
             funcs, times = [], []
             try:
-                sub, fused_mod = self._candidate(mod, group, bindings)
+                sub, fused_mod = self._candidate(mod, group, bindings, outputs=out_at)
                 part_funcs = [self._part_func(mod, part, bindings) for part in parts]
                 fused_func, fused_lib = _only_primfunc(fused_mod), None
                 if self._loses_fast_schedule(fused_func, part_funcs):
@@ -192,7 +195,7 @@ class MeasuredDecision:
         return entry.fused_us < (1.0 - self.margin) * entry.parts_us
 
     def _predicted(self, mod: tvm.IRModule, group: list, parts: list, bindings: dict,
-                   key: tuple) -> Entry | None:
+                   key: tuple, out_at: list) -> Entry | None:
         """The candidate decided by the latency model: its predicted ``Entry`` (fused
         us, sum of the parts' us; a predicted fusion whose fused code computes other
         numbers than its parts: infinitely slow), remembered for this run only; ``None``
@@ -203,7 +206,7 @@ class MeasuredDecision:
         if self.predictor is None or key in self._failed:
             return None
         try:
-            sub, fused_mod = self._candidate(mod, group, bindings)
+            sub, fused_mod = self._candidate(mod, group, bindings, outputs=out_at)
             funcs = [_only_primfunc(fused_mod),
                      *(self._part_func(mod, part, bindings) for part in parts)]
             features = np.stack([self._features(f) for f in funcs])
@@ -320,21 +323,27 @@ class MeasuredDecision:
             exe = tvm.compile(sub, target=self.target, relax_pipeline=lower,
                               tir_pipeline=tir_pipeline_for(self.target))
         vm = relax.VirtualMachine(exe, dev)
-        ref = vm["main"](*[tvm.runtime.tensor(a, dev) for a in args]).numpy()
+        result = vm["main"](*[tvm.runtime.tensor(a, dev) for a in args])
+        refs = ([r.numpy() for r in result] if isinstance(result, (list, tuple))
+                or type(result).__name__ == "Array" else [result.numpy()])
         ran = self._run_poisoned(fused, args)
         if ran is None:
             return None
-        got, lib = ran
-        if got.shape != ref.shape:
+        outs, lib = ran
+        if [o.shape for o in outs] != [r.shape for r in refs]:
             return None
-        scale = float(np.nanmax(np.abs(ref), initial=0.0)) if ref.size else 0.0
-        agrees = np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(scale, 1.0), equal_nan=True)
-        return lib if agrees else None
+        for got, ref in zip(outs, refs):
+            scale = float(np.nanmax(np.abs(ref), initial=0.0)) if ref.size else 0.0
+            if not np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(scale, 1.0),
+                               equal_nan=True):
+                return None
+        return lib
 
     def _run_poisoned(self, fused: tvm.IRModule, args: list):
         """Run the fused module's one kernel, scheduled, on ``args`` (the values of its
-        ``main``'s parameters) with its output filled with NaN (zeros if not float):
-        ``(output, built kernel)``, or ``None`` if the module is not one kernel call."""
+        ``main``'s parameters) with its outputs filled with NaN (zeros if not float):
+        ``(the outputs, built kernel)``, or ``None`` if the module is not one kernel
+        call."""
         main = fused["main"]
         calls = [b.value for blk in main.body.blocks for b in blk.bindings
                  if isinstance(b.value, relax.Call) and isinstance(b.value.args[0],
@@ -360,11 +369,15 @@ class MeasuredDecision:
         dev = tvm.cpu()
         tensors = [tvm.runtime.tensor(a, dev) for a in (*inputs, *outputs)]
         lib["main"](*tensors)
-        return tensors[-1].numpy(), lib
+        return [t.numpy() for t in tensors[len(inputs):]], lib
 
-    def _candidate(self, mod: tvm.IRModule, group: list, bindings: dict, least: int = 2):
+    def _candidate(self, mod: tvm.IRModule, group: list, bindings: dict, least: int = 2,
+                   outputs: list | None = None):
         """The group's calls alone in a module (``sub``) and fused into one PrimFunc as
-        the pipeline would fuse them (``fused``): ``(sub, fused)``."""
+        the pipeline would fuse them (``fused``): ``(sub, fused)``. ``outputs``: the
+        positions in ``group`` of the results leaving it (the last one's alone by
+        default); several: ``sub`` returns them as a tuple, the kernel writes each."""
+        outputs = outputs or [len(group) - 1]
         inside = {n.var for n in group}
         inputs, seen = [], set()
         for n in group:
@@ -386,12 +399,14 @@ class MeasuredDecision:
                     call = bindings[n.var]
                     args = [env.get(a, a) for a in call.args[1].fields]
                     new = call_tir_again(call, args)
-                    env[n.var] = bb.emit_output(new) if n is group[-1] else bb.emit(new)
-            bb.emit_func_output(env[group[-1].var])
+                    leaves = group.index(n) in outputs
+                    env[n.var] = bb.emit_output(new) if leaves else bb.emit(new)
+            results = [env[group[i].var] for i in outputs]
+            bb.emit_func_output(results[0] if len(results) == 1 else relax.Tuple(results))
         sub = bb.get()
         main = sub["main"]
         vars_ = [b.var for blk in main.body.blocks for b in blk.bindings]
-        nodes = [Node(i, v, n.kernel, n.kind, n.out_bytes)
+        nodes = [Node(i, v, n.kernel, n.kind, n.out_bytes, escapes=i in outputs)
                  for i, (v, n) in enumerate(zip(vars_, group))]
         fused = fuse_tir(fuse_blocks(sub, [Block(nodes, group[-1].kind)], least))
         return sub, fused

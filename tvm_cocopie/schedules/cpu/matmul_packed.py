@@ -198,7 +198,7 @@ def _schedule_small_prologue(sch: s_tir.Schedule, anchor, info: CpuInfo) -> None
         sch.decompose_reduction(block, window)
 
 
-def _schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],
+def schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],
                            info: CpuInfo):
     """The row pass of :func:`row_prologue`'s ``plan``, A's producer inlined into a local
     copy of A that the nest computes per row tile: ``(the schedule, the copy's block)``.
@@ -213,8 +213,8 @@ def _schedule_row_prologue(sch: s_tir.Schedule, anchor, plan: tuple[list, str],
     return sch, a_tile
 
 
-def _tile_rows_at(sch: s_tir.Schedule, a_tile, loop, lanes: int) -> None:
-    """``a_tile`` (:func:`_schedule_row_prologue`) computed under ``loop``, vectorized."""
+def tile_rows_at(sch: s_tir.Schedule, a_tile, loop, lanes: int) -> None:
+    """``a_tile`` (:func:`schedule_row_prologue`) computed under ``loop``, vectorized."""
     sch.compute_at(a_tile, loop, preserve_unit_loops=False)
     if vectorizable(sch, a_tile):
         vectorize_inner(sch, sch.get_loops(a_tile)[-1], lanes)
@@ -227,7 +227,7 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     a_tile = None
     plan = row_prologue(sch, anchor)
     if plan is not None:
-        sch, a_tile = _schedule_row_prologue(sch, anchor, plan, info)
+        sch, a_tile = schedule_row_prologue(sch, anchor, plan, info)
         anchor = sch.get_sblock(name)
         knobs = dataclasses.replace(knobs, columns_outer=False, kb=0)
     elif small_prologue(sch, anchor):
@@ -253,7 +253,7 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         sch.annotate(anchor, SPACE_ANNOTATION, f"kind=matmul;colout={int(knobs.columns_outer)};"
                                                f"nvec={max(1, knobs.nb // lanes)}")
     mo, mi = split_tile(sch, m, knobs.tm, 8, knobs.sample_tiles)
-    no, nr, nv = _split_columns(sch, n, knobs.nb, lanes)
+    no, nr, nv = split_columns(sch, n, knobs.nb, lanes)
     inner = [mi, *nr]
     k_extent = const_extent(sch, k) or 0
     reduce_at = k
@@ -297,7 +297,7 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
         vectorize_inner(sch, sch.get_loops(final)[-1], lanes)
     if a_tile is not None:  # at the row tile: the loop around the panels (or fused with them)
         above = loops_above(sch, sch.get_sblock(name), attach)
-        _tile_rows_at(sch, a_tile, above[-1] if above and attach.same_as(no) else attach,
+        tile_rows_at(sch, a_tile, above[-1] if above and attach.same_as(no) else attach,
                       lanes)
     for loop in inner:
         sch.unroll(loop)
@@ -310,7 +310,7 @@ def schedule_matmul(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info: CpuIn
     return sch
 
 
-def _split_columns(sch: s_tir.Schedule, n, nb: int, lanes: int):
+def split_columns(sch: s_tir.Schedule, n, nb: int, lanes: int):
     """``n`` in column panels of ``nb``: ``(panel loop, [vectors of the panel, when nb is
     whole vectors], lane loop)``."""
     if nb % lanes == 0:
@@ -337,14 +337,14 @@ def _schedule_row_epilogue(sch: s_tir.Schedule, anchor, knobs: MatmulKnobs, info
     write_back = sch.cache_write(anchor, 0, "local")
     *batch, m, n, k = sch.get_loops(anchor)
     mo, mi = sch.split(m, [None, knobs.tm])
-    no, nr, nv = _split_columns(sch, n, knobs.nb, lanes)
+    no, nr, nv = split_columns(sch, n, knobs.nb, lanes)
     inner = [mi, *nr]
     sch.reorder(*batch, mo, no, k, *inner, nv)
     rows = sch.fuse(*batch, mo) if batch else mo
     if info.num_cores > 1 and (work is None or work >= MIN_PARALLEL_MACS):
         sch.parallel(rows)
     if a_tile is not None:
-        _tile_rows_at(sch, a_tile, rows, lanes)
+        tile_rows_at(sch, a_tile, rows, lanes)
     sch.reverse_compute_at(write_back, no)
     if vectorizable(sch, write_back):
         vectorize_inner(sch, sch.get_loops(write_back)[-1], lanes)

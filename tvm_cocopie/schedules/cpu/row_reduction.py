@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 
 
-def _is_row_reduction(sch: s_tir.Schedule, block) -> bool:
+def is_row_reduction(sch: s_tir.Schedule, block) -> bool:
     """Spatial iterators first, then reduction ones, and the innermost reduction variable
     alone indexes the last dimension of an input (the reduction runs along a row)."""
     kinds = iter_types(sch, block)
@@ -252,7 +252,7 @@ def schedule_rows(sch: s_tir.Schedule, info: CpuInfo) -> s_tir.Schedule | None:
     if len(blocks) < 1 or not writes_output(sch, blocks[-1]):
         return None
     reductions = [b for b in blocks if not is_spatial(sch, b)]
-    if not reductions or not all(_is_row_reduction(sch, b) for b in reductions):
+    if not reductions or not all(is_row_reduction(sch, b) for b in reductions):
         return None
     final = blocks[-1]
     final_loops = sch.get_loops(final)
@@ -315,7 +315,7 @@ def is_row_pass(sch: s_tir.Schedule, names: list) -> bool:
     reduction first, then row reductions and element-wise blocks."""
     blocks = [sch.get_sblock(n) for n in names]
     return bool(blocks) and not is_spatial(sch, blocks[0]) and all(
-        is_spatial(sch, b) or _is_row_reduction(sch, b) for b in blocks)
+        is_spatial(sch, b) or is_row_reduction(sch, b) for b in blocks)
 
 
 def schedule_row_pass(sch: s_tir.Schedule, names: list, info: CpuInfo):
