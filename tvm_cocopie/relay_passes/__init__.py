@@ -28,6 +28,7 @@ from .fusion.horizontal import horizontal_matmuls
 from .fusion.patterns import op_patterns_from_mapping
 from .fusion.profiler import MeasuredDecision
 from .fusion.regions import fuse_tir
+from .layer_norm import decomposed_layer_norms
 from .layout import layout_passes_for
 from .noalias import mark_noalias
 from .pattern_sparse import pattern_sparse_convs
@@ -35,8 +36,10 @@ from .rewriting import MathPropertyRewrite
 
 
 def rewrite_passes(target: tvm.target.Target) -> list:
-    """Math-property rewriting passes for ``target``, run on the imported Relax graph."""
-    return [MathPropertyRewrite()]
+    """Rewriting passes for ``target``, run on the imported Relax graph: layer norms
+    written out op by op as one ``nn.layer_norm`` (:mod:`.layer_norm`), then the
+    math-property rules."""
+    return [decomposed_layer_norms, MathPropertyRewrite()]
 
 
 def layout_passes(target: tvm.target.Target, grouped: str = "gspc",

@@ -96,6 +96,7 @@ from ..base import (
     try_apply,
     vectorizable,
     vectorize_inner,
+    writes_output,
 )
 from ..tunable import SPACE_ANNOTATION, sample_unroll_budget, split_tile
 from ..versions import block_iterations, parallel_when
@@ -387,6 +388,11 @@ class MatmulPacked(CpuRule):
         if (row_prologue(sch, anchor) is None and not small_prologue(sch, anchor)
                 and not all(is_spatial(sch, b) for b in blocks_before(sch, anchor))):
             return None  # reductions before the matmul that are neither
+        after = blocks_after(sch, anchor)
+        if all(is_spatial(sch, b) for b in after) and any(
+                writes_output(sch, b) for b in after[:-1]):
+            return None  # an element-wise epilogue that also writes a result on the way
+            # (a DNNFusion block of two outputs): it cannot be inlined into the tile
         ann = sch.get(anchor).annotations[ANNOTATION]
         knobs = MatmulKnobs(int(ann["tm"]), int(ann["nb"]))
         if int(ann.get("colout", 0)) and _panels(sch, anchor, knobs.nb) >= 2 * info.num_cores:
