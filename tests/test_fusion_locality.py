@@ -223,14 +223,17 @@ def _pre_norm_linear_model(rows=37, width=64, out=96):
                       initializers=inits, opset=17)
 
 
-@pytest.mark.parametrize("rows", [37, 64])
+@pytest.mark.parametrize("rows, width", [(37, 64), (64, 64), (40, 120)])
 def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_stay_local(
-        tmp_path, monkeypatch, rows):
+        tmp_path, monkeypatch, rows, width):
     """Fused (the decision forced), a layer norm feeding a matmul's rows is scheduled by
     the matmul rule (before: the rule failed on the reductions and the fusion was
     dropped as fallback-only, ViT-tiny kept its 25 layer norms apart): the statistics a
     parallel pass of their own, the normalization per row tile into a local copy of A
-    (no buffer of all the normalized rows), rows not a multiple of the tile (37) too;
+    (no buffer of all the normalized rows), rows not a multiple of the tile (37) too,
+    rows not whole vectors (120 = 7 x 16 + 8: the tail's sums read only the input, and
+    were computed for every row in every row's iteration until their row loop was
+    merged with the pass's; PP-OCR rec's layer norms failed the fused kernel's check);
     the numbers are ONNX Runtime's."""
     import re
 
@@ -238,7 +241,7 @@ def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_st
     from tvm_cocopie.relay_passes.fusion import profiler
     from tvm_cocopie.schedules import default_rules
 
-    model = _pre_norm_linear_model(rows=rows)
+    model = _pre_norm_linear_model(rows=rows, width=width)
     fused, opts, target = _forced_fusion(monkeypatch, tmp_path, model)
     calls = [c.kernel for c in kernel_calls(fused)]
     (name,) = [k for k in calls if "matmul" in k and "layer_norm" in k]
@@ -248,9 +251,9 @@ def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_st
     script = profiler.scheduled_primfunc(fused[name], target, rules).script()
     buffers = re.findall(r"(\w+) = T\.sblock_alloc_buffer\(\((.*?)\)(.*?)\)", script)
     full = [b for b, shape, _ in buffers
-            if [int(d) for d in re.findall(r"T\.int64\((\d+)", shape)][-2:] == [rows, 64]]
+            if [int(d) for d in re.findall(r"T\.int64\((\d+)", shape)][-2:] == [rows, width]]
     assert [b for b in full if "local" not in b] == [], buffers
-    x = np.random.default_rng(0).standard_normal([1, rows, 64]).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal([1, rows, width]).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 

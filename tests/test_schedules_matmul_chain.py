@@ -116,8 +116,8 @@ def test_a_result_read_by_two_blocks_stays_an_output_of_the_block_that_joins_it(
     assert joined(_layer(16, head_first=False, head_reads_mlp=True)) == []
 
 
-def _assert_matches_onnx_runtime(model, opts, rows, seed=0):
-    x = np.random.default_rng(seed).standard_normal([1, rows, 64]).astype(np.float32)
+def _assert_matches_onnx_runtime(model, opts, rows, seed=0, width=64):
+    x = np.random.default_rng(seed).standard_normal([1, rows, width]).astype(np.float32)
     got = tvm_cocopie.compile(model, options=opts)(x=x)
     for g, w in zip(got, ort_run(model, {"x": x}), strict=True):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
@@ -154,18 +154,23 @@ def test_a_projection_and_its_head_fused_write_both_results_and_match_onnx_runti
     _assert_matches_onnx_runtime(model, opts, rows)
 
 
-def test_a_whole_layer_is_one_chain_of_three_matmuls(tmp_path, monkeypatch):
+@pytest.mark.parametrize("rows, width, hidden", [(197, 64, 128), (40, 120, 240)])
+def test_a_whole_layer_is_one_chain_of_three_matmuls(tmp_path, monkeypatch, rows, width,
+                                                     hidden):
     """Three matmuls a block allowed: projection, layer norm and MLP join into one
     kernel of three chained matmuls (the residual ``r`` read per chain tile by the last
-    epilogue); the numbers are ONNX Runtime's."""
-    model = _layer(197, head_first=False)
+    epilogue); rows not whole vectors too (PP-OCR rec's 120: the layer norm's body
+    reduction over a row computed in the kernel stays a scalar chain, its lane partials
+    came out of ``reverse_compute_at`` with 8 of 16 lanes); the numbers are ONNX
+    Runtime's."""
+    model = _layer(rows, width, hidden, head_first=False)
     fused, opts, target = _fused(monkeypatch, tmp_path, model, most_matmuls=3)
     names = [c.kernel for c in kernel_calls(fused)]
     chains = [k for k in names if k.count("matmul") == 3]
     assert len(chains) == 1, names
     rules = default_rules(target)
     assert profiler.first_rule(fused[chains[0]], target, rules).name == "matmul_chain"
-    _assert_matches_onnx_runtime(model, opts, 197, seed=1)
+    _assert_matches_onnx_runtime(model, opts, rows, seed=1, width=width)
 
 
 def test_chain_factor_keeps_every_core_busy_within_the_tile_budget():

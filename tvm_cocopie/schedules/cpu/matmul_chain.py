@@ -65,6 +65,7 @@ from .row_reduction import (
     inline_elementwise,
     is_row_reduction,
     lane_partials,
+    row_has_tail,
     schedule_partials,
     vectorize_row,
 )
@@ -154,7 +155,8 @@ def schedule_chain(sch: s_tir.Schedule, names: list, info: CpuInfo) -> s_tir.Sch
         sch.set_scope(sch.get_sblock(names[-1]), 0, "local")
     partials = set()
     for block in root_blocks(sch):
-        if sch.get(block).name_hint not in names and not is_spatial(sch, block):
+        if (sch.get(block).name_hint not in names and not is_spatial(sch, block)
+                and not row_has_tail(sch, block, lanes)):
             rf = lane_partials(sch, block, lanes)
             if rf is not None:
                 partials.add(sch.get(rf).name_hint)

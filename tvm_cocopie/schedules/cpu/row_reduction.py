@@ -164,6 +164,27 @@ def lane_partials(sch: s_tir.Schedule, block, lanes: int):
     return sch.rfactor(ki, 0)
 
 
+def row_has_tail(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """Whether ``block`` reduces along rows of a buffer computed in the function (by a
+    block before it) whose length is not whole vectors. Placed under a row loop after that
+    buffer's producer with ``reverse_compute_at``, the lane partials of such a row (a
+    layer norm's body of 112 of 120: 7 vectors, a tail of 8) came out with 8 of their
+    16 lanes (TVM 0.27 bounds the lane by the last vector's remainder) and every
+    normalized value was wrong (PP-OCR rec's projection + residual + layer norm, caught
+    by DNNFusion's check): the schedules that place reductions so
+    (:mod:`.matmul_packed`'s row epilogue, :mod:`.matmul_chain`) keep such a reduction
+    one scalar chain per row."""
+    written = [w.source for p in sch.get_producers(block) for w in sch.get(p).writes]
+    for region in sch.get(block).reads:
+        buf = region.source
+        if not any(buf.same_as(w) for w in written) or not buf.shape:
+            continue  # a parameter only read: nothing bounds it under the row loop
+        last = buf.shape[-1]
+        if hasattr(last, "value") and int(last.value) % lanes:
+            return True
+    return False
+
+
 #: a block computed per row may iterate at most this many times the result's row
 ROW_RECOMPUTE = 4
 
@@ -346,6 +367,15 @@ def schedule_row_pass(sch: s_tir.Schedule, names: list, info: CpuInfo):
     loops = sch.get_loops(stage[0])
     rows = sch.fuse(*loops[:row_dims]) if row_dims > 1 else loops[0]
     for block in stage[1:]:
+        if not sch.get_producers(block):
+            # it reads only parameters (a layer norm's tail past the last whole vector,
+            # 112 + 8 of 120): nothing under the row loop bounds it, so
+            # ``reverse_compute_at`` computed every row in every row's iteration (40x
+            # the work, and in parallel the rows' statistics raced): its own row loop
+            # merged with the pass's instead
+            own = sch.get_loops(block)
+            rows = sch.merge(rows, sch.fuse(*own[:row_dims]) if row_dims > 1 else own[0])
+            continue
         sch.reverse_compute_at(block, rows, preserve_unit_loops=False)
     if info.num_cores > 1 and planned_value(work) >= MIN_PARALLEL_WORK // 4:
         sch.parallel(rows)
