@@ -169,7 +169,7 @@ def test_rules_per_target():
     assert [type(r).__name__ for r in default_rules(hexagon)] == ["HexagonInt8"]
     assert [type(r).__name__ for r in default_rules(TARGET)] == [
         "Winograd", "Matvec", "ConvChain", "GspcPixels", "Conv2dNCHWc", "MatmulPacked",
-        "Attention", "RowReduction", "Fallback"]
+        "Attention", "MatmulChain", "RowReduction", "Fallback"]
 
 
 def test_tunable_rules_return_a_space_that_builds():
