@@ -50,6 +50,27 @@ def const_np(expr) -> np.ndarray:
     return arr
 
 
+def float_scalar(expr) -> float | None:
+    """The value of a one-element float32 constant (a scale, an epsilon), else ``None``."""
+    if not is_constant(expr):
+        return None
+    value = const_np(expr)
+    if value.size != 1 or value.dtype != np.float32:
+        return None
+    return float(value.reshape(()))
+
+
+def tensor_bytes(ty) -> int:
+    """Bytes of a tensor of Relax type ``ty`` with a static shape; 0 for a symbolic one or
+    anything that is not a tensor (a tuple)."""
+    values = getattr(getattr(ty, "shape", None), "values", None)
+    if values is None or not hasattr(ty, "dtype") or not all(
+            isinstance(v, (int, tvm.tirx.IntImm)) for v in values):
+        return 0
+    return int(np.prod([int(v) for v in values], dtype=np.int64)) * \
+        np.dtype(str(ty.dtype)).itemsize
+
+
 def static_shape(expr) -> list[int] | None:
     """The static shape of a Relax tensor expression, or ``None`` if it has no shape or
     any dim is symbolic."""

@@ -27,11 +27,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
 import tvm
 from tvm import relax, s_tir
 
 from ..api import compile_model
+from ..exprs import tensor_bytes
 from ..frontend.importer import from_onnx
 from ..pipeline import PipelineOptions, run_until
 from ..relay_passes.fusion.plan import ECG
@@ -93,13 +93,8 @@ def _written_bytes(ty) -> int:
     """Bytes of the tensors of type ``ty`` (each field of a tuple: a kernel with several
     outputs); 0 for a symbolic shape."""
     if isinstance(ty, relax.TupleType):
-        return sum(_written_bytes(field) for field in ty.fields)
-    values = getattr(getattr(ty, "shape", None), "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values) \
-            or not hasattr(ty, "dtype"):
-        return 0
-    return int(np.prod([int(d) for d in values], dtype=np.int64)) * \
-        np.dtype(str(ty.dtype)).itemsize
+        return sum(tensor_bytes(field) for field in ty.fields)
+    return tensor_bytes(ty)
 
 
 def _has_fast_block(func: tvm.tirx.PrimFunc) -> bool:

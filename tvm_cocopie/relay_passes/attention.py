@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..exprs import batched_shape, const_np, is_constant, op_name, var_uses
+from ..exprs import batched_shape, float_scalar, is_constant, op_name, var_uses
 from ..target import cpu_info
 from ..topi.cpu.attention import View, attention, attention_tile
 from .fusion.plan import ALONE
@@ -56,15 +55,6 @@ def _same(a, b) -> bool:
 
 def _same_dims(a, b) -> bool:
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-
-
-def _scalar(expr) -> float | None:
-    if not is_constant(expr):
-        return None
-    value = const_np(expr)
-    if value.size != 1 or value.dtype != np.float32:
-        return None
-    return float(value.reshape(()))
 
 
 @relax.expr_functor.mutator
@@ -105,9 +95,9 @@ class _AttentionRewriter(relax.PyExprMutator):
             if call is None:
                 continue
             lhs, rhs = call.args
-            c = _scalar(rhs)
+            c = float_scalar(rhs)
             if c is None and name == "multiply":
-                lhs, c = rhs, _scalar(lhs)
+                lhs, c = rhs, float_scalar(lhs)
             mm = self._bound(lhs, "matmul")
             if c is None or mm is None or c <= 0:
                 return None
@@ -120,7 +110,7 @@ class _AttentionRewriter(relax.PyExprMutator):
         if call is None:
             return None
         for x, c in (call.args, call.args[::-1]):
-            value = _scalar(c)
+            value = float_scalar(c)
             if value is not None and value > 0 and not is_constant(x):
                 return x, value
         return None

@@ -28,17 +28,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..exprs import batched_shape, const_np, is_constant, op_name, var_uses
+from ..exprs import batched_shape, const_np, float_scalar, is_constant, op_name, var_uses
 
 log = logging.getLogger(__name__)
-
-
-def _scalar(expr) -> float | None:
-    """The value of a one-element float constant."""
-    if not is_constant(expr):
-        return None
-    value = const_np(expr)
-    return float(value.reshape(())) if value.size == 1 else None
 
 
 def _row_mean(call, rank: int) -> bool:
@@ -82,16 +74,16 @@ class _Chains:
             if chain is not None:
                 self.found[chain[0]] = chain[1:]
 
-    def _call(self, var, name: str, uses: int = 1):
-        """The ``name`` call ``var`` is bound to, if read exactly ``uses`` times."""
+    def _call(self, var, name: str):
+        """The ``name`` call ``var`` is bound to, if read once (by the chain)."""
         value = self.values.get(var) if isinstance(var, relax.Var) else None
-        if op_name(value) != name or self.uses.get(var, 0) != uses:
+        if op_name(value) != name or self.uses.get(var, 0) != 1:
             return None
         return value
 
     def _inverse_deviation(self, var):
-        """``(deviation var, eps)`` of ``1 / sqrt(v + eps)`` given ``var`` as the
-        ``sqrt(...)`` divided by (``rsqrt``: multiplied by)."""
+        """``(the root's op, v, eps)`` of ``sqrt(v + eps)`` (or ``rsqrt``) bound to
+        ``var``, the normalization's divisor (``rsqrt``: its factor), or ``None``."""
         for name in ("sqrt", "rsqrt"):
             root = self._call(var, name)
             if root is None:
@@ -100,11 +92,11 @@ class _Chains:
             if plus is None:
                 return None
             v, eps = plus.args
-            if _scalar(eps) is None:
+            if float_scalar(eps) is None:
                 v, eps = eps, v
-            if _scalar(eps) is None:
+            if float_scalar(eps) is None:
                 return None
-            return name, v, _scalar(eps)
+            return name, v, float_scalar(eps)
         return None
 
     def _chain(self, var):
@@ -122,7 +114,6 @@ class _Chains:
         if inverse is None or (inverse[0] == "sqrt") != (name == "divide"):
             return None
         _, v, eps = inverse
-        # d is read by the normalization and the square (twice when d * d)
         centre = self.values.get(d) if isinstance(d, relax.Var) else None
         if op_name(centre) != "subtract":
             return None
@@ -139,16 +130,17 @@ class _Chains:
         if variance is None or not _row_mean(variance, rank):
             return None
         square = self.values.get(variance.args[0])
-        reads = self.uses.get(d, 0)
-        if op_name(square) == "power" and _scalar(square.args[1]) == 2.0 \
-                and square.args[0].same_as(d) and self.uses.get(variance.args[0], 0) == 1:
-            expected = 2
+        if self.uses.get(variance.args[0], 0) != 1:
+            return None
+        if op_name(square) == "power" and float_scalar(square.args[1]) == 2.0 \
+                and square.args[0].same_as(d):
+            reads = 2  # d is read by the square and the normalization
         elif op_name(square) == "multiply" and square.args[0].same_as(d) \
-                and square.args[1].same_as(d) and self.uses.get(variance.args[0], 0) == 1:
-            expected = 3
+                and square.args[1].same_as(d):
+            reads = 3  # twice by d * d
         else:
             return None
-        if reads != expected or self.uses.get(var, 0) < 1:
+        if self.uses.get(d, 0) != reads or self.uses.get(var, 0) < 1:
             return None
         last, gamma, beta = var, None, None
         scaled = self._next(last, "multiply")

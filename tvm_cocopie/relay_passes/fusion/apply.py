@@ -2,8 +2,10 @@
 
 Every block of two or more calls (:func:`.plan.explore`) is moved into a private Relax
 function marked ``Primitive`` (its outside inputs, constants included, as parameters;
-its output as the result, a tuple when the block keeps several), ``main`` calls that function where the block's output
-was bound, and TVM's ``FuseTIR`` merges each such function's kernels into one PrimFunc.
+its output as the result, a tuple when the block keeps several), ``main`` calls that
+function where the plan places it (:func:`.plan.placement`: where the block's output was
+bound, unless it keeps several), and TVM's ``FuseTIR`` merges each such function's
+kernels into one PrimFunc.
 That is the form stock ``FuseOps`` produces, so the schedule stage and the VM lowering
 take it unchanged.
 
@@ -151,7 +153,6 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
     # outputs: :func:`.plan.placement`)
     places = {b.output.var: placement(b.nodes) for b in fused}
     hidden = {n.var for b in fused for n in b.nodes if n is not places[b.output.var]}
-    outputs = {b.output.var: [n.var for n in b.outputs] for b in fused}
     bb = relax.BlockBuilder(mod)
     calls = {}
     for block in fused:
@@ -163,7 +164,7 @@ def fuse_blocks(mod: tvm.IRModule, blocks: list[Block], least: int = 2) -> tvm.I
             inputs = [*inputs, relax.ShapeExpr(dims)]
             params = [*params, relax.Var("tir_vars", relax.ShapeType(dims))]
         name = "fused_" + "_".join(n.kernel for n in block.nodes)[:120]
-        leaving = outputs[block.output.var]
+        leaving = [n.var for n in block.outputs]
         with bb.function(name, params, attrs={"Primitive": True}, private=True):
             with bb.dataflow():
                 for node in block.nodes:

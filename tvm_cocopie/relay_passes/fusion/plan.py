@@ -25,12 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from ...exprs import is_constant, static_shape
+from ...exprs import is_constant, static_shape, tensor_bytes
 from . import locality
 from .mapping import MappingType, classify
 from .table import Color, opportunity
@@ -90,7 +89,7 @@ class ECG:
                     kind = kinds[(gv.name_hint, _constant_args(args))]
                     node = Node(index, binding.var, gv.name_hint,
                                 kind if kind is not None else MappingType.MANY_TO_MANY,
-                                _bytes(binding.var))
+                                tensor_bytes(binding.var.ty))
                     attrs = mod[gv].attrs
                     node.alone = bool(attrs is not None and attrs.get(ALONE, False))
                     for position, arg in enumerate(args):
@@ -165,13 +164,6 @@ def _mapping_types(mod: tvm.IRModule, store: TypeStore | None) -> dict:
     if new:
         store.put_mapping_types(new)
     return kinds
-
-
-def _bytes(var) -> int:
-    shape = static_shape(var)
-    if shape is None:
-        return 0
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(str(var.ty.dtype)).itemsize
 
 
 def _mark_escapes(expr, by_var: dict) -> None:

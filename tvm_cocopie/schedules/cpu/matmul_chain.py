@@ -133,8 +133,8 @@ def schedule_chain(sch: s_tir.Schedule, names: list, info: CpuInfo) -> s_tir.Sch
     a_tile = None
     plan = row_prologue(sch, sch.get_sblock(names[0]))
     if plan is not None:
-        sch, a_tile = schedule_row_prologue(sch, sch.get_sblock(names[0]), plan, info)
-        a_tile = sch.get(a_tile).name_hint
+        sch, tile = schedule_row_prologue(sch, sch.get_sblock(names[0]), plan, info)
+        a_tile = sch.get(tile).name_hint
     else:
         for block in inline_prologue(sch, sch.get_sblock(names[0])):
             parallel_spatial(sch, block, info)
@@ -162,9 +162,9 @@ def schedule_chain(sch: s_tir.Schedule, names: list, info: CpuInfo) -> s_tir.Sch
                 partials.add(sch.get(rf).name_hint)
     annotations = [sch.get(sch.get_sblock(n)).annotations[ANNOTATION] for n in names]
     tm = int(annotations[0]["tm"])
-    extents = [const_extent(sch, lp) for lp in sch.get_loops(sch.get_sblock(names[0]))]
+    padded_rows = const_extent(sch, sch.get_loops(sch.get_sblock(names[0]))[0])
     widest = max(const_extent(sch, sch.get_loops(sch.get_sblock(n))[1]) for n in names)
-    c = chain_factor(extents[0] // tm, tm, widest, info.num_cores)
+    c = chain_factor(padded_rows // tm, tm, widest, info.num_cores)
     rows, reductions, own = None, [], set(operands)
     for i, name in enumerate(names):
         anchor = sch.get_sblock(name)
