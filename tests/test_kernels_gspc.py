@@ -302,34 +302,29 @@ def test_narrow_groups_keep_the_blocked_layout_between_convs(grouped, transforms
     assert_allclose(run(mod, [data], grouped=grouped), conv2d_reference(y, w2))
 
 
-def _shifted_sum(x: np.ndarray, packed: np.ndarray, k: int) -> np.ndarray:
-    """The shifted-vector conv in numpy at stride 1 without padding (NCHWc in and out):
-    each output vector the sum over taps and shifts of the packed weight times the input
-    vector read ``s`` lanes off, across into the neighbouring pixel (zero at the row's
-    ends)."""
+def _rotated_sum(x: np.ndarray, packed: np.ndarray, k: int) -> np.ndarray:
+    """The rotated-vector conv in numpy at stride 1 without padding (NCHWc in and out):
+    each output vector the sum over taps and rotations ``t`` of the packed weight times
+    the input vector whose groups of ``k`` lanes are turned by ``t``."""
     n, cb_n, h, w, cb = x.shape
-    _, kh, kw, ns, _ = packed.shape
-    rows = np.concatenate([np.zeros((n, cb_n, h, 1, cb)), x, np.zeros((n, cb_n, h, 1, cb))],
-                          axis=3).reshape(n, cb_n, h, (w + 2) * cb)
+    _, kh, kw, nr, _ = packed.shape
+    lane = np.arange(cb)
     oh, ow = h - kh + 1, w - kw + 1
     out = np.zeros((n, cb_n, oh, ow, cb))
-    for y in range(oh):
-        for xo in range(ow):
-            for a in range(kh):
-                for b in range(kw):
-                    for si in range(ns):
-                        start = (xo + b + 1) * cb + si - (k - 1)
-                        out[:, :, y, xo] += packed[:, a, b, si] * rows[:, :, y + a,
-                                                                       start:start + cb]
+    for t in range(nr):
+        turned = x[..., lane - lane % k + (lane % k + t) % k]
+        for a in range(kh):
+            for b in range(kw):
+                out += packed[None, :, None, None, a, b, t] * turned[:, :, a:a + oh, b:b + ow]
     return out
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_shifted_vectors_compute_the_grouped_conv(k):
-    """The packed weight of the shifted-vector kernel is the grouped conv: summed over the
-    2k - 1 lane shifts in numpy it gives the reference (no TVM), its zeros are exactly
-    the lanes whose shift leaves the group, and the compute packing it at run time packs
-    the same."""
+def test_rotated_vectors_compute_the_grouped_conv(k):
+    """The packed weight of the rotated-vector kernel is the grouped conv: summed over
+    the k rotations of each group in numpy it gives the reference (no TVM), every weight
+    of the group used once (no zero padding), and the compute packing it at run time
+    packs the same."""
     import tvm
 
     c, g = 32, 32 // k
@@ -338,11 +333,12 @@ def test_shifted_vectors_compute_the_grouped_conv(k):
     w = rng.standard_normal((c, k, 3, 3)).astype("float32") + 3  # no zero weights
     x = rng.standard_normal((1, c, 6, 7)).astype("float32")
     packed = gspc_shift.pack_weight_numpy(w, geo, 16)
-    assert packed.shape == (2, 3, 3, 2 * k - 1, 16)
-    zeros = [int((packed[0, 0, 0, si] == 0).sum()) for si in range(2 * k - 1)]
-    assert zeros == [16 * abs(si - (k - 1)) // k for si in range(2 * k - 1)]
+    assert packed.shape == (2, 3, 3, k, 16)
+    assert not (packed == 0).any()
+    np.testing.assert_array_equal(np.sort(packed[0, 1, 2, :, :k].ravel()),
+                                  np.sort(w[:k, :, 1, 2].ravel()))
     xb = x.reshape(1, 2, 16, 6, 7).transpose(0, 1, 3, 4, 2)
-    got = _shifted_sum(xb, packed, k).transpose(0, 1, 4, 2, 3).reshape(1, c, 4, 5)
+    got = _rotated_sum(xb, packed, k).transpose(0, 1, 4, 2, 3).reshape(1, c, 4, 5)
     np.testing.assert_allclose(got, conv2d_reference(x, w, groups=g), rtol=1e-5, atol=1e-4)
     wt = tvm.te.placeholder(w.shape, "float32", name="w")
     te_packed = gspc_shift.pack_weight(wt, geo, 16)

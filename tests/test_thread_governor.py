@@ -161,3 +161,24 @@ def test_user_thread_count_wins():
         print(int(tvm.get_global_func("runtime.NumThreads")()))
     """
     assert _fresh_python(code, {"TVM_NUM_THREADS": "1"}).stdout.split() == ["1"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_pool_set_to_one_thread_is_no_pool_that_cannot_grow():
+    """A governor's one-thread setting (set_pool_threads) leaves a pool that grows back:
+    a later compile must not warn that it cannot (bench_fusion's log said so for every
+    model after a probe)."""
+    code = """
+        import warnings, tvm_cocopie
+        from tvm_cocopie import threads
+        tvm_cocopie.register()
+        threads.set_pool_threads(1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            threads.ensure_thread_pool()
+        threads.set_pool_threads(threads.usable_cores())
+        print(len(caught), threads.pool_threads(), threads.usable_cores())
+    """
+    warned, now, cores = map(int, _fresh_python(code).stdout.split())
+    assert warned == 0
+    assert now == cores

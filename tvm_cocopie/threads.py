@@ -73,7 +73,7 @@ def ensure_thread_pool(cores: int | None = None) -> int:
     wanted = int(cores or usable_cores())
     configure_thread_pool(wanted)
     expected = configured_threads(wanted)
-    started = pool_threads()
+    started = started_threads()
     if started < expected:
         warnings.warn(
             f"TVM's thread pool already runs with {started} thread(s) of the {expected} "
@@ -250,8 +250,22 @@ def pool_threads() -> int:
     return int(_runtime_func("runtime.NumThreads")())
 
 
+#: the thread count TVM's pool started with, noted before :func:`set_pool_threads` first
+#: changes it (a governor's one-thread probe is not a pool that cannot grow)
+_POOL_START: list[int] = []
+
+
+def started_threads() -> int:
+    """Threads TVM's pool started with (starting it if it has not started): what it can
+    run with at most, whatever :func:`set_pool_threads` set since."""
+    if not _POOL_START:
+        _POOL_START.append(pool_threads())
+    return _POOL_START[0]
+
+
 def set_pool_threads(threads: int) -> None:
     """Run TVM's thread pool with ``threads`` threads from the next parallel call on
     (``runtime.config_threadpool``; ~10 µs): the pool is the process's."""
+    started_threads()
     # mode 1 (kBig): all cores of a homogeneous CPU; TVM_BIND_THREADS=0 keeps them unpinned
     _runtime_func("runtime.config_threadpool")(1, int(threads))

@@ -27,6 +27,7 @@ import logging
 import tvm
 from tvm import tirx
 
+from .lane_shuffles import permuted_copies
 from .target import is_hexagon
 
 log = logging.getLogger(__name__)
@@ -125,13 +126,15 @@ def stack_locals(limit: int = STACK_LIMIT_BYTES) -> tvm.transform.Pass:
 
 
 def _tir_pipeline(**kwargs):
-    """TVM's default S-TIR pipeline, :func:`stack_locals` after its host finalization."""
+    """TVM's default S-TIR pipeline, :func:`stack_locals` and
+    :func:`~tvm_cocopie.lane_shuffles.permuted_copies` after its host finalization."""
     from tvm.s_tir.pipeline import default_s_tir_pipeline
 
     lower, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
 
     def host_passes():
-        return tvm.ir.transform.Sequential([finalize_host(), stack_locals()])
+        return tvm.ir.transform.Sequential([finalize_host(), stack_locals(),
+                                          permuted_copies()])
 
     return lower, host_passes, finalize_device
 

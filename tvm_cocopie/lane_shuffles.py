@@ -1,0 +1,154 @@
+"""Lane-permuted vector copies as one contiguous load and a shuffle: the TIR pass
+:func:`permuted_copies`.
+
+A vectorized copy whose source index is not a ramp, ``dst[ramp] = src[idx]`` with
+``idx`` a vector of offsets, is a gather to TVM 0.27's LLVM code generation: it
+extracts each lane's index and loads the lane alone (checked: ``vpextrd`` /
+``vinsertps`` per lane for a rotation inside groups of 4 lanes, the offsets built at
+run time). Where the lanes of ``idx`` are a permutation of ``L`` consecutive
+elements, ``base + d_i`` with the ``d_i`` constants covering ``m .. m + L - 1``, the
+same values are one vector load of those elements and a shuffle with constant
+indices ``d_i - m`` (``vpermilps`` / ``vpermps`` on x86): the same elements read, no
+more. The shifted-vector grouped conv (:mod:`tvm_cocopie.topi.cpu.gspc_shift`) copies
+each pixel's channel chunk rotated inside its groups this way.
+
+The pass runs on host functions after TVM's host finalization (the copies are
+vectorized, unrolled and their index parts bound to common-subexpression variables
+by then: those bindings are followed). Statements of kinds not listed in
+:class:`_Rewriter` are kept as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import tirx
+from tvm.sym import Analyzer
+
+log = logging.getLogger(__name__)
+
+_BINARY = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod,
+           tirx.Min, tirx.Max, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE, tirx.And,
+           tirx.Or)
+
+
+def _lanes(expr) -> int:
+    """Lanes of a primitive expression's type (1 for a scalar)."""
+    return int(tvm.DataType(str(expr.ty)).lanes)
+
+
+def lane(expr, i: int, bound: dict):
+    """The scalar expression of lane ``i`` of the integer vector ``expr`` (``None`` where
+    a node is not one of ramp, broadcast, variable, constant, arithmetic, comparison,
+    select); ``bound`` maps variables to the values they were bound to (followed, so
+    that a bound ``x * 16`` is known to be a multiple of 4)."""
+    if isinstance(expr, tirx.Ramp):
+        return expr.base + expr.stride * i
+    if isinstance(expr, tirx.Broadcast):
+        return expr.value
+    if isinstance(expr, tirx.IntImm):
+        return expr
+    if isinstance(expr, tirx.Var):
+        value = bound.get(expr)
+        if value is None:
+            return expr if _lanes(expr) == 1 else None
+        return lane(value, i, bound)
+    if isinstance(expr, tirx.Select):
+        parts = [lane(e, i, bound) for e in (expr.condition, expr.true_value, expr.false_value)]
+        return None if any(p is None for p in parts) else tirx.Select(*parts)
+    if isinstance(expr, _BINARY):
+        a, b = lane(expr.a, i, bound), lane(expr.b, i, bound)
+        if a is None or b is None:
+            return None
+        return type(expr)(a, b)
+    return None
+
+
+def as_shuffle(load, bound: dict, analyzer: Analyzer | None = None):
+    """``load`` (a vector load of one index) as a contiguous load and a constant shuffle
+    when its lanes read a permutation of consecutive elements; else ``None``."""
+    if len(load.indices) != 1:
+        return None
+    (index,) = load.indices
+    if isinstance(index, tirx.Ramp) or _lanes(index) == 1:
+        return None
+    lanes = _lanes(index)
+    analyzer = analyzer or Analyzer()
+    first = lane(index, 0, bound)
+    if first is None:
+        return None
+    offsets = []
+    for i in range(lanes):
+        value = lane(index, i, bound)
+        if value is None:
+            return None
+        diff = analyzer.simplify(value - first)
+        if not isinstance(diff, tirx.IntImm):
+            return None
+        offsets.append(int(diff.value))
+    low = min(offsets)
+    if sorted(offsets) != list(range(low, low + lanes)):
+        return None  # not a permutation of one window: loads elsewhere would be new reads
+    start = analyzer.simplify(first + low)
+    whole = tirx.BufferLoad(load.source, [tirx.Ramp(start, 1, lanes)])
+    return tirx.Shuffle([whole], [tirx.IntImm("int32", d - low) for d in offsets])
+
+
+class _Rewriter:
+    """The statement tree with every permuted vector copy ``dst[..] = src[idx]`` as a
+    contiguous load and a shuffle (module docstring)."""
+
+    def __init__(self):
+        self.bound: dict = {}
+        self.rewritten = 0
+        self.analyzer = Analyzer()
+
+    def stmt(self, node):
+        if isinstance(node, tirx.SeqStmt):
+            return tirx.SeqStmt([self.stmt(s) for s in node.seq])
+        if isinstance(node, tirx.Bind):
+            self.bound[node.var] = node.value
+            return node
+        if isinstance(node, tirx.BufferStore):
+            value = node.value
+            if isinstance(value, tvm.ir.TensorLoad) and _lanes(value) > 1:
+                shuffled = as_shuffle(value, self.bound, self.analyzer)
+                if shuffled is not None:
+                    self.rewritten += 1
+                    return tirx.BufferStore(node.buffer, shuffled, node.indices)
+            return node
+        if isinstance(node, tirx.For):
+            return tirx.For(node.loop_var, node.min, node.extent, node.kind,
+                            self.stmt(node.body), node.thread_binding, node.annotations,
+                            node.step)
+        if isinstance(node, tirx.IfThenElse):
+            other = None if node.else_case is None else self.stmt(node.else_case)
+            return tirx.IfThenElse(node.condition, self.stmt(node.then_case), other)
+        if isinstance(node, tirx.AttrStmt):
+            return tirx.AttrStmt(node.node, node.attr_key, node.value, self.stmt(node.body))
+        if isinstance(node, tirx.While):
+            return tirx.While(node.condition, self.stmt(node.body))
+        return node
+
+
+def permuted_copies() -> tvm.transform.Pass:
+    """The pass: permuted vector copies as a load and a shuffle (module docstring)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="PermutedCopies")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc):
+                continue
+            rewriter = _Rewriter()
+            body = rewriter.stmt(func.body)
+            if rewriter.rewritten:
+                updates[gvar] = func.with_body(body)
+                log.debug("%s: %d permuted copies shuffled", gvar.name_hint,
+                          rewriter.rewritten)
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
+
+    return _pass
