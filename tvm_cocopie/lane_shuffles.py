@@ -14,8 +14,8 @@ each pixel's channel chunk rotated inside its groups this way.
 
 The pass runs on host functions after TVM's host finalization (the copies are
 vectorized, unrolled and their index parts bound to common-subexpression variables
-by then: those bindings are followed). Statements of kinds not listed in
-:class:`_Rewriter` are kept as they are.
+by then: those bindings are followed). Statements of kinds
+:func:`tvm_cocopie.tir_stmt.with_bodies` does not rebuild are kept as they are.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import logging
 import tvm
 from tvm import tirx
 from tvm.sym import Analyzer
+
+from .tir_stmt import with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -118,18 +120,8 @@ class _Rewriter:
                     self.rewritten += 1
                     return tirx.BufferStore(node.buffer, shuffled, node.indices)
             return node
-        if isinstance(node, tirx.For):
-            return tirx.For(node.loop_var, node.min, node.extent, node.kind,
-                            self.stmt(node.body), node.thread_binding, node.annotations,
-                            node.step)
-        if isinstance(node, tirx.IfThenElse):
-            other = None if node.else_case is None else self.stmt(node.else_case)
-            return tirx.IfThenElse(node.condition, self.stmt(node.then_case), other)
-        if isinstance(node, tirx.AttrStmt):
-            return tirx.AttrStmt(node.node, node.attr_key, node.value, self.stmt(node.body))
-        if isinstance(node, tirx.While):
-            return tirx.While(node.condition, self.stmt(node.body))
-        return node
+        rebuilt = with_bodies(node, self.stmt)
+        return node if rebuilt is None else rebuilt
 
 
 def permuted_copies() -> tvm.transform.Pass:

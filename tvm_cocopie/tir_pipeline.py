@@ -29,6 +29,7 @@ from tvm import tirx
 
 from .lane_shuffles import permuted_copies
 from .target import is_hexagon
+from .tir_stmt import with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +89,8 @@ class _Rewriter:
     def stmt(self, node):
         if isinstance(node, tirx.SeqStmt):
             return tirx.SeqStmt(self._list(node.seq))
-        if isinstance(node, tirx.For):
-            return tirx.For(node.loop_var, node.min, node.extent, node.kind,
-                            self.stmt(node.body), node.thread_binding, node.annotations,
-                            node.step)
-        if isinstance(node, tirx.IfThenElse):
-            other = None if node.else_case is None else self.stmt(node.else_case)
-            return tirx.IfThenElse(node.condition, self.stmt(node.then_case), other)
-        if isinstance(node, tirx.AttrStmt):
-            return tirx.AttrStmt(node.node, node.attr_key, node.value, self.stmt(node.body))
-        if isinstance(node, tirx.While):
-            return tirx.While(node.condition, self.stmt(node.body))
-        return node
+        rebuilt = with_bodies(node, self.stmt)
+        return node if rebuilt is None else rebuilt
 
 
 def stack_locals(limit: int = STACK_LIMIT_BYTES) -> tvm.transform.Pass:

@@ -39,6 +39,7 @@ from ..relay_passes.fusion.profiler import first_rule, time_primfunc
 from ..schedules import default_rules
 from ..schedules.base import annotated_blocks
 from ..target import parse_target
+from ..threads import set_pool_threads
 from ..topi.cpu.conv2d_nchwc import ANNOTATION as CONV_ANNOTATION
 from ..topi.cpu.dense_packed import ANNOTATION as MATMUL_ANNOTATION
 from . import timing as bm
@@ -180,12 +181,17 @@ def compare_fusion(wl, target, threads: int, db_path, repeat: int = 10,
     mod = from_onnx(wl.model, shapes=wl.shapes)
     counts = {"stock": fusion_stats(mod, target, stock_opts)}
     times = {}
+    # both builds at ``threads`` for every call: a thread governor per build would let
+    # a one-thread probe of one side fall into the other's rounds
     for run in ("first", "second"):
         start = time.perf_counter()
-        fused = compile_model(wl.model, target, shapes=wl.shapes, options=ours)
+        fused = compile_model(wl.model, target, shapes=wl.shapes, options=ours,
+                              adaptive_threads=False)
         times[run] = time.perf_counter() - start
     counts["dnnfusion"] = fusion_stats(mod, target, ours)
-    stock = compile_model(wl.model, target, shapes=wl.shapes, options=stock_opts)
+    stock = compile_model(wl.model, target, shapes=wl.shapes, options=stock_opts,
+                          adaptive_threads=False)
+    set_pool_threads(threads)
     ref = bm.ort_session(wl.model, threads).run(None, wl.inputs)
     builds = {"stock": stock, "dnnfusion": fused}
     errors = {k: bm.max_rel_error(bm.output_list(b(**wl.inputs)), ref) for k, b in builds.items()}

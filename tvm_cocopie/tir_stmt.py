@@ -1,0 +1,22 @@
+"""Rebuilding lowered TIR statements: the one walker the TIR passes of the cocopie TIR
+pipeline share (:mod:`tvm_cocopie.tir_pipeline`, :mod:`tvm_cocopie.lane_shuffles`)."""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+
+def with_bodies(node, visit):
+    """``node`` (a loop, branch, attribute or while statement) with ``visit`` applied to
+    each statement it holds; ``None`` for other kinds (a list, a leaf: the caller's)."""
+    if isinstance(node, tirx.For):
+        return tirx.For(node.loop_var, node.min, node.extent, node.kind, visit(node.body),
+                        node.thread_binding, node.annotations, node.step)
+    if isinstance(node, tirx.IfThenElse):
+        other = None if node.else_case is None else visit(node.else_case)
+        return tirx.IfThenElse(node.condition, visit(node.then_case), other)
+    if isinstance(node, tirx.AttrStmt):
+        return tirx.AttrStmt(node.node, node.attr_key, node.value, visit(node.body))
+    if isinstance(node, tirx.While):
+        return tirx.While(node.condition, visit(node.body))
+    return None
