@@ -24,6 +24,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from .errors import last_line
 from .threads import configure_thread_pool, usable_cores
+from .tir_pipeline import tir_pipeline_for
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +105,31 @@ FAILED = float("inf")
 
 
 def build_kernel(mod: tvm.IRModule, target, _params=None):
-    """MetaSchedule's CPU build without importing ``tvm.s_tir.tensor_intrin``.
+    """MetaSchedule's CPU build without importing ``tvm.s_tir.tensor_intrin``, with the
+    TIR pipeline a cocopie build of ``target`` uses
+    (:func:`~tvm_cocopie.tir_pipeline.tir_pipeline_for`), so that a kernel is timed as it
+    runs in the model: with TVM's default lowering the rotated-vector grouped conv's
+    lane permutations were gathered lane by lane (its tuning chose by those times).
 
     The stock ``default_build`` imports every target's tensor intrinsics in each
     builder worker: 100 s per builder call on this machine, against seconds for the
     build itself. Scheduled CPU kernels need none of them.
     """
+    return _build(mod, target, tir_pipeline_for(target))
+
+
+def build_kernel_stock(mod: tvm.IRModule, target, _params=None):
+    """:func:`build_kernel` with TVM's default TIR pipeline: stock TVM's kernels, as a
+    stock build runs them (the baselines MetaSchedule tunes in its own space)."""
+    return _build(mod, target, "default")
+
+
+def _build(mod: tvm.IRModule, target, pipeline):
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
+    return tvm_build(mod, target=target, pipeline=pipeline)
 
 
 def export_shared(mod) -> str:
@@ -132,7 +147,8 @@ def export_shared(mod) -> str:
 
 def local_builder(timeout_sec: float = 300.0, f_build=None, max_workers: int | None = None,
                   shared: bool = True):
-    """A ``LocalBuilder`` using :func:`build_kernel` (or ``f_build``) in its workers
+    """A ``LocalBuilder`` using :func:`build_kernel` (or ``f_build``, such as
+    :func:`build_kernel_stock`) in its workers
     (one per core unless ``max_workers``; tuning and transfer-tuning build alike),
     exporting shared libraries (:func:`export_shared`) unless not ``shared``."""
     workers = max_workers or max(1, len(os.sched_getaffinity(0)))

@@ -20,7 +20,7 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from ..metaschedule import Measurer, local_builder, tune_context
+from ..metaschedule import Measurer, build_kernel_stock, local_builder, tune_context
 from ..paths import write_json_atomic
 from ..target import parse_target
 from .kernel_class import extract_kernels
@@ -60,7 +60,8 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
 
     ``trials`` is the total over all kernels; MetaSchedule's gradient task scheduler
     first gives every kernel a round of ``trials // kernels`` (at least 1) trials.
-    Builds run in worker processes with :func:`~tvm_cocopie.metaschedule.build_kernel`.
+    Builds run in worker processes with :func:`~tvm_cocopie.metaschedule.build_kernel`
+    (:func:`~tvm_cocopie.metaschedule.build_kernel_stock` for the stock space).
     ``population``: the evolutionary search's population (MetaSchedule's default
     512; each round evolves it in this process, minutes per kernel on a loaded
     2-core machine, so small budgets use a smaller one).
@@ -89,7 +90,9 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
         tasks=contexts, task_weights=[float(k.weight) for k in kernels], work_dir=str(log_dir),
         max_trials_global=trials,
         num_trials_per_iter=max(1, min(32, trials // max(1, len(kernels)))),
-        builder=local_builder(build_timeout),
+        # stock rules build as stock TVM does, ours with the cocopie TIR pipeline
+        builder=local_builder(build_timeout,
+                              f_build=build_kernel_stock if space == "stock" else None),
         # timed like transfer-tuning's candidates, with the model's thread pool
         runner=Measurer(target, run_timeout=120).runner(),
         measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [timeline],
