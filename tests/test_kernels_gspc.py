@@ -156,7 +156,7 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
     group): a Winograd GEMM per group; C groups: the depthwise kernel; and with
     ``grouped="blocked"`` the narrow groups go back to the block-diagonal kernel."""
     lanes = cpu_info(TARGET).f32_lanes
-    # 2-4 inputs and as many outputs per group inside a chunk: shifted vectors on 16 lanes;
+    # 2-8 inputs and as many outputs per group inside a chunk: rotated vectors on 16 lanes;
     # 8 lanes: segments (4 lanes, half a vector) and pixel vectors (quarter vector)
     for name in ("resnext-cpg4", "g8-cpg4", "g16-cpg2", "cpg4-stride2"):
         kernels = _kernels(_model(CASES[name])[0])
@@ -172,9 +172,12 @@ def test_each_grouped_conv_takes_the_kernel_for_its_groups():
     assert "gspc_pixels" in _kernels(_model(CASES["misaligned-9"])[0])
     assert "gspc_pixels" in _kernels(_model(CASES["misaligned-18-s2"])[0])
     assert "winograd_M" in _kernels(_model(CASES["g2-winograd"])[0])
-    if lanes == 16:  # 8-lane segments: pixel vectors where the groups cross the chunks
+    if lanes == 16:  # groups across the chunks: pixel vectors; 8 per group inside a chunk:
+        # rotated vectors (faster than 8-lane segments); segments where the outputs per
+        # group differ from the inputs (2 in, 8 out: one group per 8-lane segment)
         assert "gspc_pixels" in _kernels(_model(CASES["across-24-g2"])[0])
-        assert "split" in _kernels(_model(CASES["inside-8-g16"])[0])
+        assert "shift" in _kernels(_model(CASES["inside-8-g16"])[0])
+        assert "split" in _kernels(_model(CASES["cpg2-opg8"])[0])
     assert "depthwise" in _kernels(_model(CASES["depthwise-C"])[0])
     # 8 channels per group: whole chunks (the blocked kernel), at 8 lanes and on AVX-512
     # too, where 24 channels take chunks of 8 (tiling.channel_block)
@@ -319,7 +322,7 @@ def _rotated_sum(x: np.ndarray, packed: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("k", [2, 4, 8])
 def test_rotated_vectors_compute_the_grouped_conv(k):
     """The packed weight of the rotated-vector kernel is the grouped conv: summed over
     the k rotations of each group in numpy it gives the reference (no TVM), every weight
@@ -349,24 +352,22 @@ def test_rotated_vectors_compute_the_grouped_conv(k):
 
 
 def test_shifted_vectors_take_small_equal_groups_inside_a_chunk():
-    """2 or 4 inputs and as many outputs per group, inside a chunk of a whole vector: the
-    shifted-vector kernel; channel multipliers, 8 per group, groups across chunks, chunks
-    narrower than the vector and depthwise convs: not. Unknown shapes are refused
-    clearly."""
+    """2 to 8 inputs and as many outputs per group, inside a chunk of a whole vector: the
+    rotated-vector kernel; channel multipliers, groups across chunks, chunks narrower
+    than the vector and depthwise convs: not. Unknown shapes are refused clearly."""
     lanes = cpu_info(TARGET).f32_lanes
-    for name in ("g16-cpg2", "g8-cpg4", "shift-cpg2-s2"):
+    for name in ("g16-cpg2", "g8-cpg4", "shift-cpg2-s2", "inside-8-g16"):
         geo = _geo(CASES[name])
         assert gspc_shift.applies(geo, 16, 16, 16)
         assert not gspc_shift.applies(geo, 8, 8, 8)  # not measured on 8 lanes
         assert ("shift" in _kernels(_model(CASES[name])[0])) == (lanes == 16), name
         assert "shift" not in _kernels(_model(CASES[name])[0], grouped="blocked")
-    for name in ("cpg2-expand", "cpg4-shrink", "g3-cpg8", "misaligned-9", "depthwise-C",
-                 "inside-8-g16"):
+    for name in ("cpg2-expand", "cpg4-shrink", "g3-cpg8", "misaligned-9", "depthwise-C"):
         assert not gspc_shift.applies(_geo(CASES[name]), 16, 16, 16), name
     assert not gspc_shift.applies(_geo(CASES["g16-cpg2"]), 8, 8, 16)  # chunks below a vector
     # 4 per group in chunks of 4 (NEON): one group per chunk, the direct kernel's
     assert not gspc_shift.applies(_geo(CASES["g8-cpg4"]), 4, 4, 4)
-    with pytest.raises(CompilationError, match="groups of 2-4 inputs"):
+    with pytest.raises(CompilationError, match="groups of 2-8 inputs"):
         gspc_shift.pack_weight_numpy(np.zeros((24, 8, 3, 3), "float32"),
                                      _geo(CASES["g3-cpg8"]), 8)
 

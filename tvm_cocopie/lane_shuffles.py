@@ -106,6 +106,38 @@ class _Rewriter:
         self.rewritten = 0
         self.analyzer = Analyzer()
 
+    def expr(self, node):
+        """``node`` with its permuted vector loads shuffled (nodes of other kinds than
+        arithmetic, select, cast, broadcast and calls kept as they are)."""
+        if isinstance(node, tvm.ir.TensorLoad):
+            if _lanes(node) > 1:
+                shuffled = as_shuffle(node, self.bound, self.analyzer)
+                if shuffled is not None:
+                    self.rewritten += 1
+                    return shuffled
+            return node
+        if isinstance(node, _BINARY):
+            a, b = self.expr(node.a), self.expr(node.b)
+            return node if a.same_as(node.a) and b.same_as(node.b) else type(node)(a, b)
+        if isinstance(node, tirx.Select):
+            parts = [self.expr(e) for e in (node.condition, node.true_value, node.false_value)]
+            same = all(p.same_as(e) for p, e in zip(
+                parts, (node.condition, node.true_value, node.false_value)))
+            return node if same else tirx.Select(*parts)
+        if isinstance(node, tirx.Cast):
+            value = self.expr(node.value)
+            return node if value.same_as(node.value) else tirx.Cast(node.ty, value)
+        if isinstance(node, tirx.Broadcast):
+            value = self.expr(node.value)
+            return node if value.same_as(node.value) else tirx.Broadcast(value, node.lanes)
+        if isinstance(node, tvm.ir.Call):
+            args = [self.expr(a) for a in node.args]
+            if all(a.same_as(b) for a, b in zip(args, node.args)):
+                return node
+            return tvm.ir.Call(node.op, args, node.attrs, node.ty_args, node.span,
+                               ret_ty=node.ty)
+        return node
+
     def stmt(self, node):
         if isinstance(node, tirx.SeqStmt):
             return tirx.SeqStmt([self.stmt(s) for s in node.seq])
@@ -113,13 +145,10 @@ class _Rewriter:
             self.bound[node.var] = node.value
             return node
         if isinstance(node, tirx.BufferStore):
-            value = node.value
-            if isinstance(value, tvm.ir.TensorLoad) and _lanes(value) > 1:
-                shuffled = as_shuffle(value, self.bound, self.analyzer)
-                if shuffled is not None:
-                    self.rewritten += 1
-                    return tirx.BufferStore(node.buffer, shuffled, node.indices)
-            return node
+            value = self.expr(node.value)
+            if value.same_as(node.value):
+                return node
+            return tirx.BufferStore(node.buffer, value, node.indices)
         rebuilt = with_bodies(node, self.stmt)
         return node if rebuilt is None else rebuilt
 

@@ -9,22 +9,24 @@ chunk, output lane ``l`` of a chunk (group ``l // k``, place ``r = l % k`` in it
 over the ``k`` rotations ``t``: ``rot_t(in)[l] = in[l - r + (r + t) % k]`` turns every
 group of the chunk by ``t`` lanes, ``W_t[l] = w[l, (r + t) % k]``. So the conv is a
 depthwise conv with ``k`` times the taps, each FMA a whole chunk vector (one output
-pixel's channels) times an aligned vector of one rotation of the input: every
-multiply-add useful, no lane of one group meeting another's input. The rotations are
-copies of the padded input rows made per row band next to it (``data_rot{t}``), each
-a lane permutation inside the pixel's own chunk, which the TIR pass
-:func:`tvm_cocopie.lane_shuffles.permuted_copies` turns into one load and a
-``vpermilps`` per vector (TVM's LLVM code generation gathered it lane by lane).
+pixel's channels) times one rotation of the input chunk: every multiply-add useful, no
+lane of one group meeting another's input. The conv reads the padded input at lane
+``rot_t(l)``: a lane permutation of the pixel's own aligned chunk, which the TIR pass
+:func:`tvm_cocopie.lane_shuffles.permuted_copies` turns into one load and a shuffle
+(``vshufps`` / ``vpermilps``; TVM's LLVM code generation gathered it lane by lane),
+shared by every tap that reads the pixel.
 
 The kernel before read ``2k - 1`` lane-shifted vectors off the padded row instead
 (``in[l + s]``, zero weights where a shift leaves the group): ``(2k - 1) / k`` times
 the FMAs, all but one of them loads across a cache line. Measured on AVX-512 (znver4,
-2 cores, interleaved with ONNX Runtime, rotated over shifted at 1 / 2 threads): 32@32
-G(8) 1.51 / 1.41x, G(16) 1.23 / 1.23x, ResNeXt's 128@56 G(32) 1.29 / 1.26x, 64@56
-G(16) 1.44 / 1.37x, 64@16 s2 G(16) 1.15 / 1.22x, 256@28 G(64) 1.93 / 1.82x. GSPC's
-segments of ``k`` lanes spend ``lanes / k`` times the FMAs' width; its pixel vectors
-move the blocked input to NCHW and the result back inside the kernel, which cost more
-than the FMAs on small maps (WRN's 32@32 G(16): 2 channels per group).
+2 cores, interleaved with ONNX Runtime), rotated over shifted at 1 / 2 threads: 32@32
+G(8) 2.4 / 2.0x, G(16) 1.5 / 1.5x, ResNeXt's 128@56 G(32) 2.3 / 2.1x, 64@56 G(16)
+2.1 / 2.5x, 64@16 s2 G(16) 1.7 / 1.5x, 256@28 G(64) 2.6 / 2.4x (the product of two
+runs: rotated copies of the rows over shifted, then in-loop rotations over the copies);
+8 per group, over GSPC's 8-lane segments: 32@32 G(4) 1.22 / 1.62x, 128@28 G(16)
+1.38 / 1.84x. GSPC's segments spend ``lanes / k`` times the FMAs' width; its pixel
+vectors move the blocked input to NCHW and the result back inside the kernel, which
+cost more than the FMAs on small maps (WRN's 32@32 G(16): 2 channels per group).
 """
 
 from __future__ import annotations
@@ -38,10 +40,9 @@ from .conv2d_nchwc import ConvGeometry, ConvTile, input_extent, tiled_output
 #: block annotation kind of the rotated-vector kernel (scheduled by the conv rule like a
 #: depthwise conv with the rotations as a third reduction)
 KIND = "shift"
-#: channels per group this kernel takes at most: 4 (measured as 7 shifted vectors: lost
-#: to GSPC's 8-lane segments at 8 per group, :func:`applies`; the rotations at 8 are
-#: not measured)
-MAX_GROUP = 4
+#: channels per group this kernel takes at most: 8 (a group of half a 16-lane chunk;
+#: faster than GSPC's 8-lane segments there, module docstring)
+MAX_GROUP = 8
 #: vector lanes it was measured on and is chosen for: 16 (AVX-512)
 LANES = 16
 
@@ -57,9 +58,9 @@ def applies(geo: ConvGeometry, ib: int, ob: int, lanes: int) -> bool:
     519 / 240, 64@16 s2 G(16) 19 / 17 against 30 / 28, ResNeXt's 128@56 G(32) 1231 /
     597 against 1219 / 689, 256@28 G(64) 526 / 255 against 704 / 309, 32@32 G(8) 80 / 48
     against 66 / 73 (the one loss); 8 per group 128@28 G(16) 595 / 295 against
-    396 / 255 (segments): not taken. (These are the shifted vectors before the
-    rotations, module docstring: the rotations are faster still.) 8-lane vectors (AVX2)
-    are not measured and keep the GSPC kernels."""
+    396 / 255 (segments). Those were the shifted vectors; the rotations (module
+    docstring) are faster still and take 8 per group too (over the segments 1.38 /
+    1.84x there). 8-lane vectors (AVX2) are not measured and keep the GSPC kernels."""
     k = geo.cpg
     return (geo.groups > 1 and 1 < k <= MAX_GROUP and geo.opg == k and lanes == LANES
             and ib == ob == lanes and ib >= 2 * k and geo.c % ib == 0)
@@ -133,25 +134,15 @@ def conv2d_gspc_shift(data: te.Tensor, packed: te.Tensor, geo: ConvGeometry, til
         return tirx.if_then_else(inside, data[n, c, y - pt, x - pl, lane],
                                  tirx.const(0, data.dtype))
 
-    shape = (geo.n, geo.c // cb, rows, cols, cb)
-    dpad = te.compute(shape, fpad, name="data_pad")
-
-    def rotation(t):
-        return te.compute(shape, lambda n, c, y, x, lane: dpad[n, c, y, x, _rotated(lane, t, k)],
-                          name=f"data_rot{t}")
-
-    sources = [dpad] + [rotation(t) for t in range(1, k)]
+    dpad = te.compute((geo.n, geo.c // cb, rows, cols, cb), fpad, name="data_pad")
     ry = te.reduce_axis((0, geo.kh), "ry")
     rx = te.reduce_axis((0, geo.kw), "rx")
     rs = te.reduce_axis((0, k), "rs")
 
     def body(n, c, y, x, ci):
-        row, col = y * sh + ry * dh, x * sw + rx * dw
-        # the rotation loop is unrolled: each FMA reads one source, aligned
-        value = sources[-1][n, c, row, col, ci]
-        for t in range(k - 2, -1, -1):
-            value = tirx.if_then_else(rs == t, sources[t][n, c, row, col, ci], value)
-        return te.sum(value.astype(out_dtype) * packed[c, ry, rx, rs, ci].astype(out_dtype),
+        # rs is unrolled: each rotation a constant permutation of the pixel's chunk
+        return te.sum(dpad[n, c, y * sh + ry * dh, x * sw + rx * dw, _rotated(ci, rs, k)]
+                      .astype(out_dtype) * packed[c, ry, rx, rs, ci].astype(out_dtype),
                       axis=[ry, rx, rs])
 
     attrs = {"kind": KIND, "r": 1, "shifts": k}
