@@ -365,6 +365,13 @@ def test_shifted_vectors_take_small_equal_groups_inside_a_chunk():
     for name in ("cpg2-expand", "cpg4-shrink", "g3-cpg8", "misaligned-9", "depthwise-C"):
         assert not gspc_shift.applies(_geo(CASES[name]), 16, 16, 16), name
     assert not gspc_shift.applies(_geo(CASES["g16-cpg2"]), 8, 8, 16)  # chunks below a vector
+    # groups that do not tile the chunk (3, 5, 6, 7 per group: MobileNetV2 G(16)'s 96
+    # channels are 6 per group) cross it, so a rotation would read another pixel's lanes
+    for k in (3, 5, 6, 7):
+        geo = ConvGeometry(1, 16 * k, 8, 8, 16 * k, 3, 3, (1, 1), (1,) * 4, (1, 1), 16)
+        assert geo.cpg == k and not gspc_shift.applies(geo, 16, 16, 16), k
+        with pytest.raises(CompilationError, match="groups of 2-8 inputs"):
+            gspc_shift.pack_weight_numpy(np.zeros((16 * k, k, 3, 3), "float32"), geo, 16)
     # 4 per group in chunks of 4 (NEON): one group per chunk, the direct kernel's
     assert not gspc_shift.applies(_geo(CASES["g8-cpg4"]), 4, 4, 4)
     with pytest.raises(CompilationError, match="groups of 2-8 inputs"):

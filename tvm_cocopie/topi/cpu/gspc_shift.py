@@ -49,8 +49,9 @@ LANES = 16
 
 def applies(geo: ConvGeometry, ib: int, ob: int, lanes: int) -> bool:
     """Whether the conv runs on rotated vectors: as many inputs as outputs per group
-    (``k``, 2 to :data:`MAX_GROUP`), two or more whole groups in a chunk of ``lanes``
-    channels on both sides, on :data:`LANES`-lane vectors.
+    (``k``, 2 to :data:`MAX_GROUP`), two or more whole groups tiling a chunk of
+    ``lanes`` channels on both sides (``k`` divides it: a group of 6 would cross the
+    chunk, and its rotation read another pixel's lanes), on :data:`LANES`-lane vectors.
 
     Measured on AVX-512 (Emerald Rapids), interleaved with ONNX Runtime, shifted over
     the GSPC kernel before (pixel vectors for these) at 1 / 2 threads: 2 per group
@@ -63,7 +64,7 @@ def applies(geo: ConvGeometry, ib: int, ob: int, lanes: int) -> bool:
     1.84x there). 8-lane vectors (AVX2) are not measured and keep the GSPC kernels."""
     k = geo.cpg
     return (geo.groups > 1 and 1 < k <= MAX_GROUP and geo.opg == k and lanes == LANES
-            and ib == ob == lanes and ib >= 2 * k and geo.c % ib == 0)
+            and ib == ob == lanes and ib >= 2 * k and ib % k == 0 and geo.c % ib == 0)
 
 
 def rotations(geo: ConvGeometry) -> int:
@@ -74,7 +75,7 @@ def rotations(geo: ConvGeometry) -> int:
 def _check(geo: ConvGeometry, cb: int) -> None:
     k = geo.cpg
     if not (geo.groups > 1 and 1 < k <= MAX_GROUP and geo.opg == k and cb >= 2 * k
-            and geo.c % cb == 0):
+            and cb % k == 0 and geo.c % cb == 0):
         raise CompilationError(
             f"rotated-vector grouped conv: needs groups of 2-{MAX_GROUP} inputs and as many "
             f"outputs inside chunks of {cb}; got {geo.groups} groups of {geo.cpg} -> "
