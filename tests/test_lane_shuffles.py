@@ -1,4 +1,4 @@
-"""The PermutedCopies TIR pass: a vectorized copy whose lanes read a permutation of one
+"""The PermutedLoads TIR pass: a vector load whose lanes read a permutation of one
 window becomes a contiguous load and a shuffle (same values); other gathers stay."""
 
 from __future__ import annotations

@@ -1,21 +1,22 @@
-"""Lane-permuted vector copies as one contiguous load and a shuffle: the TIR pass
-:func:`permuted_copies`.
+"""Lane-permuted vector loads as one contiguous load and a shuffle: the TIR pass
+:func:`permuted_loads`.
 
-A vectorized copy whose source index is not a ramp, ``dst[ramp] = src[idx]`` with
-``idx`` a vector of offsets, is a gather to TVM 0.27's LLVM code generation: it
-extracts each lane's index and loads the lane alone (checked: ``vpextrd`` /
-``vinsertps`` per lane for a rotation inside groups of 4 lanes, the offsets built at
-run time). Where the lanes of ``idx`` are a permutation of ``L`` consecutive
-elements, ``base + d_i`` with the ``d_i`` constants covering ``m .. m + L - 1``, the
-same values are one vector load of those elements and a shuffle with constant
-indices ``d_i - m`` (``vpermilps`` / ``vpermps`` on x86): the same elements read, no
-more. The shifted-vector grouped conv (:mod:`tvm_cocopie.topi.cpu.gspc_shift`) copies
-each pixel's channel chunk rotated inside its groups this way.
+A vector load whose index is not a ramp, ``src[idx]`` with ``idx`` a vector of
+offsets, is a gather to TVM 0.27's LLVM code generation: it extracts each lane's
+index and loads the lane alone (checked: ``vpextrd`` / ``vinsertps`` per lane for a
+rotation inside groups of 4 lanes, the offsets built at run time). Where the lanes of
+``idx`` are a permutation of ``L`` consecutive elements, ``base + d_i`` with the
+``d_i`` constants covering ``m .. m + L - 1``, the same values are one vector load of
+those elements and a shuffle with constant indices ``d_i - m`` (``vshufps`` /
+``vpermilps`` / ``vpermps`` on x86): the same elements read, no more. The
+rotated-vector grouped conv (:mod:`tvm_cocopie.topi.cpu.gspc_shift`) reads each
+pixel's channel chunk rotated inside its groups this way.
 
-The pass runs on host functions after TVM's host finalization (the copies are
+The pass runs on host functions after TVM's host finalization (the loads are
 vectorized, unrolled and their index parts bound to common-subexpression variables
-by then: those bindings are followed). Statements of kinds
-:func:`tvm_cocopie.tir_stmt.with_bodies` does not rebuild are kept as they are.
+by then: those bindings are followed), on the values of buffer stores. Statements of
+kinds :func:`tvm_cocopie.tir_stmt.with_bodies` does not rebuild, and expressions of
+kinds :meth:`_Rewriter.expr` does not, are kept as they are.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import tvm
 from tvm import tirx
 from tvm.sym import Analyzer
 
-from .tir_stmt import with_bodies
+from .tir_stmt import rewrite_prim_funcs, with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def as_shuffle(load, bound: dict, analyzer: Analyzer | None = None):
 
 
 class _Rewriter:
-    """The statement tree with every permuted vector copy ``dst[..] = src[idx]`` as a
+    """The statement tree with every permuted vector load in a stored value as a
     contiguous load and a shuffle (module docstring)."""
 
     def __init__(self):
@@ -153,23 +154,19 @@ class _Rewriter:
         return node if rebuilt is None else rebuilt
 
 
-def permuted_copies() -> tvm.transform.Pass:
-    """The pass: permuted vector copies as a load and a shuffle (module docstring)."""
+def permuted_loads() -> tvm.transform.Pass:
+    """The pass: permuted vector loads as a load and a shuffle (module docstring)."""
 
-    @tvm.transform.module_pass(opt_level=0, name="PermutedCopies")
+    def rewrite(name: str, func):
+        rewriter = _Rewriter()
+        body = rewriter.stmt(func.body)
+        if not rewriter.rewritten:
+            return None
+        log.debug("%s: %d permuted loads shuffled", name, rewriter.rewritten)
+        return func.with_body(body)
+
+    @tvm.transform.module_pass(opt_level=0, name="PermutedLoads")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        updates = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc):
-                continue
-            rewriter = _Rewriter()
-            body = rewriter.stmt(func.body)
-            if rewriter.rewritten:
-                updates[gvar] = func.with_body(body)
-                log.debug("%s: %d permuted copies shuffled", gvar.name_hint,
-                          rewriter.rewritten)
-        for gvar, func in updates.items():
-            mod[gvar] = func
-        return mod
+        return rewrite_prim_funcs(mod, rewrite)
 
     return _pass

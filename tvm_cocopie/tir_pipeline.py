@@ -27,9 +27,9 @@ import logging
 import tvm
 from tvm import tirx
 
-from .lane_shuffles import permuted_copies
+from .lane_shuffles import permuted_loads
 from .target import is_hexagon
-from .tir_stmt import with_bodies
+from .tir_stmt import rewrite_prim_funcs, with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -97,35 +97,31 @@ def stack_locals(limit: int = STACK_LIMIT_BYTES) -> tvm.transform.Pass:
     """The pass: ``local`` workspace blocks of at most ``limit`` bytes as native stack
     allocations (module docstring). Run it on host functions after ``LowerTVMBuiltin``."""
 
+    def rewrite(name: str, func):
+        rewriter = _Rewriter(limit)
+        body = rewriter.stmt(func.body)
+        if not rewriter.moved:
+            return None
+        log.debug("%s: %d local buffers on the stack", name, rewriter.moved)
+        return func.with_body(body)
+
     @tvm.transform.module_pass(opt_level=0, name="StackLocals")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        updates = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc):
-                continue
-            rewriter = _Rewriter(limit)
-            body = rewriter.stmt(func.body)
-            if rewriter.moved:
-                updates[gvar] = func.with_body(body)
-                log.debug("%s: %d local buffers on the stack", gvar.name_hint,
-                          rewriter.moved)
-        for gvar, func in updates.items():
-            mod[gvar] = func
-        return mod
+        return rewrite_prim_funcs(mod, rewrite)
 
     return _pass
 
 
 def _tir_pipeline(**kwargs):
     """TVM's default S-TIR pipeline, :func:`stack_locals` and
-    :func:`~tvm_cocopie.lane_shuffles.permuted_copies` after its host finalization."""
+    :func:`~tvm_cocopie.lane_shuffles.permuted_loads` after its host finalization."""
     from tvm.s_tir.pipeline import default_s_tir_pipeline
 
     lower, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
 
     def host_passes():
         return tvm.ir.transform.Sequential([finalize_host(), stack_locals(),
-                                          permuted_copies()])
+                                          permuted_loads()])
 
     return lower, host_passes, finalize_device
 

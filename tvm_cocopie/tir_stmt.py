@@ -1,5 +1,5 @@
-"""Rebuilding lowered TIR statements: the one walker the TIR passes of the cocopie TIR
-pipeline share (:mod:`tvm_cocopie.tir_pipeline`, :mod:`tvm_cocopie.lane_shuffles`)."""
+"""Rebuilding lowered TIR statements: the one walker (and the loop over a module's
+PrimFuncs) the TIR passes of the cocopie TIR pipeline share (:mod:`tvm_cocopie.tir_pipeline`, :mod:`tvm_cocopie.lane_shuffles`)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,17 @@ def with_bodies(node, visit):
     if isinstance(node, tirx.While):
         return tirx.While(node.condition, visit(node.body))
     return None
+
+
+def rewrite_prim_funcs(mod, rewrite):
+    """``mod`` with each PrimFunc ``func`` replaced by ``rewrite(name, func)`` where that
+    is not ``None`` (a rewrite that changed nothing returns ``None``)."""
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc):
+            new = rewrite(gvar.name_hint, func)
+            if new is not None:
+                updates[gvar] = new
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod

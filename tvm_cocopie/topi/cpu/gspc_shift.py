@@ -1,8 +1,8 @@
 """Grouped convs of small groups inside one chunk on lane-rotated input vectors.
 
-Where each group has ``k`` inputs and ``k`` outputs (2 or 4: the G(8)/G(16) variants
-of WRN-40-2 and ResNet-34, ResNeXt's 4 channels per group) and the groups tile the
-chunk, output lane ``l`` of a chunk (group ``l // k``, place ``r = l % k`` in it) is
+Where each group has ``k`` inputs and ``k`` outputs (2, 4 or 8: the G(4)-G(16)
+variants of WRN-40-2 and ResNet-34, ResNeXt's 4 channels per group) and the groups
+tile the chunk, output lane ``l`` of a chunk (group ``l // k``, place ``r = l % k`` in it) is
 
     out[l] = sum_j w[l, j] * in[l - r + j] = sum_t W_t[l] * rot_t(in)[l],
 
@@ -12,7 +12,7 @@ depthwise conv with ``k`` times the taps, each FMA a whole chunk vector (one out
 pixel's channels) times one rotation of the input chunk: every multiply-add useful, no
 lane of one group meeting another's input. The conv reads the padded input at lane
 ``rot_t(l)``: a lane permutation of the pixel's own aligned chunk, which the TIR pass
-:func:`tvm_cocopie.lane_shuffles.permuted_copies` turns into one load and a shuffle
+:func:`tvm_cocopie.lane_shuffles.permuted_loads` turns into one load and a shuffle
 (``vshufps`` / ``vpermilps``; TVM's LLVM code generation gathered it lane by lane),
 shared by every tap that reads the pixel.
 
@@ -67,11 +67,6 @@ def applies(geo: ConvGeometry, ib: int, ob: int, lanes: int) -> bool:
             and ib == ob == lanes and ib >= 2 * k and ib % k == 0 and geo.c % ib == 0)
 
 
-def rotations(geo: ConvGeometry) -> int:
-    """``k``: the rotations of a group of ``k`` channels the conv reads."""
-    return geo.cpg
-
-
 def _check(geo: ConvGeometry, cb: int) -> None:
     k = geo.cpg
     if not (geo.groups > 1 and 1 < k <= MAX_GROUP and geo.opg == k and cb >= 2 * k
@@ -110,7 +105,7 @@ def pack_weight(weight: te.Tensor, geo: ConvGeometry, cb: int) -> te.Tensor:
     k = geo.cpg
 
     def fpack(c, y, x, t, lane):
-        return weight[c * cb + lane, _rotated(lane, t, k) - lane + lane % k, y, x]
+        return weight[c * cb + lane, _rotated(lane % k, t, k), y, x]
 
     return te.compute((geo.o // cb, geo.kh, geo.kw, k, cb), fpack, name="shift_weight_pack")
 
