@@ -113,6 +113,7 @@ def main(argv=None) -> int:
     from tvm_cocopie.paths import cache_dir
     from tvm_cocopie.target import host_target, parse_target
     from tvm_cocopie.transfer_tuning.sampler import collect_samples
+    from tvm_cocopie.transfer_tuning.space import alloc_arguments
 
     names = (args.models.split(",") if args.models
              else list(QUICK_MODELS) if args.quick else list(FULL_MODELS))
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
         logging.getLogger("bench_latency_model").info(
             "%d stored kernels given this version's features", carried)
     tvm_cocopie.register()
-    measurer = Measurer(target)
+    measurer = Measurer(target, f_alloc_argument=alloc_arguments)
     stored = {m.source for m in dataset.models()}
     failed = {}
     start = time.perf_counter()

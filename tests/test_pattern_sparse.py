@@ -341,3 +341,155 @@ def test_register_tile_lives_on_the_stack():
     tile_bytes = 32 * 9 * 18 * 4  # the input copy: channels x rows x columns
     assert tile_bytes in blocks  # the pattern found the workspace calls
     assert 7 * 16 * 4 not in blocks
+
+
+# --- the tile as a MetaSchedule decision ----------------------------------------------
+
+
+def test_every_tile_choice_is_generated_and_computes_the_conv():
+    """The design space samples an index of TILE_GRID; the cocopie TIR pipeline builds the
+    kernel with that tile (kernel_knobs.realize_kernels): each one matches numpy."""
+    from tvm.s_tir import Schedule
+
+    from tvm_cocopie.kernel_knobs import knob_choice, realize
+    from tvm_cocopie.schedules import PatternTiles
+    from tvm_cocopie.target import cpu_info, parse_target
+    from tvm_cocopie.tir_pipeline import tir_pipeline_for
+    from tvm_cocopie.topi.cpu.tiling import vector_registers
+
+    target = parse_target(TARGET)
+    lanes = cpu_info(target).f32_lanes
+    w = _pruned(2 * lanes, lanes, seed=3)
+    layout = _layout(w)
+    geo = ConvGeometry(1, lanes, 12, 12, 2 * lanes, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    spec = pc.PatternConv(geo, layout.patterns, layout.kernels, pc.default_knobs(geo, lanes),
+                          "pattern", lanes, lanes, True, "relu")
+    func = pc.pattern_conv_func(spec)
+    assert PatternTiles().apply(func, target, False) is None  # built as generated
+    assert PatternTiles().apply(pc.pattern_conv_func(spec).without_attr(pc.SPEC_ATTR),
+                                target, True) is None
+    space = PatternTiles().apply(func, target, True)[0]
+    inst = space.trace.insts[0]
+    assert inst.kind.name == "SampleCategorical"
+    choices = pc.tile_choices(vector_registers(cpu_info(target)))
+    # the design space starts at the pipeline's own tile
+    assert choices[int(space.trace.decisions[inst])] == pc.TILE_GRID.index(
+        (spec.knobs.rows, spec.knobs.vectors))
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, lanes, 12, 12)).astype("float32")
+    bias = rng.standard_normal(2 * lanes).astype("float32")
+    ref = np.maximum(pc.reference(x, w, geo) + bias[None, :, None, None], 0)
+    xb = x.reshape(1, 1, lanes, 12, 12).transpose(0, 1, 3, 4, 2)
+    args = [tvm.runtime.tensor(a) for a in (np.ascontiguousarray(xb),
+                                            *pc.weight_arrays(spec, w, layout), bias)]
+    for k, choice in enumerate(choices):
+        sch = Schedule(tvm.IRModule({"main": func}))
+        space.trace.with_decision(inst, k, True).apply_to_schedule(sch, remove_postproc=True)
+        chosen = sch.mod["main"]
+        assert knob_choice(chosen) == choice
+        tile = pc.spec_of(realize(chosen)).knobs
+        assert (tile.rows, tile.vectors) == pc.TILE_GRID[choice]
+        lib = tvm.compile(tvm.IRModule({"main": chosen.with_attr("global_symbol", "main")}),
+                          target=target, tir_pipeline=tir_pipeline_for(target))
+        out = tvm.runtime.tensor(np.zeros(spec.out_shape(), "float32"))
+        lib["main"](*args, out)
+        got = out.numpy().transpose(0, 1, 4, 2, 3).reshape(1, 2 * lanes, 12, 12)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=str(tile))
+    with pytest.raises(CompilationError, match="tile choice 99"):
+        pc.realize_knobs(func, 99)
+
+
+def test_a_choice_from_an_unknown_generator_is_refused():
+    from tvm.s_tir import Schedule
+
+    from tvm_cocopie.kernel_knobs import REALIZE_ATTR, realize
+
+    geo = ConvGeometry(1, 8, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    w = _pruned(8, 8)
+    layout = _layout(w)
+    spec = pc.PatternConv(geo, layout.patterns, layout.kernels, pc.PatternKnobs(2, 1, 8))
+    sch = Schedule(pc.pattern_conv_func(spec).with_attr(REALIZE_ATTR, "tvm_cocopie.nowhere:f"))
+    sch.annotate(sch.get_sblock(pc.kernel_block(spec)), "cocopie.knobs", 1)
+    with pytest.raises(CompilationError, match="nowhere.*build it again"):
+        realize(sch.mod["main"])
+
+
+@pytest.mark.slow
+def test_metaschedule_tunes_the_tile_and_the_pipeline_applies_it(tmp_path):
+    """``tune_model`` (MetaSchedule, cocopie's space) measures tile choices of a pruned
+    model's pattern kernels; the database's best applies in the pipeline and the model
+    computes what ONNX Runtime computes."""
+    import onnxruntime as ort
+
+    import tvm_cocopie
+    from tvm_cocopie.api import compile_model
+    from tvm_cocopie.kernel_knobs import knob_choice
+    from tvm_cocopie.pipeline import PipelineOptions, run_until
+    from tvm_cocopie.target import parse_target
+    from tvm_cocopie.transfer_tuning import readers
+    from tvm_cocopie.transfer_tuning.kernel_class import extract_kernels
+    from tvm_cocopie.transfer_tuning.tune import tune_model
+
+    model = _model([(16, False, 1), (32, True, 1), (32, True, 1)], size=24)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    tvm_cocopie.register()
+    kernels = [k for k in extract_kernels(str(path), TARGET) if "pattern" in k.name]
+    assert len(kernels) == 2
+    tune_model(str(path), TARGET, tmp_path / "log", trials=8, kernels=kernels, population=8)
+    records, _ = readers.read_logs(tmp_path / "log", TARGET)
+    best = readers.best_per_workload(records)
+    assert len(best) == 2 and all(r.run_secs for r in best)
+    options = PipelineOptions(database=str(tmp_path / "log"))
+    scheduled = run_until(tvm_cocopie.from_onnx(str(path)), parse_target(TARGET), "schedule",
+                          options)
+    chosen = [knob_choice(f) for gv, f in scheduled.functions_items()
+              if gv.name_hint.startswith("conv2d_pattern")]
+    assert len(chosen) == 2 and None not in chosen
+    x = np.random.default_rng(9).standard_normal((1, 3, 24, 24)).astype("float32")
+    ours = compile_model(str(path), TARGET, options=options)(x)
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_runner_gets_valid_index_arrays_for_a_pattern_kernel():
+    """MetaSchedule's runner knows a kernel by its parameters' shapes: for a pattern
+    kernel's, alloc_arguments gives FKW arrays that index inside its weights (the
+    kernel computes the conv those arrays and the weights describe); other kernels
+    keep MetaSchedule's random tensors."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from tvm_cocopie.transfer_tuning.space import alloc_arguments
+
+    geo = ConvGeometry(1, 16, 10, 10, 24, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    w = _pruned(24, 16, seed=5)
+    layout = _layout(w)
+    spec = pc.PatternConv(geo, layout.patterns, layout.kernels, pc.PatternKnobs(4, 1, 8),
+                          bias=True)
+    func = pc.pattern_conv_func(spec)
+    info = [a.as_json() for a in ArgInfo.from_prim_func(func)]
+    args = alloc_arguments(tvm.cpu(), info, 1)[0]
+    reorder, offset, stride, index = (args[k].numpy() for k in range(1, 5))
+    assert offset[-1] == layout.kernels and (np.diff(offset) >= 0).all()
+    assert 0 <= index.min() and index.max() < 16 and sorted(reorder) == list(range(24))
+    weights, bias = args[5].numpy(), args[6].numpy()
+    ids = np.full((24, 16), -1)
+    fkw = pc.FKW(layout.patterns, reorder, offset, stride, index, weights,
+                 np.zeros(index.size, np.int32))
+    for f in range(24):
+        for p in range(len(layout.patterns)):
+            lo, hi = offset[f] + stride[f, p], offset[f] + stride[f, p + 1]
+            fkw.pattern_of[lo:hi] = p
+            ids[f, index[lo:hi]] = p
+    assert ((ids >= 0).sum(axis=1) >= layout.kernels // 24).all()  # spread over the filters
+    dense = fkw.dense(16)
+    x = args[0].numpy()
+    ref = pc.reference(x, dense, geo) + bias[None, :, None, None]
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                      target=TARGET)
+    lib["main"](*args)
+    np.testing.assert_allclose(args[-1].numpy(), ref, rtol=1e-4, atol=1e-3)
+    other = [a.as_json() for a in ArgInfo.from_prim_func(
+        pc.pattern_conv_func(pc.PatternConv(geo, layout.patterns, layout.kernels,
+                                            pc.PatternKnobs(4, 1, 8), "csr")))]
+    assert pc.measurement_fkw([(i[1], tuple(i[2])) for i in other]) is None

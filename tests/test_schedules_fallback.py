@@ -168,8 +168,8 @@ def test_rules_per_target():
     hexagon = tvm.target.Target({"kind": "llvm", "mtriple": "hexagon", "mcpu": "hexagonv66"})
     assert [type(r).__name__ for r in default_rules(hexagon)] == ["HexagonInt8"]
     assert [type(r).__name__ for r in default_rules(TARGET)] == [
-        "Winograd", "Matvec", "ConvChain", "GspcPixels", "Conv2dNCHWc", "MatmulPacked",
-        "Attention", "MatmulChain", "RowReduction", "Fallback"]
+        "PatternTiles", "Winograd", "Matvec", "ConvChain", "GspcPixels", "Conv2dNCHWc",
+        "MatmulPacked", "Attention", "MatmulChain", "RowReduction", "Fallback"]
 
 
 def test_tunable_rules_return_a_space_that_builds():

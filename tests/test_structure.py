@@ -38,6 +38,7 @@ FLOORS = {
     "tvm_cocopie.latency": 2,
     "tvm_cocopie.tir_stmt": 1,
     "tvm_cocopie.lane_shuffles": 1,
+    "tvm_cocopie.kernel_knobs": 1,
     "tvm_cocopie.tir_pipeline": 2,
     "tvm_cocopie.frontend": 3,
     "tvm_cocopie.topi": 3,

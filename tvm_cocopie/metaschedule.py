@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from .errors import last_line
+from .kernel_knobs import REALIZE_ATTR
 from .threads import configure_thread_pool, usable_cores
 from .tir_pipeline import tir_pipeline_for
 
@@ -90,10 +92,44 @@ def tune_context(mod: tvm.IRModule, target, space_generator, search_strategy=Non
     return ctx
 
 
+@derived_object
+class DynamicLoopsOfGeneratedKernels(ms.postproc.PyPostproc):
+    """MetaSchedule's ``DisallowDynamicLoop``, except for generated kernels
+    (:data:`~tvm_cocopie.kernel_knobs.REALIZE_ATTR`): the pattern conv's loops over a
+    filter's kernels run to bounds read from its FKW arrays by design, and the stock
+    check rejected every sample of its design space."""
+
+    def __init__(self):
+        self.inner = ms.postproc.DisallowDynamicLoop()
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def apply(self, sch) -> bool:
+        """Whether ``sch`` passes: a generated kernel always does."""
+        for func in sch.mod.functions.values():
+            if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None \
+                    and REALIZE_ATTR in func.attrs:
+                return True
+        return self.inner.apply(sch)
+
+    def clone(self):
+        """A copy of this post-processor."""
+        return DynamicLoopsOfGeneratedKernels()
+
+
+def postprocs_for(kind: str) -> list:
+    """MetaSchedule's post-processors for target kind ``kind`` (``"llvm"``, ``"cuda"``), with
+    :class:`DynamicLoopsOfGeneratedKernels` in place of ``DisallowDynamicLoop``."""
+    return [DynamicLoopsOfGeneratedKernels() if isinstance(p, ms.postproc.DisallowDynamicLoop)
+            else p for p in ms.postproc.Postproc.create(kind)]
+
+
 def initialized_postprocs(mod: tvm.IRModule, target) -> list:
-    """MetaSchedule's post-processors for ``target``, initialized for ``mod``."""
+    """MetaSchedule's post-processors for ``target`` (:func:`postprocs_for`), initialized
+    for ``mod``."""
     kind = target.kind.name
-    procs = ms.postproc.Postproc.create("llvm" if kind not in ("cuda",) else "cuda")
+    procs = postprocs_for("llvm" if kind not in ("cuda",) else "cuda")
     ctx = tune_context(mod, target, ms.space_generator.PostOrderApply(
         sch_rules=[], postprocs=procs, mutator_probs={}), task_name="transfer")
     for p in procs:
@@ -174,7 +210,10 @@ class Measurer:
     """Builds and times kernels standalone with MetaSchedule's builder and runner.
 
     ``rpc``: ``(host, port, key)`` of an RPC tracker, else the local runner.
-    ``f_build``: the build function run in the builder's worker processes.
+    ``f_build``: the build function run in the builder's worker processes;
+    ``f_alloc_argument``: the runner's argument allocation (MetaSchedule's random
+    tensors by default; :func:`tvm_cocopie.transfer_tuning.space.alloc_arguments` gives
+    kernels that index their weights valid index arrays).
     ``measured`` counts the modules sent to the builder (finished measurements).
     """
 
@@ -188,6 +227,7 @@ class Measurer:
     #: moved by 20-25% between batches on a quiet machine, deciding nothing
     min_repeat_ms: int = 20
     f_build: object = None
+    f_alloc_argument: object = None
     measured: int = 0
     #: the builder and runner every :meth:`measure` call shares: each new one costs a
     #: worker pool's start and sanity check, 1.2 s apiece here (a quarter of a
@@ -205,8 +245,10 @@ class Measurer:
             host, port, key = self.rpc
             rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port),
                                              tracker_key=key, session_timeout_sec=self.run_timeout)
-            return ms.runner.RPCRunner(rpc_config=rpc_config, evaluator_config=config, max_workers=1)
-        return ms.runner.LocalRunner(timeout_sec=self.run_timeout, evaluator_config=config)
+            return ms.runner.RPCRunner(rpc_config=rpc_config, evaluator_config=config, max_workers=1,
+                                       f_alloc_argument=self.f_alloc_argument)
+        return ms.runner.LocalRunner(timeout_sec=self.run_timeout, evaluator_config=config,
+                                     f_alloc_argument=self.f_alloc_argument)
 
     def measure(self, mods: list[tvm.IRModule]) -> list[tuple[float, str]]:
         """``[(seconds or inf, error message)]``, one per module, in order.

@@ -15,7 +15,8 @@ per kernel of 32 FMAs.
 makes a 64-byte-aligned stack slot of the function or parallel task: a slot that
 never escapes is promoted to registers. It runs on the host module right after
 ``LowerTVMBuiltin`` in the TIR pipeline :data:`TIR_PIPELINE`,
-which is TVM's default S-TIR lowering otherwise; ``tvm_cocopie.compile_model`` and the
+which is TVM's default S-TIR lowering otherwise (first, generated kernels are built
+with the knobs a schedule chose: :mod:`tvm_cocopie.kernel_knobs`); ``tvm_cocopie.compile_model`` and the
 ONNX backend build with it (``tvm.compile(..., relax_pipeline="cocopie",
 tir_pipeline="cocopie")`` by hand). Hexagon builds keep TVM's pipeline.
 """
@@ -27,6 +28,7 @@ import logging
 import tvm
 from tvm import tirx
 
+from .kernel_knobs import realize_kernels
 from .lane_shuffles import permuted_loads
 from .target import is_hexagon
 from .tir_stmt import rewrite_prim_funcs, with_bodies
@@ -113,11 +115,14 @@ def stack_locals(limit: int = STACK_LIMIT_BYTES) -> tvm.transform.Pass:
 
 
 def _tir_pipeline(**kwargs):
-    """TVM's default S-TIR pipeline, :func:`stack_locals` and
+    """TVM's default S-TIR pipeline, after
+    :func:`~tvm_cocopie.kernel_knobs.realize_kernels` (generated kernels rebuilt with
+    the knobs a schedule chose), with :func:`stack_locals` and
     :func:`~tvm_cocopie.lane_shuffles.permuted_loads` after its host finalization."""
     from tvm.s_tir.pipeline import default_s_tir_pipeline
 
-    lower, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
+    default_lower, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
+    lower = tvm.ir.transform.Sequential([realize_kernels(), default_lower])
 
     def host_passes():
         return tvm.ir.transform.Sequential([finalize_host(), stack_locals(),

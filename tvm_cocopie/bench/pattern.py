@@ -19,7 +19,7 @@ layout where ours take it:
   ``reorder`` (+ filter kernel reorder / FKW: per-pattern code with static taps, same
   tile), ``lre`` (+ the register tile over several rows whose input loads are shared,
   input tiling and prefetch: the untuned kernel), ``tuned`` (+ the best register tile
-  of :data:`TILE_GRID`, measured);
+  of :data:`~tvm_cocopie.topi.cpu.pattern_conv.TILE_GRID`, measured);
 - ``csr``: the same pruned weights as CSR, tuned over the same grid.
 """
 
@@ -45,8 +45,6 @@ VGG_LAYERS = (
 QUICK_LAYERS = ("L4", "L9")
 PATTERNS = 8
 CONNECTIVITY = 3.6
-#: register tiles the tuning step measures: (rows, pixel vectors)
-TILE_GRID = ((8, 1), (7, 1), (6, 1), (4, 1), (4, 2), (3, 2), (2, 2))
 
 
 @dataclass(frozen=True)
@@ -121,17 +119,21 @@ def kernel_runner(spec, weight, layout, bias, data, target):
     return (lambda: fn(*args, out)), out.numpy()
 
 
-def tune(spec, weight, layout, bias, data, target, grid=TILE_GRID, repeat: int = 3):
-    """``(best spec, {knobs: ms})``: ``spec`` with each register tile of ``grid`` that
-    fits the output, measured (blocks of 4); the untuned tile is always a candidate."""
+def tune(spec, weight, layout, bias, data, target, repeat: int = 3):
+    """``(best spec, {knobs: ms})``: ``spec`` with each register tile of the grid
+    MetaSchedule chooses from (:data:`~tvm_cocopie.topi.cpu.pattern_conv.TILE_GRID`,
+    the tiles fitting ``target``'s registers) that fits the output, measured (blocks of
+    4); the untuned tile is always a candidate."""
+    from ..target import cpu_info, parse_target
     from ..topi.cpu import pattern_conv as pc
+    from ..topi.cpu.tiling import vector_registers
 
-    lanes = spec.knobs.lanes
     geo = spec.geo
     candidates = {spec.knobs}
-    for rows, vectors in grid:
-        if rows <= geo.oh and (vectors - 1) * lanes < geo.ow:
-            candidates.add(pc.PatternKnobs(rows, vectors, lanes))
+    for choice in pc.tile_choices(vector_registers(cpu_info(parse_target(target)))):
+        knobs = pc.with_tile(spec, choice).knobs
+        if knobs.rows <= geo.oh and (knobs.vectors - 1) * knobs.lanes < geo.ow:
+            candidates.add(knobs)
     runs = {}
     for knobs in sorted(candidates, key=lambda k: k.describe()):
         runs[knobs] = kernel_runner(replace(spec, knobs=knobs), weight, layout, bias, data,

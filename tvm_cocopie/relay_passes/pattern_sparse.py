@@ -7,7 +7,11 @@ kernels empty) becomes one call of the pattern kernel
 following bias ``add`` (per-channel constant) and ``relu`` / ``clip`` are taken into
 the kernel's epilogue when the conv's result has no other use. Dense convs are left to
 the legalization. It runs in the ``legalize`` stage, after the layout stage chose the
-conv's ``NCHW{b}c`` layouts, which the kernel then reads and writes.
+conv's ``NCHW{b}c`` layouts, which the kernel then reads and writes. The module
+carries the kernel's portable form (layouts moved element by element, no lane
+shuffles: MetaSchedule's task analyses read it); the cocopie TIR pipeline generates it
+with its lane transposes, and with the register tile a tuning database chose
+(:mod:`tvm_cocopie.kernel_knobs`).
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ class _PatternRewriter(relax.PyExprMutator):
         if layout is None:
             return None
         spec = pc.PatternConv(geo, layout.patterns, layout.kernels, self.knobs_for(geo),
-                              "pattern", db, obk)
+                              "pattern", db, obk, lane_transposes=False)
         self.count += 1
         log.debug("pattern-sparse conv %dx%d @%dx%d: %d patterns, connectivity %.2fx",
                   geo.o, geo.c, geo.h, geo.w, len(layout.patterns), layout.connectivity)

@@ -6,7 +6,9 @@ not apply; rules are tried in order and the first that applies wins.
 ``default_rules(target)`` is the ordered list the cocopie pipeline applies after
 fusion:
 
-0. :class:`~.cpu.winograd.Winograd`: Winograd F(m,3) convs (transforms, batched
+0. :class:`~.cpu.pattern_tiles.PatternTiles`: the pattern-sparse conv's register tile
+   as a sampled decision (design spaces only: the kernel is generated, not scheduled);
+   :class:`~.cpu.winograd.Winograd`: Winograd F(m,3) convs (transforms, batched
    GEMM, output transform with the fused epilogue);
 1. :class:`~.cpu.matvec.Matvec`: squeeze-and-excitation blocks fused by DNNFusion
    (a global pool and the 1x1 convs on its result), each reduction at the root in
@@ -47,12 +49,13 @@ from .cpu.gspc_pixels import GspcPixels
 from .cpu.matmul_chain import MatmulChain
 from .cpu.matmul_packed import MatmulPacked
 from .cpu.matvec import Matvec
+from .cpu.pattern_tiles import PatternTiles
 from .cpu.row_reduction import RowReduction
 from .cpu.winograd import Winograd
 from .hexagon.int8 import HexagonInt8
 
 __all__ = ["Attention", "Conv2dNCHWc", "ConvChain", "Fallback", "HexagonInt8", "MatmulChain",
-           "MatmulPacked", "Matvec",
+           "MatmulPacked", "Matvec", "PatternTiles",
            "RowReduction", "Winograd",
            "default_rules"]
 
@@ -63,5 +66,5 @@ def default_rules(target: tvm.target.Target) -> list:
         return [HexagonInt8()]
     if target.kind.name != "llvm":
         return []
-    return [Winograd(), Matvec(), ConvChain(), GspcPixels(), Conv2dNCHWc(), MatmulPacked(),
+    return [PatternTiles(), Winograd(), Matvec(), ConvChain(), GspcPixels(), Conv2dNCHWc(), MatmulPacked(),
             Attention(), MatmulChain(), RowReduction(), Fallback()]

@@ -66,6 +66,7 @@ def cmd_transfer_tune(args) -> int:
     from ..errors import TuningLogError
     from ..target import parse_target
     from . import readers, search
+    from .space import alloc_arguments
 
     target = parse_target(args.target)
     prescreen = None
@@ -95,7 +96,8 @@ def cmd_transfer_tune(args) -> int:
     records = readers.best_per_workload(records)  # each logged kernel's best schedule
     for s in summaries:
         print(s.explain())
-    measurer = search.Measurer(target, rpc=_rpc(args.rpc_tracker, args.rpc_key))
+    measurer = search.Measurer(target, rpc=_rpc(args.rpc_tracker, args.rpc_key),
+                               f_alloc_argument=alloc_arguments)
     report = search.transfer_tune(args.model, records, target, args.out, mode=args.mode,
                                   measurer=measurer, budget_seconds=args.budget_seconds,
                                   progress=not args.quiet, max_candidates=args.max_candidates,

@@ -51,6 +51,7 @@ from .kernel_class import Kernel, class_key, class_report, extract_kernels, shap
 from .profile import second_pass as profile_second_pass
 from .readers import best_per_workload, read_database_dir
 from .report import KernelResult, Report
+from .space import alloc_arguments
 from .transfer import check_numerics, transfer
 
 log = logging.getLogger(__name__)
@@ -442,7 +443,7 @@ def transfer_tune(model, records: list, target, out_dir, mode: str = "select",
     out.mkdir(parents=True, exist_ok=True)
     kernels = (kernels if kernels is not None
                else extract_kernels(model, target, shapes=shapes, options=options))
-    run = _Search(target, measurer or Measurer(target), MeasurementCache(out / CACHE_FILE),
+    run = _Search(target, measurer or Measurer(target, f_alloc_argument=alloc_arguments), MeasurementCache(out / CACHE_FILE),
                   kernels, batch, progress, budget_seconds, start, prescreen=prescreen,
                   prescreen_keep=prescreen_keep, dataset=dataset, source=model_label(model))
     _measure_baselines(run)
@@ -506,7 +507,7 @@ def kernel_sums(model, target, databases: dict, kernels: list[Kernel] | None = N
     sums. Returns ``{name: seconds}``.
     """
     target = parse_target(target)
-    measurer = measurer or Measurer(target)
+    measurer = measurer or Measurer(target, f_alloc_argument=alloc_arguments)
     kernels = (kernels if kernels is not None
                else extract_kernels(model, target, shapes=shapes, options=options))
     dbs = {name: (ms.database.JSONDatabase(work_dir=str(d), allow_missing=False)

@@ -34,10 +34,11 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import last_line
-from ..metaschedule import initialized_postprocs
+from ..metaschedule import initialized_postprocs, postprocs_for
 from ..schedules import default_rules
 from ..schedules.tunable import SPACE_ANNOTATION
 from ..target import cpu_info, parse_target
+from ..topi.cpu import pattern_conv
 from ..topi.cpu.tiling import vector_registers
 from .kernel_class import kernel_func
 from .tiles import adapt_tile
@@ -148,8 +149,28 @@ class RegisterBudget(ms.postproc.PyPostproc):
 
 
 def postprocs(target) -> list:
-    """MetaSchedule's CPU post-processors plus :class:`RegisterBudget`."""
-    return list(ms.postproc.Postproc.create("llvm")) + [RegisterBudget(registers_of(target))]
+    """MetaSchedule's CPU post-processors (generated kernels may loop to bounds read from
+    their weights: :func:`~tvm_cocopie.metaschedule.postprocs_for`) plus
+    :class:`RegisterBudget`."""
+    return postprocs_for("llvm") + [RegisterBudget(registers_of(target))]
+
+
+def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
+    """MetaSchedule's runner argument allocation (random tensors), except a pattern
+    kernel's index arrays: valid FKW arrays of its shapes
+    (:func:`~tvm_cocopie.topi.cpu.pattern_conv.measurement_fkw`; random ones indexed
+    outside its weights). Runs in the runner's worker; pass it as a
+    :class:`~tvm_cocopie.metaschedule.Measurer`'s ``f_alloc_argument``."""
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
+
+    repeated = default_alloc_argument(device, args_info, alloc_repeat)
+    signature = [(str(info[1]), tuple(int(x) for x in info[2])) for info in args_info]
+    arrays = pattern_conv.measurement_fkw(signature)
+    if arrays is not None:
+        for args in repeated:
+            for k, array in enumerate(arrays, start=1):
+                args[k] = tvm.runtime.tensor(array, device)
+    return repeated
 
 
 def space_generator(target):

@@ -25,7 +25,7 @@ from ..paths import write_json_atomic
 from ..target import parse_target
 from .kernel_class import extract_kernels
 from .readers import RECORD_FILE, WORKLOAD_FILE
-from .space import space_generator
+from .space import alloc_arguments, space_generator
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def tune_model(model, target, log_dir, trials: int, build_timeout: float = 300.0
         builder=local_builder(build_timeout,
                               f_build=build_kernel_stock if space == "stock" else None),
         # timed like transfer-tuning's candidates, with the model's thread pool
-        runner=Measurer(target, run_timeout=120).runner(),
+        runner=Measurer(target, run_timeout=120, f_alloc_argument=alloc_arguments).runner(),
         measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [timeline],
     )
     meta["seconds"] = time.perf_counter() - timeline.start

@@ -42,7 +42,8 @@ pixel. Element by element, they were ~18% and ~7% of VGG-16 L4's time on AVX-512
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from tvm import te, tirx
@@ -51,6 +52,7 @@ from tvm.script.ir_builder import tirx as T
 
 from ...errors import CompilationError
 from ...exprs import builder_store, f32, stack_tile
+from ...kernel_knobs import REALIZE_ATTR
 from .conv2d_nchwc import ConvGeometry
 
 #: code generation modes: PatDNN's pattern code, its no-opt version, CSR
@@ -83,6 +85,20 @@ class PatternKnobs:
 #: accumulators of the register tile: AVX2's 16 registers hold 8 of them, the input
 #: vectors a tap loads and the broadcast weight
 MAX_ACCUMULATORS = 8
+#: the register tiles (rows, pixel vectors) the knob search chooses from, in a fixed
+#: order (a MetaSchedule decision is an index into it, replayed across kernels): the
+#: tiles :func:`default_knobs` picks from, then six that need 32 vector registers
+#: (AVX-512, NEON)
+TILE_GRID = ((8, 1), (7, 1), (6, 1), (5, 1), (4, 1), (4, 2), (3, 2), (2, 2),
+             (16, 1), (14, 1), (12, 1), (8, 2), (7, 2), (6, 2))
+
+
+def tile_choices(registers: int) -> list[int]:
+    """Indices into :data:`TILE_GRID` of the tiles whose accumulators fit ``registers``
+    vector registers with the loaded inputs and broadcast weights beside them (half the
+    file, as :data:`MAX_ACCUMULATORS` is half of AVX2's)."""
+    limit = max(MAX_ACCUMULATORS, registers // 2)
+    return [i for i, (rows, vectors) in enumerate(TILE_GRID) if rows * vectors <= limit]
 
 
 def default_knobs(geo: ConvGeometry, lanes: int) -> PatternKnobs:
@@ -225,6 +241,11 @@ class PatternConv:
     bias: bool = False
     activation: str = "none"
     clip: tuple[float, float] = (0.0, 6.0)
+    #: blocked layouts moved through lane transposes (TIR ``Shuffle``) where the block
+    #: is the pixel vector's width; off, element by element: the portable form a model
+    #: carries until the cocopie TIR pipeline generates the kernel (:func:`realize_knobs`:
+    #: MetaSchedule's flop estimate has no rule for ``Shuffle``)
+    lane_transposes: bool = True
 
     @property
     def row_tiles(self) -> int:
@@ -429,7 +450,7 @@ def _copy_tile(spec: PatternConv, data, tb, n, y0, x0) -> None:
     pt, pl = g.padding[0], g.padding[1]
     _, _, _, rs, ws = spec.tile_shape()
     lanes = spec.knobs.lanes
-    blocks = ws // lanes if _transposable(b, lanes) else 0
+    blocks = ws // lanes if spec.lane_transposes and _transposable(b, lanes) else 0
 
     def value(c_index, y, x, lane=None):
         yc = tirx.max(tirx.min(y, g.h - 1), 0)
@@ -544,7 +565,7 @@ def _staged_store(spec: PatternConv) -> bool:
     a blocked output whose block is the pixel vector's width (a power of two). Written
     filter by filter, a pixel vector lands one element per 64-byte line of the
     ``NCHW{b}c`` output (L4 of VGG-16 on AVX-512: a fifth of the kernel's time)."""
-    return _transposable(spec.out_block, spec.knobs.lanes)
+    return spec.lane_transposes and _transposable(spec.out_block, spec.knobs.lanes)
 
 
 def _store_staged(spec: PatternConv, out, stage, bias, n, y0, x0) -> None:
@@ -599,6 +620,39 @@ def _kernel(spec: PatternConv, ins: dict, out):
     return ib.get()
 
 
+def measurement_fkw(signature: list[tuple[str, tuple[int, ...]]]) -> list[np.ndarray] | None:
+    """Valid FKW arrays ``[reorder, offset, stride, index]`` for timing a pattern kernel
+    (``"pattern"`` mode) known only by its parameters' ``(dtype, shape)``, as
+    MetaSchedule's runner knows a kernel: random integers there would index outside the
+    weights. The kernels are spread evenly over the filters, over the patterns and over
+    the input channels (the density and pattern mix of the layer, not its connectivity).
+    None when the signature is not a pattern kernel's."""
+    if len(signature) < 7:
+        return None
+    (ddt, data), (_, reorder), (odt, offset), (_, stride), (idt, index), (wdt, weights) = \
+        signature[:6]
+    if (ddt, wdt, odt) != ("float32", "float32", "int32") or len(data) not in (4, 5) \
+            or len(reorder) != 1 or len(offset) != 1 or len(stride) != 2 \
+            or len(index) != 1 or len(weights) != 2 or idt not in ("int16", "int32"):
+        return None
+    o, nk = reorder[0], index[0]
+    npat = stride[1] - 1
+    channels = data[1] * (data[4] if len(data) == 5 else 1)
+    if offset[0] != o + 1 or stride[0] != o or weights[0] != nk or npat < 1 \
+            or nk > o * channels:
+        return None
+    counts = [nk // o + (i < nk % o) for i in range(o)]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    strides = np.zeros((o, npat + 1), idt)
+    chans = []
+    for i, count in enumerate(counts):
+        picked = [(j * channels // count + i) % channels for j in range(count)] if count else []
+        by_pattern = [sorted(picked[p::npat]) for p in range(npat)]
+        strides[i, 1:] = np.cumsum([len(group) for group in by_pattern])
+        chans += [ch for group in by_pattern for ch in group]
+    return [np.arange(o).astype(idt), offsets, strides, np.asarray(chans, idt)]
+
+
 def pattern_table(spec: PatternConv) -> np.ndarray:
     """``[P, taps]`` flat positions of each pattern (the no-opt mode's table); a
     pattern with fewer taps repeats its last position, with a zero weight."""
@@ -625,10 +679,65 @@ def pattern_conv_func(spec: PatternConv) -> tirx.PrimFunc:
     def build(ins, outs):
         return _kernel(spec, dict(zip(names, ins)), outs[0])
 
-    out = te.extern([spec.out_shape()], placeholders, build, name=f"conv2d_{spec.mode}_sparse",
+    out = te.extern([spec.out_shape()], placeholders, build, name=kernel_block(spec),
                     dtype=["float32"])
     func = te.create_prim_func([*placeholders, out])
-    return func.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+    return (func.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+            .with_attr(SPEC_ATTR, spec_json(spec))
+            .with_attr(REALIZE_ATTR, f"{__name__}:realize_knobs"))
+
+
+#: PrimFunc attribute: the kernel's :class:`PatternConv` as JSON (:func:`spec_json`)
+SPEC_ATTR = "cocopie.pattern_conv"
+
+
+def kernel_block(spec: PatternConv) -> str:
+    """The name of the kernel's block (where a schedule writes its knob choice)."""
+    return f"conv2d_{spec.mode}_sparse"
+
+
+def spec_json(spec: PatternConv) -> str:
+    """``spec`` as JSON (:func:`spec_from_json` reads it back)."""
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def spec_from_json(text: str) -> PatternConv:
+    """The :class:`PatternConv` :func:`spec_json` wrote."""
+    d = json.loads(text)
+    g = d.pop("geo")
+    geo = ConvGeometry(**{k: tuple(v) if isinstance(v, list) else v for k, v in g.items()})
+    return PatternConv(geo, tuple(tuple(p) for p in d.pop("patterns")),
+                       knobs=PatternKnobs(**d.pop("knobs")), clip=tuple(d.pop("clip")), **d)
+
+
+def spec_of(func: tirx.PrimFunc) -> PatternConv | None:
+    """The spec a pattern kernel was generated from (None: not one)."""
+    text = func.attrs.get(SPEC_ATTR) if func.attrs is not None else None
+    return None if text is None else spec_from_json(str(text))
+
+
+def with_tile(spec: PatternConv, choice: int) -> PatternConv:
+    """``spec`` with the register tile ``TILE_GRID[choice]``."""
+    if not 0 <= choice < len(TILE_GRID):
+        raise CompilationError(f"pattern-conv tile choice {choice} is not an index of the "
+                               f"{len(TILE_GRID)} tiles of TILE_GRID")
+    rows, vectors = TILE_GRID[choice]
+    return replace(spec, knobs=replace(spec.knobs, rows=rows, vectors=vectors))
+
+
+def realize_knobs(func: tirx.PrimFunc, choice: int | None) -> tirx.PrimFunc | None:
+    """The generator :mod:`tvm_cocopie.kernel_knobs` calls: the pattern kernel ``func``
+    generated again, with the register tile ``TILE_GRID[choice]`` a schedule chose (if
+    any) and its lane transposes (a model carries the portable form); None when ``func``
+    is already that kernel."""
+    spec = spec_of(func)
+    if spec is None:
+        raise CompilationError(f"a kernel without the {SPEC_ATTR} attribute is not a "
+                               "pattern-sparse conv: it cannot take a tile choice")
+    if choice is None and spec.lane_transposes:
+        return None
+    final = replace(spec if choice is None else with_tile(spec, choice), lane_transposes=True)
+    return pattern_conv_func(final)
 
 
 def reference(data: np.ndarray, weight: np.ndarray, geo: ConvGeometry) -> np.ndarray:
@@ -650,16 +759,26 @@ __all__ = [
     "CSR",
     "FKW",
     "MODES",
+    "SPEC_ATTR",
+    "TILE_GRID",
     "PatternConv",
     "PatternKnobs",
     "csr",
     "default_knobs",
     "fkw",
     "index_dtype",
+    "kernel_block",
+    "measurement_fkw",
     "pattern_conv_func",
     "pattern_table",
+    "realize_knobs",
     "reference",
+    "spec_from_json",
+    "spec_json",
+    "spec_of",
+    "tile_choices",
     "unsupported",
     "weight_arrays",
+    "with_tile",
 ]
 
