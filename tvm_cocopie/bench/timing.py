@@ -73,7 +73,7 @@ def interleaved_times(
     max_seconds: float | None = None,
     settle_seconds: float = 0.005,
     block: int = 1,
-    switch_seconds: float = 0.1,
+    switch_seconds: float = 0.25,
 ) -> dict[str, list[float]]:
     """Run each contender ``repeat`` rounds, round-robin, after ``warmup`` rounds.
 
@@ -95,7 +95,11 @@ def interleaved_times(
     fork-join waits for each of them. Measured on MobileNetV3-Small (2 threads, this
     AVX2 host): cocopie's call right after an ORT block took 50 ms, the next ones 4.4-4.6
     ms, and 3.9-4.1 ms from a 0.1 s pause on (3.5-4.0 ms with no ORT in the process;
-    ORT's own time is the same either way).
+    ORT's own time is the same either way). TVM's pool does the same the other way:
+    after its last parallel call a worker spins on one core for 170-180 ms (process CPU
+    sampled every 20 ms, AMD EPYC Zen 4 VM, 2 threads), so with a 0.1 s pause ONNX
+    Runtime's 2-thread block ran beside it: VGG-16 L9 10.3 ms a call in blocks against
+    4.4-4.9 ms back to back. Hence 0.25 s.
     """
     for _ in range(warmup):
         for fn in contenders.values():
@@ -194,14 +198,17 @@ def bench_result(name: str, records: list, summary: dict, threads: int | None = 
     return {"bench": name, "machine": machine_info(threads), "records": records, "summary": summary}
 
 
-def ort_session(model, threads: int, spinning: bool = False):
-    """An ONNX Runtime CPU session with ``threads`` intra-op threads (the yardstick).
+def ort_session(model, threads: int, spinning: bool = True):
+    """An ONNX Runtime CPU session with ``threads`` intra-op threads (the yardstick), as
+    it ships: its intra-op threads spin-wait after each run.
 
-    ORT's intra-op threads spin-wait after each run by default. Interleaved with TVM
-    on the same cores, the spinning threads take the cores TVM's next call needs
-    (measured on PP-OCR cls, 2 cores: TVM 139 ms beside a spinning ORT, 8 ms beside a
-    non-spinning one, while ORT's own best time moved from 1.6 to 1.7 ms). So the
-    side-by-side runs use ``spinning=False``.
+    Interleaved with TVM on the same cores, the spinning threads take the cores TVM's
+    next call needs (measured on PP-OCR cls, 2 cores: TVM 139 ms beside a spinning ORT,
+    8 ms beside a non-spinning one); :func:`interleaved_times` with blocks pauses before
+    each contender's block until both runtimes' workers are idle. Without spinning ORT
+    is no fair yardstick on this VM: its 2-thread VGG-16 L9 conv took 8.0-8.1 ms a call
+    in blocks, against 4.3-4.6 ms spinning (TVM's time the same either way), so
+    ``spinning=False`` is only for call-by-call alternation.
     """
     import onnxruntime as ort
 
