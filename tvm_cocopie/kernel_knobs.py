@@ -33,7 +33,7 @@ from tvm import tirx
 from tvm.s_tir.stmt import SBlock, SBlockRealize
 
 from .errors import CompilationError
-from .tir_stmt import rewrite_prim_funcs
+from .tir_stmt import prim_func_pass
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ def knob_choice(func: tirx.PrimFunc) -> int | None:
 
 def generator(func: tirx.PrimFunc):
     """The generator function ``func`` names in :data:`REALIZE_ATTR`, or None."""
-    name = func.attrs.get(REALIZE_ATTR) if func.attrs is not None else None
-    if name is None:
+    if not is_generated(func):
         return None
+    name = func.attrs[REALIZE_ATTR]
     module, _, function = str(name).partition(":")
     try:
         return getattr(importlib.import_module(module), function)
@@ -74,6 +74,11 @@ def generator(func: tirx.PrimFunc):
             "another version of tvm_cocopie: build it again from the model") from err
 
 
+def is_generated(func: tirx.PrimFunc) -> bool:
+    """Whether ``func`` names a generator in :data:`REALIZE_ATTR`."""
+    return func.attrs is not None and REALIZE_ATTR in func.attrs
+
+
 def realize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """``func`` rebuilt by its generator with the knob choice on its block (None: no
     choice, the generator's own), keeping the attributes the build gave it (its symbol);
@@ -81,31 +86,22 @@ def realize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     make = generator(func)
     if make is None:
         return None
-    new = make(func, knob_choice(func))
+    choice = knob_choice(func)
+    new = make(func, choice)
     if new is None:
         return None
     for key, value in (func.attrs or {}).items():
         if key not in (new.attrs or {}):
             new = new.with_attr(key, value)
+    log.debug("%s: generated with knob choice %s", func.attrs.get("global_symbol"), choice)
     return new
 
 
 def realize_kernels() -> tvm.transform.Pass:
     """The pass: every PrimFunc with a generator, generated with its knob choice (module
     docstring)."""
-
-    def rewrite(name: str, func):
-        new = realize(func)
-        if new is not None:
-            log.debug("%s: generated with knob choice %s", name, knob_choice(func))
-        return new
-
-    @tvm.transform.module_pass(opt_level=0, name="RealizeKernelKnobs")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_prim_funcs(mod, rewrite)
-
-    return _pass
+    return prim_func_pass("RealizeKernelKnobs", lambda _name, func: realize(func))
 
 
-__all__ = ["KNOBS_ANNOTATION", "REALIZE_ATTR", "generator", "knob_choice", "realize",
-           "realize_kernels"]
+__all__ = ["KNOBS_ANNOTATION", "REALIZE_ATTR", "generator", "is_generated", "knob_choice",
+           "realize", "realize_kernels"]

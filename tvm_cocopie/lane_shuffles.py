@@ -27,7 +27,7 @@ import tvm
 from tvm import tirx
 from tvm.sym import Analyzer
 
-from .tir_stmt import rewrite_prim_funcs, with_bodies
+from .tir_stmt import prim_func_pass, with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,4 @@ def permuted_loads() -> tvm.transform.Pass:
         log.debug("%s: %d permuted loads shuffled", name, rewriter.rewritten)
         return func.with_body(body)
 
-    @tvm.transform.module_pass(opt_level=0, name="PermutedLoads")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_prim_funcs(mod, rewrite)
-
-    return _pass
+    return prim_func_pass("PermutedLoads", rewrite)

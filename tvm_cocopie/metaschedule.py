@@ -24,7 +24,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from .errors import last_line
-from .kernel_knobs import REALIZE_ATTR
+from .kernel_knobs import is_generated
 from .threads import configure_thread_pool, usable_cores
 from .tir_pipeline import tir_pipeline_for
 
@@ -95,7 +95,7 @@ def tune_context(mod: tvm.IRModule, target, space_generator, search_strategy=Non
 @derived_object
 class DynamicLoopsOfGeneratedKernels(ms.postproc.PyPostproc):
     """MetaSchedule's ``DisallowDynamicLoop``, except for generated kernels
-    (:data:`~tvm_cocopie.kernel_knobs.REALIZE_ATTR`): the pattern conv's loops over a
+    (:func:`~tvm_cocopie.kernel_knobs.is_generated`): the pattern conv's loops over a
     filter's kernels run to bounds read from its FKW arrays by design, and the stock
     check rejected every sample of its design space."""
 
@@ -107,10 +107,9 @@ class DynamicLoopsOfGeneratedKernels(ms.postproc.PyPostproc):
 
     def apply(self, sch) -> bool:
         """Whether ``sch`` passes: a generated kernel always does."""
-        for func in sch.mod.functions.values():
-            if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None \
-                    and REALIZE_ATTR in func.attrs:
-                return True
+        if any(isinstance(func, tvm.tirx.PrimFunc) and is_generated(func)
+               for func in sch.mod.functions.values()):
+            return True
         return self.inner.apply(sch)
 
     def clone(self):

@@ -16,8 +16,8 @@ makes a 64-byte-aligned stack slot of the function or parallel task: a slot that
 never escapes is promoted to registers. It runs on the host module right after
 ``LowerTVMBuiltin`` in the TIR pipeline :data:`TIR_PIPELINE`,
 which is TVM's default S-TIR lowering otherwise (first, generated kernels are built
-with the knobs a schedule chose: :mod:`tvm_cocopie.kernel_knobs`); ``tvm_cocopie.compile_model`` and the
-ONNX backend build with it (``tvm.compile(..., relax_pipeline="cocopie",
+with the knobs a schedule chose: :mod:`tvm_cocopie.kernel_knobs`);
+``tvm_cocopie.compile_model`` and the ONNX backend build with it (``tvm.compile(..., relax_pipeline="cocopie",
 tir_pipeline="cocopie")`` by hand). Hexagon builds keep TVM's pipeline.
 """
 
@@ -31,7 +31,7 @@ from tvm import tirx
 from .kernel_knobs import realize_kernels
 from .lane_shuffles import permuted_loads
 from .target import is_hexagon
-from .tir_stmt import rewrite_prim_funcs, with_bodies
+from .tir_stmt import prim_func_pass, with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,7 @@ def stack_locals(limit: int = STACK_LIMIT_BYTES) -> tvm.transform.Pass:
         log.debug("%s: %d local buffers on the stack", name, rewriter.moved)
         return func.with_body(body)
 
-    @tvm.transform.module_pass(opt_level=0, name="StackLocals")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_prim_funcs(mod, rewrite)
-
-    return _pass
+    return prim_func_pass("StackLocals", rewrite)
 
 
 def _tir_pipeline(**kwargs):

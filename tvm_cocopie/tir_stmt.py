@@ -1,8 +1,11 @@
-"""Rebuilding lowered TIR statements: the one walker (and the loop over a module's
-PrimFuncs) the TIR passes of the cocopie TIR pipeline share (:mod:`tvm_cocopie.tir_pipeline`, :mod:`tvm_cocopie.lane_shuffles`)."""
+"""Rebuilding lowered TIR statements: the one walker, and the module pass over a
+module's PrimFuncs, that the TIR passes of the cocopie TIR pipeline share
+(:mod:`tvm_cocopie.tir_pipeline`, :mod:`tvm_cocopie.lane_shuffles`,
+:mod:`tvm_cocopie.kernel_knobs`)."""
 
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 
 
@@ -22,15 +25,21 @@ def with_bodies(node, visit):
     return None
 
 
-def rewrite_prim_funcs(mod, rewrite):
-    """``mod`` with each PrimFunc ``func`` replaced by ``rewrite(name, func)`` where that
-    is not ``None`` (a rewrite that changed nothing returns ``None``)."""
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if isinstance(func, tirx.PrimFunc):
-            new = rewrite(gvar.name_hint, func)
-            if new is not None:
-                updates[gvar] = new
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+def prim_func_pass(name: str, rewrite):
+    """A module pass named ``name`` replacing each PrimFunc ``func`` by
+    ``rewrite(func name, func)`` where that is not ``None`` (a rewrite that changed nothing
+    returns ``None``)."""
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if isinstance(func, tirx.PrimFunc):
+                new = rewrite(gvar.name_hint, func)
+                if new is not None:
+                    updates[gvar] = new
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
+
+    return _pass
