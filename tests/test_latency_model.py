@@ -103,6 +103,43 @@ def test_recovers_known_latency():
     assert spearman(pred, [r.latency_us for r in test]) > 0.9
 
 
+def _sample_groups():
+    """Design-space-like groups: per kernel, schedules (here: variants of one shape)
+    whose latency is known by construction (the roofline of ``_synthetic_rows``)."""
+    rows = []
+    for g, (m, n) in enumerate((m, n) for m in (16, 32, 64, 96) for n in (16, 48, 128)):
+        for i, k in enumerate((8, 16, 32, 64, 128)):
+            f = kernel_features(_matmul(m, n, k), TARGET, standalone=True)
+            flops = 2 ** _feature(f, "flops_log2") - 1
+            io = 2 ** _feature(f, "io_bytes_log2") - 1
+            us = max(flops / 40e3, io / 8e3) + 2.0
+            rows.append(Row(f"src{g % 3}", "sample", f"g{g}:{i}", f"mm{m}x{n}", f, us, 1))
+    return rows
+
+
+def test_ranking_head_orders_schedules_of_unseen_kernels(tmp_path):
+    rows = _sample_groups()
+    train = [r for r in rows if r.source != "src0"]
+    test = [r for r in rows if r.source == "src0"]
+    model = LatencyModel(TARGET)
+    model.train(train + _synthetic_rows(), validation=0)
+    assert model.rank_booster is not None
+    by_group: dict = {}
+    for r in test:
+        by_group.setdefault(r.kernel.split(":")[0], []).append(r)
+    for group in by_group.values():
+        scores = model.rank([r.features for r in group])
+        assert spearman(scores, [r.latency_us for r in group]) > 0.8
+    # saved and loaded with the model; a model without sample groups ranks by time
+    path = model.save(tmp_path / "ranked.json")
+    features = np.stack([r.features for r in test])
+    assert np.array_equal(LatencyModel.load(TARGET, path).rank(features), model.rank(features))
+    plain = LatencyModel(TARGET)
+    plain.train(_synthetic_rows(), validation=0)
+    assert plain.rank_booster is None
+    assert np.allclose(plain.rank(features), np.log(plain.predict(features)))
+
+
 def test_update_adds_trees_for_new_rows():
     rows = _synthetic_rows()
     model = LatencyModel(TARGET)
@@ -150,6 +187,13 @@ def test_model_file_round_trip_and_refusals(tmp_path):
     with pytest.raises(LatencyModelError, match="corrupt"):
         LatencyModel.load(TARGET, variant("flipped.json",
                                           booster=base64.b64encode(bytes(raw)).decode()))
+    rank = bytearray(base64.b64decode(head["rank_booster"]))
+    if rank:
+        rank[len(rank) // 2] ^= 0xFF
+    with pytest.raises(LatencyModelError, match="corrupt"):
+        LatencyModel.load(TARGET, variant("rank_flipped.json",
+                                          rank_booster=base64.b64encode(bytes(rank) or b"x")
+                                          .decode()))
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
     with pytest.raises(LatencyModelError, match="unreadable or corrupt"):

@@ -57,7 +57,7 @@ def test_prescreen_measures_only_the_fastest_predicted_and_rows_are_kept(tmp_pat
     screened = {cid: why for cid, why in k.rejected.items() if why.startswith("pre-screened")}
     assert transferred >= 3, k.rejected
     assert len(screened) == rep.prescreened == transferred - 1
-    assert all("kept the 1 fastest predicted" in why for why in screened.values())
+    assert all("kept the 1 fastest ranked" in why for why in screened.values())
     assert rep.as_dict()["prescreened"] == transferred - 1
 
     cache = search.MeasurementCache(tmp_path / "out" / search.CACHE_FILE)

@@ -7,7 +7,8 @@ contributes nothing), calibrates the whole-model sum on the other models, and
 predicts the held-out model's kernels (per-kernel error), its whole latency (model
 error) and the ranking of its kernels' design-space samples (Spearman's rank
 correlation among the schedules of one kernel, the question transfer-tuning's
-pre-screen asks).
+pre-screen asks: by the ranking head, :meth:`~.model.LatencyModel.rank`; beside it
+``rank_corr_absolute``, the same by the predicted times).
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ def evaluate_fold(model: LatencyModel, test_rows: list, test_model, train_models
     for key, group in sample_groups(test_rows).items():
         if len({round(r.latency_us, 3) for r in group}) < MIN_RANKED:
             continue
-        pred = model.predict([r.features for r in group])
-        rho = spearman(pred, [r.latency_us for r in group])
+        features = [r.features for r in group]
+        measured = [r.latency_us for r in group]
+        rho = spearman(model.rank(features), measured)
         if rho is not None:
             corr.append({"kernel": group[0].name, "key": key, "samples": len(group),
-                         "rank_corr": rho})
+                         "rank_corr": rho,
+                         "rank_corr_absolute": spearman(model.predict(features), measured)})
     out["rank_corr"] = corr
     if test_model is not None and in_model:
         model.calibrate(train_models, train_kernel_us)
@@ -123,6 +126,8 @@ def summarize(folds: list, rows: int) -> dict:
     kernel_errs = [k["err_pct"] for f in folds for k in f.get("kernels", [])]
     model_errs = [f["model_err_pct"] for f in folds if "model_err_pct" in f]
     corrs = [c["rank_corr"] for f in folds for c in f.get("rank_corr", [])]
+    absolute = [c["rank_corr_absolute"] for f in folds for c in f.get("rank_corr", [])
+                if c.get("rank_corr_absolute") is not None]
     return {
         "kernel_median_err_pct": float(np.median(kernel_errs)) if kernel_errs else None,
         "kernel_p90_err_pct": float(np.percentile(kernel_errs, 90)) if kernel_errs else None,
@@ -130,6 +135,7 @@ def summarize(folds: list, rows: int) -> dict:
         "model_max_err_pct": float(np.max(model_errs)) if model_errs else None,
         "rank_corr": float(np.median(corrs)) if corrs else None,
         "rank_corr_kernels": len(corrs),
+        "rank_corr_absolute": float(np.median(absolute)) if absolute else None,
         "folds": len(folds),
         "kernels": len(kernel_errs),
         "rows": rows,

@@ -9,6 +9,12 @@ not extrapolate a time).
 error; :meth:`LatencyModel.update` adds trees for new rows (incremental, the earlier
 trees kept).
 
+Beside it, a ranking head (:meth:`LatencyModel.rank`): trees fitted to each
+design-space sample's logarithm of time *relative to the other schedules of its
+kernel* (the group's mean subtracted), so that every split is spent on what tells one
+schedule of a kernel from another, not on the kernel's size; transfer-tuning's
+pre-screen and the evaluation's rank correlation order candidates by it.
+
 A whole model's latency is the sum of its kernels' predicted times, each times the
 calls one inference makes, scaled, plus a cost per VM call (the instructions,
 allocations and argument checks between kernels): ``ms = scale * sum(calls * us) /
@@ -43,7 +49,7 @@ from .features import FEATURE_NAMES, feature_schema
 log = logging.getLogger(__name__)
 
 FORMAT = "tvm_cocopie.latency_model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the ranking head
 
 #: XGBoost parameters: deep trees, strong shrinkage, row and column subsampling (a few
 #: thousand rows of 520 features; leave-one-family-out over 28 models against depth 7,
@@ -69,6 +75,9 @@ ROUNDS = 600
 #: 10.0 -> 9.1%, rank correlation 0.62 -> 0.64; without samples 14.7%, 6.6%, but 0.13)
 KIND_WEIGHTS = {"model": 2.0, "sample": 1.0, "fusion": 1.0, "tuning": 1.0}
 UPDATE_ROUNDS = 100
+#: Trees of the ranking head, and the samples a kernel needs to count as a group
+RANK_ROUNDS = 400
+MIN_GROUP = 3
 
 
 class LatencyModelError(CocopieError):
@@ -111,6 +120,27 @@ def roofline_us(x: np.ndarray) -> np.ndarray:
     return np.maximum(flops / peak, io / BYTES_PER_US) + CALL_US
 
 
+def rank_groups(rows) -> dict[str, list[int]]:
+    """Indices of ``rows`` that are design-space samples of one kernel (kind
+    ``sample``, key ``kernel:index``), by kernel, for groups of at least
+    :data:`MIN_GROUP`."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.kind == "sample":
+            groups.setdefault(r.kernel.split(":")[0], []).append(i)
+    return {k: v for k, v in groups.items() if len(v) >= MIN_GROUP}
+
+
+def _relative_targets(rows, groups: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``(row indices, log time minus its group's mean log time)`` of ``groups``."""
+    idx, y = [], []
+    for members in groups.values():
+        logs = np.log([rows[i].latency_us for i in members])
+        idx.extend(members)
+        y.extend(logs - logs.mean())
+    return np.array(idx, int), np.array(y)
+
+
 def _matrix(rows) -> np.ndarray:
     return np.stack([np.asarray(r.features if isinstance(r, Row) else r, np.float32)
                      for r in rows])
@@ -130,6 +160,7 @@ class LatencyModel:
         self.schema = feature_schema()
         self.params = {**PARAMS, **(params or {})}
         self.booster = None
+        self.rank_booster = None  # the ranking head (None: rank by predict)
         self.rows = 0
         self.validation: dict = {}
         self.scale = 1.0
@@ -178,9 +209,21 @@ class LatencyModel:
         self.booster = xgb.train(self.params, dall, best_rounds)
         self.rows = len(rows)
         self.validation["rounds"] = best_rounds
+        self.rank_booster = self._train_rank(rows, x)
         log.info("latency model trained on %d kernels, %d rounds; validation %s",
                  len(rows), best_rounds, self.validation)
         return dict(self.validation)
+
+    def _train_rank(self, rows, x: np.ndarray, base=None, rounds: int = RANK_ROUNDS):
+        """The ranking head on the sample groups of ``rows`` (``None`` without any);
+        ``base``: a head to add trees to."""
+        groups = rank_groups(rows)
+        if not groups:
+            return base
+        xgb = self._xgb()
+        idx, y = _relative_targets(rows, groups)
+        data = xgb.DMatrix(x[idx], label=y, feature_names=list(FEATURE_NAMES))
+        return xgb.train(self.params, data, rounds, xgb_model=base)
 
     def update(self, rows: list[Row], rounds: int = UPDATE_ROUNDS) -> dict:
         """Add ``rounds`` trees fitted to ``rows`` (new measurements) to the trained
@@ -193,6 +236,7 @@ class LatencyModel:
                            feature_names=list(FEATURE_NAMES))
         self.booster = xgb.train({**self.params, "eta": self.params["eta"] / 2}, dnew,
                                  rounds, xgb_model=self.booster)
+        self.rank_booster = self._train_rank(rows, x, self.rank_booster, UPDATE_ROUNDS)
         self.rows += len(rows)
         after = float(np.median(relative_errors(self.predict(x), y)))
         log.info("latency model updated with %d kernels: median error %.1f%% -> %.1f%%",
@@ -241,6 +285,20 @@ class LatencyModel:
         ratio = self.booster.predict(xgb.DMatrix(x, feature_names=list(FEATURE_NAMES)))
         return np.exp(ratio) * roofline_us(x)
 
+    def rank(self, features) -> np.ndarray:
+        """Scores of schedules of one kernel (rows of ``features``): lower is faster.
+        Only their order means anything: the ranking head's relative log time, or
+        the log of :meth:`predict` for a model trained without sample groups."""
+        self._require()
+        if self.rank_booster is None:
+            return np.log(self.predict(features))
+        xgb = self._xgb()
+        x = np.atleast_2d(np.asarray(features, np.float32))
+        if x.shape[1] != len(FEATURE_NAMES):
+            raise LatencyModelError(f"{x.shape[1]} features given, the model reads "
+                                    f"{len(FEATURE_NAMES)}")
+        return self.rank_booster.predict(xgb.DMatrix(x, feature_names=list(FEATURE_NAMES)))
+
     def predict_model(self, kernels: list, vm_calls: int) -> ModelPrediction:
         """A whole model from its kernels (``(name, calls, features)`` each) and the VM
         calls of one inference."""
@@ -262,6 +320,8 @@ class LatencyModel:
 
         path = Path(path) if path is not None else default_model_path(self.target)
         raw = bytes(self.booster.save_raw(raw_format="ubj"))
+        rank = (b"" if self.rank_booster is None
+                else bytes(self.rank_booster.save_raw(raw_format="ubj")))
         write_json_atomic(path, {
             "format": FORMAT, "format_version": FORMAT_VERSION, "target": self.target,
             "features_schema": self.schema, "features": len(FEATURE_NAMES),
@@ -269,7 +329,9 @@ class LatencyModel:
             "calibration": {"scale": self.scale, "call_us": self.call_us},
             "params": self.params,
             "sha256": hashlib.sha256(raw).hexdigest(),
-            "booster": base64.b64encode(raw).decode()})
+            "booster": base64.b64encode(raw).decode(),
+            "rank_sha256": hashlib.sha256(rank).hexdigest(),
+            "rank_booster": base64.b64encode(rank).decode()})
         return path
 
     @classmethod
@@ -287,6 +349,7 @@ class LatencyModel:
         try:
             head = json.loads(path.read_text())
             raw = base64.b64decode(head["booster"], validate=True)
+            rank = base64.b64decode(head.get("rank_booster", ""), validate=True)
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise LatencyModelError(f"latency model file {path} is unreadable or corrupt "
                                     f"({type(err).__name__}: {err}); delete it and "
@@ -298,7 +361,8 @@ class LatencyModel:
             raise LatencyModelError(f"latency model {path} has format version "
                                     f"{head.get('format_version')}, this tvm_cocopie reads "
                                     f"{FORMAT_VERSION}: {retrain}")
-        if head.get("sha256") != hashlib.sha256(raw).hexdigest():
+        if (head.get("sha256") != hashlib.sha256(raw).hexdigest()
+                or head.get("rank_sha256") != hashlib.sha256(rank).hexdigest()):
             raise LatencyModelError(f"latency model {path} is corrupt (its trees do not "
                                     f"match their checksum): delete it and {retrain}")
         if head.get("target") != key:
@@ -309,13 +373,19 @@ class LatencyModel:
                                     f"{head.get('features_schema')}, this tvm_cocopie "
                                     f"computes {feature_schema()}: {retrain}")
         model = cls(key, head.get("params"))
-        booster = xgb.Booster()
-        try:
-            booster.load_model(bytearray(raw))
-        except xgb.core.XGBoostError as err:
-            raise LatencyModelError(f"latency model {path}: xgboost cannot read its trees "
-                                    f"({str(err).splitlines()[0]}): {retrain}") from err
-        model.booster = booster
+
+        def trees(data: bytes, what: str):
+            booster = xgb.Booster()
+            try:
+                booster.load_model(bytearray(data))
+            except xgb.core.XGBoostError as err:
+                raise LatencyModelError(f"latency model {path}: xgboost cannot read its "
+                                        f"{what} ({str(err).splitlines()[0]}): "
+                                        f"{retrain}") from err
+            return booster
+
+        model.booster = trees(raw, "trees")
+        model.rank_booster = trees(rank, "ranking head") if rank else None
         model.rows = int(head.get("rows", 0))
         model.validation = dict(head.get("validation") or {})
         cal = head.get("calibration") or {}

@@ -35,7 +35,10 @@ from .graph_builder import GraphBuilder, batch_dim
 LN_EPS = 1e-6
 
 
-def _attention(gb: GraphBuilder, x: str, heads: int) -> str:
+def self_attention(gb: GraphBuilder, x: str, heads: int) -> str:
+    """Multi-head self-attention over ``x [N, T, D]`` as timm writes it: one QKV
+    linear, heads split by Reshape + Transpose, scaled scores, softmax, the output
+    projection."""
     _, tokens, dim = gb.values[x].shape
     head_dim = dim // heads
     qkv = gb.linear(x, 3 * dim, kind="qkv")
@@ -86,7 +89,7 @@ def vit_tiny(*, batch: int = 1, seed: int = 0, image_size: int = 224, num_classe
         with gb.scope(f"blocks.{i}"):
             h = gb.layernorm(x, eps=LN_EPS, kind="norm1")
             with gb.scope("attn"):
-                x = gb.add(x, _attention(gb, h, heads))
+                x = gb.add(x, self_attention(gb, h, heads))
             h = gb.layernorm(x, eps=LN_EPS, kind="norm2")
             with gb.scope("mlp"):
                 h = gb.gelu(gb.linear(h, mlp_ratio * dim, kind="fc1"))

@@ -14,8 +14,8 @@ MetaSchedule database that ``PipelineOptions(database=DIR)`` and stock
 ``MetaScheduleApplyDatabase`` apply.
 
 With a latency model (``prescreen``, :class:`~tvm_cocopie.latency.LatencyModel`) a
-kernel's transferred candidates are predicted first and only the fastest predicted
-few are measured. With a latency dataset (``dataset``,
+kernel's transferred candidates are ranked first (its ranking head) and only the
+fastest ranked few are measured. With a latency dataset (``dataset``,
 :class:`~tvm_cocopie.latency.Dataset`) every candidate measured is stored there (kind
 ``tuning``), to train the latency model.
 
@@ -303,14 +303,16 @@ def _prescreen(run: _Search, k: Kernel) -> list:
             keep.add(cid)
             continue
         scored.append(cid)
+    scores = run.prescreen.rank(features) if features else []
     predicted = run.prescreen.predict(features) if features else []
-    ranked = sorted(zip(predicted, scored), key=lambda r: r[0])
-    for rank, (us, cid) in enumerate(ranked):
+    ranked = sorted(zip(scores, predicted, scored), key=lambda r: r[0])
+    for rank, (_, us, cid) in enumerate(ranked):
         if rank < run.prescreen_keep:
             keep.add(cid)
             continue
-        run.rejected[k.name][cid] = (f"pre-screened out: predicted {us:.1f} us (kept the "
-                                     f"{run.prescreen_keep} fastest predicted)")
+        run.rejected[k.name][cid] = (f"pre-screened out: ranked {rank + 1} of {len(ranked)} "
+                                     f"by the latency model, predicted {us:.1f} us (kept "
+                                     f"the {run.prescreen_keep} fastest ranked)")
         run.prescreened += 1
     log.info("kernel %s: %d of %d candidates left to measure by the latency model", k.name,
              len(keep), len(candidates))

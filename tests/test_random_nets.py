@@ -1,0 +1,43 @@
+"""Random networks for the latency model's training data: valid, deterministic, varied,
+and compiled by the cocopie pipeline to what ONNX Runtime computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from tvm_cocopie import models
+from tvm_cocopie.api import compile_model
+from tvm_cocopie.models.random_nets import is_random, random_network
+
+
+def test_same_seed_same_network_and_seeds_vary():
+    assert random_network(7).SerializeToString() == random_network(7).SerializeToString()
+    docs = set()
+    ops = set()
+    for seed in range(16):
+        m = random_network(seed)
+        onnx.checker.check_model(m)
+        assert m.ir_version <= 10
+        docs.add(m.doc_string)
+        ops |= {n.op_type for n in m.graph.node}
+    assert len(docs) == 16
+    # both kinds and the families the latency model needs to have seen
+    assert {"Conv", "BatchNormalization", "MatMul", "Softmax", "LayerNormalization",
+            "Gemm"} <= ops
+    assert ops & {"GRU", "LSTM"} and ops & {"MaxPool", "AveragePool"}
+    assert is_random("random_12") and not is_random("random_x") and not is_random("resnet18")
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_random_network_compiles_to_what_ort_computes(seed):
+    m = random_network(seed)
+    feeds = models.sample_inputs(m)
+    compiled = compile_model(m, adaptive_threads=False)
+    out = compiled(**feeds)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())

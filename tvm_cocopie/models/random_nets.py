@@ -1,0 +1,227 @@
+"""Random networks: architectures drawn from a seed, for training the latency model.
+
+A latency model evaluated leave-one-model-out sees, for each held-out model, only the
+kernels of the other models: a kernel class or shape no other model has (a captcha
+recognizer's wide recurrent head, a file-type classifier's 1-D convs) is predicted from
+nothing near it. :func:`random_network` draws whole networks from the operator
+vocabulary of the zoo's builder, with shapes and block types sampled independently of
+any particular model, so that training data covers the space models live in rather
+than the benchmark's list. The same seed gives the same network (byte for byte).
+
+Two kinds, half each over seeds:
+
+* **image networks** (``[1, 3, H, W]``, H and W 32-224, not always square): a strided
+  stem, then 3-8 blocks, each one of plain conv + BN + activation, a residual pair, an
+  inverted residual (expansion, depthwise 3x3 / 5x5, projection, optional
+  squeeze-excite), a grouped conv, a dilated conv, two branches concatenated, a pool,
+  an upsample; channels 8-512; a classifier head (global pool + FC) or a dense head
+  (1x1 conv over the map);
+* **sequence networks** (``[1, T, D]`` float features, T 1-256, D 32-768): 2-6 blocks of
+  pre-norm attention, an MLP (GELU or ReLU), a plain linear, a GRU or LSTM (uni- or
+  bidirectional), closed by mean pooling + FC or a per-token linear.
+
+Activations stay O(1) as in the zoo (He-normal weights, BN calibrated on the way).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from .graph_builder import GraphBuilder
+from .mobilenetv3 import squeeze_excite
+from .recurrent import merge_directions, recurrent
+from .vit import self_attention
+
+#: the prefix of a random network's name: ``random_<seed>``
+PREFIX = "random_"
+IMAGE_SIZES = (32, 48, 56, 64, 96, 112, 128, 160, 192, 224)
+CHANNELS = (8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120, 128, 160, 192, 256, 320, 384, 512)
+ACTIVATIONS = ("relu", "relu6", "hardswish", "silu", "sigmoid", "none")
+TOKENS = (1, 8, 16, 25, 32, 49, 64, 100, 128, 197, 256)
+WIDTHS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
+#: keep a network's size within what a collection can afford: a layer's
+#: multiply-adds and a map's elements past these make the sampler shrink its width
+MAX_LAYER_MACS = 4e8
+MAX_MAP_ELEMENTS = 2.5e6
+
+
+def is_random(name: str) -> bool:
+    """Whether ``name`` names a random network (``random_<seed>``)."""
+    return name.startswith(PREFIX) and name[len(PREFIX):].isdigit()
+
+
+def random_network(seed: int) -> onnx.ModelProto:
+    """The random network of ``seed``: an image network for even seeds, a sequence
+    network for odd ones (see the module docstring)."""
+    rng = np.random.default_rng([seed, 0x1A7])
+    gb = GraphBuilder(f"{PREFIX}{seed}", seed)
+    kind = "image" if seed % 2 == 0 else "sequence"
+    blocks = _image_network(gb, rng) if kind == "image" else _sequence_network(gb, rng)
+    return gb.model(f"random {kind} network (seed {seed}): {', '.join(blocks)}")
+
+
+def _pick(rng, options):
+    return options[int(rng.integers(len(options)))]
+
+
+def _activation(gb: GraphBuilder, x: str, act: str) -> str:
+    if act == "relu":
+        return gb.relu(x)
+    if act == "relu6":
+        return gb.relu6(x)
+    if act == "hardswish":
+        return gb.hardswish(x)
+    if act == "silu":
+        return gb.silu(x)
+    if act == "sigmoid":
+        return gb.mul(x, gb.sigmoid(x))
+    return x
+
+
+def _fit_channels(cout: int, cin: int, k: int, hw: int, groups: int = 1) -> int:
+    """``cout`` shrunk (halved) until the layer's multiply-adds and its output map fit
+    :data:`MAX_LAYER_MACS` / :data:`MAX_MAP_ELEMENTS`."""
+    while cout > 8 and (cout * hw > MAX_MAP_ELEMENTS
+                        or cout * (cin // groups) * k * k * hw > MAX_LAYER_MACS):
+        cout //= 2
+    return max(cout, 1)
+
+
+def _conv_act(gb: GraphBuilder, x: str, cout: int, k: int, stride: int, act: str,
+              groups: int = 1, dilation: int = 1) -> str:
+    pad = dilation * (k - 1) // 2
+    y = gb.batchnorm(gb.conv(x, cout, k, stride, pad=pad, groups=groups, dilation=dilation))
+    return _activation(gb, y, act)
+
+
+def _image_network(gb: GraphBuilder, rng) -> list[str]:
+    h = int(_pick(rng, IMAGE_SIZES))
+    w = h if rng.random() < 0.7 else int(_pick(rng, IMAGE_SIZES))
+    x = gb.input("input", [1, 3, h, w])
+    stem_k, stem_s = int(_pick(rng, (3, 3, 5, 7))), int(_pick(rng, (1, 2, 2)))
+    c = int(_pick(rng, CHANNELS[:8]))
+    done = [f"{h}x{w}", f"stem {stem_k}x{stem_k}/{stem_s} {c}"]
+    x = _conv_act(gb, x, c, stem_k, stem_s, _pick(rng, ACTIVATIONS[:4]))
+    for i in range(int(rng.integers(3, 9))):
+        cin = gb.channels(x)
+        hh, ww = (int(d) for d in gb.values[x].shape[2:])
+        act = _pick(rng, ACTIVATIONS)
+        block = _pick(rng, ("plain", "plain", "residual", "inverted", "inverted", "grouped",
+                            "dilated", "branches", "pool", "upsample"))
+        stride = 2 if min(hh, ww) >= 8 and rng.random() < 0.35 else 1
+        hw_out = (hh // stride) * (ww // stride)
+        cout = int(_pick(rng, [ch for ch in CHANNELS if cin // 2 <= ch <= 4 * cin] or [cin]))
+        with gb.scope(f"block{i}"):
+            if block == "plain":
+                k = int(_pick(rng, (1, 3, 3, 5)))
+                cout = _fit_channels(cout, cin, k, hw_out)
+                x = _conv_act(gb, x, cout, k, stride, act)
+                done.append(f"conv {k}x{k}/{stride} {cout} {act}")
+            elif block == "residual":
+                k = int(_pick(rng, (1, 3)))
+                if _fit_channels(cin, cin, k, hh * ww) < cin:
+                    continue
+                y = _conv_act(gb, x, cin, k, 1, act)
+                y = gb.batchnorm(gb.conv(y, cin, k, 1))
+                x = gb.relu(gb.add(x, y))
+                done.append(f"residual {k}x{k} {cin}")
+            elif block == "inverted":
+                t, k = int(_pick(rng, (1, 2, 3, 4, 6))), int(_pick(rng, (3, 3, 5)))
+                mid = _fit_channels(cin * t, cin, 1, hh * ww)
+                y = _conv_act(gb, x, mid, 1, 1, act) if mid != cin else x
+                y = _conv_act(gb, y, mid, k, stride, act, groups=mid)
+                se = rng.random() < 0.4 and mid >= 16
+                if se:
+                    y = squeeze_excite(gb, y, max(8, mid // 4))
+                cout = _fit_channels(cout, mid, 1, hw_out)
+                y = gb.batchnorm(gb.conv(y, cout, 1, 1, pad=0))
+                x = gb.add(x, y) if stride == 1 and cout == cin else y
+                done.append(f"inverted t{t} dw{k}/{stride} {cout}{' se' if se else ''}")
+            elif block == "grouped":
+                groups = int(_pick(rng, [g for g in (2, 4, 8, 16, 32)
+                                         if cin % g == 0 and cout % g == 0] or [1]))
+                cout = _fit_channels(cout, cin, 3, hw_out, groups)
+                if cout % groups:
+                    cout = cin
+                x = _conv_act(gb, x, cout, 3, stride, act, groups=groups)
+                done.append(f"grouped 3x3/{stride} g{groups} {cout}")
+            elif block == "dilated":
+                d = int(_pick(rng, (2, 3)))
+                cout = _fit_channels(cout, cin, 3, hh * ww)
+                x = _conv_act(gb, x, cout, 3, 1, act, dilation=d)
+                done.append(f"dilated 3x3 d{d} {cout}")
+            elif block == "branches":
+                half = _fit_channels(max(8, cout // 2), cin, 3, hh * ww)
+                a = _conv_act(gb, x, half, 1, 1, act)
+                b = _conv_act(gb, x, half, 3, 1, act)
+                x = gb.concat([a, b], axis=1)
+                done.append(f"branches 1x1+3x3 {2 * half}")
+            elif block == "pool":
+                if min(hh, ww) < 4:
+                    continue
+                if rng.random() < 0.5:
+                    x = gb.maxpool(x, *_pick(rng, ((2, 2, 0), (3, 2, 1))))
+                    done.append("maxpool")
+                else:
+                    x = gb.avgpool(x, 2, 2)
+                    done.append("avgpool")
+            elif block == "upsample":
+                if hh * ww * 4 * cin > MAX_MAP_ELEMENTS or max(hh, ww) > 64:
+                    continue
+                x = gb.upsample_nearest(x, 2)
+                cout = _fit_channels(max(8, cin // 2), cin, 3, hh * ww * 4)
+                x = _conv_act(gb, x, cout, 3, 1, act)
+                done.append(f"upsample conv {cout}")
+    if rng.random() < 0.7:
+        classes = int(_pick(rng, (10, 100, 1000)))
+        x = gb.gemm(gb.flatten(gb.global_avgpool(x)), classes, kind="fc")
+        done.append(f"classifier {classes}")
+    else:
+        maps = int(_pick(rng, (1, 2, 4, 19)))
+        x = gb.conv(x, maps, 1, 1, pad=0, bias=True, kind="head")
+        done.append(f"dense head {maps}")
+    gb.output(x)
+    return done
+
+
+def _sequence_network(gb: GraphBuilder, rng) -> list[str]:
+    t, d = int(_pick(rng, TOKENS)), int(_pick(rng, WIDTHS))
+    x = gb.input("input", [1, t, d])
+    done = [f"{t}x{d}"]
+    for i in range(int(rng.integers(2, 7))):
+        block = _pick(rng, ("attention", "attention", "mlp", "mlp", "linear", "recurrent"))
+        dim = int(gb.values[x].shape[-1])
+        with gb.scope(f"block{i}"):
+            if block == "attention":
+                heads = int(_pick(rng, [h for h in (1, 2, 3, 4, 6, 8, 12) if dim % h == 0
+                                        and dim // h >= 16] or [1]))
+                x = gb.add(x, self_attention(gb, gb.layernorm(x), heads))
+                done.append(f"attention {heads} heads")
+            elif block == "mlp":
+                ratio = int(_pick(rng, (2, 4)))
+                h = gb.linear(gb.layernorm(x), ratio * dim, kind="fc1")
+                h = gb.gelu(h) if rng.random() < 0.6 else gb.relu(h)
+                x = gb.add(x, gb.linear(h, dim, kind="fc2"))
+                done.append(f"mlp x{ratio}")
+            elif block == "linear":
+                width = int(_pick(rng, WIDTHS))
+                x = _activation(gb, gb.linear(x, width), _pick(rng, ("relu", "none", "sigmoid")))
+                done.append(f"linear {width}")
+            else:
+                cell = _pick(rng, ("GRU", "LSTM"))
+                hidden = int(_pick(rng, (32, 64, 96, 128, 256)))
+                both = bool(rng.random() < 0.5)
+                y, _ = recurrent(gb, gb.transpose(x, (1, 0, 2)), hidden, cell, both)
+                x = gb.transpose(merge_directions(gb, y), (1, 0, 2))
+                done.append(f"{cell.lower()} {hidden}{' bi' if both else ''}")
+    if rng.random() < 0.5:
+        classes = int(_pick(rng, (2, 10, 100, 1000)))
+        x = gb.gemm(gb.reduce_mean(x, [1]), classes, kind="fc")
+        done.append(f"pooled classifier {classes}")
+    else:
+        width = int(_pick(rng, (16, 64, 512, 5000)))
+        x = gb.linear(x, width, kind="head")
+        done.append(f"per-token head {width}")
+    gb.output(x)
+    return done
