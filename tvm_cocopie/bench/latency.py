@@ -25,7 +25,7 @@ from ..latency.dataset import ModelRow, Row, kernel_key
 from ..pipeline import PipelineOptions, run_until
 from ..target import parse_target
 from ..threads import configured_threads, set_pool_threads
-from .runtime_stats import RUNTIME_CALLS, random_inputs, vm_call_counts
+from .runtime_stats import RUNTIME_CALLS, random_inputs
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,15 @@ def _quantile(values) -> float:
     return ordered[int(QUANTILE * (len(ordered) - 1))]
 
 
+def _warm_up(compiled, inputs: dict, runs: int | None) -> int:
+    """Two calls of ``compiled``; ``runs``, or as many calls as fill 0.3 s (5 to 30)."""
+    for _ in range(2):
+        start = time.perf_counter()
+        compiled(**inputs)
+        once = time.perf_counter() - start
+    return runs or max(5, min(30, int(0.3 / max(once, 1e-6))))
+
+
 def time_model(compiled, inputs: dict, runs: int | None = None, rounds: int = 10,
                pause_s: float = 0.2) -> float:
     """Milliseconds of one inference of ``compiled`` on ``inputs``: the
@@ -86,12 +95,7 @@ def time_model(compiled, inputs: dict, runs: int | None = None, rounds: int = 10
     and more over minutes (ResNet-18 11.6, 13.0 and 21 ms in three processes), and a
     low quantile over a few seconds is what repeats."""
     compiled.vm.set_instrument(None)
-    for _ in range(2):
-        start = time.perf_counter()
-        compiled(**inputs)
-        once = time.perf_counter() - start
-    if runs is None:
-        runs = max(5, min(30, int(0.3 / max(once, 1e-6))))
+    runs = _warm_up(compiled, inputs, runs)
     times = []
     for i in range(rounds):
         if i:
@@ -119,25 +123,21 @@ def kernel_times_in_model(compiled, inputs: dict, rounds: int = 5, runs: int | N
     wrapped) falls mostly outside the readings."""
     clock = time.perf_counter_ns
     start: dict = {}
-    spent: dict = defaultdict(int)
+    spent: dict = defaultdict(int)  # per kernel name in one inference: ns and calls
+    calls: dict = defaultdict(int)
 
     def instrument(_func, symbol, before_run, _ret, *_args):
         name = str(symbol)
         if name.startswith(RUNTIME_CALLS):
             return 0
         if before_run:
+            calls[name] += 1
             start[name] = clock()
         else:
             spent[name] += clock() - start[name]
         return 0  # VMInstrumentReturnKind.NO_OP
 
-    compiled(**inputs)
-    once = time.perf_counter()
-    compiled(**inputs)
-    once = time.perf_counter() - once
-    runs = runs or max(5, min(30, int(0.3 / max(once, 1e-6))))
-    calls = vm_call_counts(compiled.executable, [inputs[n] for n in compiled.input_names],
-                           compiled.device)
+    runs = _warm_up(compiled, inputs, runs)
     per_run = defaultdict(list)
     compiled.vm.set_instrument(instrument)
     try:
@@ -146,9 +146,10 @@ def kernel_times_in_model(compiled, inputs: dict, rounds: int = 5, runs: int | N
                 time.sleep(pause_s)
             for _ in range(runs):
                 spent.clear()
+                calls.clear()
                 compiled(**inputs)
                 for name, ns in spent.items():
-                    per_run[name].append(ns / 1e3 / max(1, calls.get(name, 1)))
+                    per_run[name].append(ns / 1e3 / calls[name])
     finally:
         compiled.vm.set_instrument(None)
     return {name: _quantile(us) for name, us in per_run.items()}

@@ -274,30 +274,27 @@ class LatencyModel:
                                     "saved one (scripts/bench_latency_model.py trains and "
                                     "saves one for this machine)")
 
-    def predict(self, features) -> np.ndarray:
-        """Microseconds per call for each feature vector (rows of ``features``)."""
+    def _features(self, features):
+        """``(rows of features as float32, their DMatrix)``, the width checked."""
         self._require()
-        xgb = self._xgb()
         x = np.atleast_2d(np.asarray(features, np.float32))
         if x.shape[1] != len(FEATURE_NAMES):
             raise LatencyModelError(f"{x.shape[1]} features given, the model reads "
                                     f"{len(FEATURE_NAMES)}")
-        ratio = self.booster.predict(xgb.DMatrix(x, feature_names=list(FEATURE_NAMES)))
-        return np.exp(ratio) * roofline_us(x)
+        return x, self._xgb().DMatrix(x, feature_names=list(FEATURE_NAMES))
+
+    def predict(self, features) -> np.ndarray:
+        """Microseconds per call for each feature vector (rows of ``features``)."""
+        x, data = self._features(features)
+        return np.exp(self.booster.predict(data)) * roofline_us(x)
 
     def rank(self, features) -> np.ndarray:
         """Scores of schedules of one kernel (rows of ``features``): lower is faster.
         Only their order means anything: the ranking head's relative log time, or
         the log of :meth:`predict` for a model trained without sample groups."""
-        self._require()
         if self.rank_booster is None:
             return np.log(self.predict(features))
-        xgb = self._xgb()
-        x = np.atleast_2d(np.asarray(features, np.float32))
-        if x.shape[1] != len(FEATURE_NAMES):
-            raise LatencyModelError(f"{x.shape[1]} features given, the model reads "
-                                    f"{len(FEATURE_NAMES)}")
-        return self.rank_booster.predict(xgb.DMatrix(x, feature_names=list(FEATURE_NAMES)))
+        return self.rank_booster.predict(self._features(features)[1])
 
     def predict_model(self, kernels: list, vm_calls: int) -> ModelPrediction:
         """A whole model from its kernels (``(name, calls, features)`` each) and the VM
