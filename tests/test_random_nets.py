@@ -10,28 +10,34 @@ import pytest
 
 from tvm_cocopie import models
 from tvm_cocopie.api import compile_model
-from tvm_cocopie.models.random_nets import is_random, random_network
+from tvm_cocopie.models.random_nets import KINDS, is_random, random_network
 
 
 def test_same_seed_same_network_and_seeds_vary():
     assert random_network(7).SerializeToString() == random_network(7).SerializeToString()
     docs = set()
     ops = set()
-    for seed in range(16):
+    conv_ranks = set()
+    for seed in range(18):
         m = random_network(seed)
         onnx.checker.check_model(m)
         assert m.ir_version <= 10
+        # the kind follows the seed: image, sequence, signal in turn
+        assert m.doc_string.startswith(f"random {KINDS[seed % len(KINDS)]} network")
         docs.add(m.doc_string)
         ops |= {n.op_type for n in m.graph.node}
-    assert len(docs) == 16
-    # both kinds and the families the latency model needs to have seen
+        conv_ranks |= {len(a.ints) for n in m.graph.node if n.op_type == "Conv"
+                       for a in n.attribute if a.name == "kernel_shape"}
+    assert len(docs) == 18
+    # the families the latency model needs to have seen, 1-D convolutions among them
     assert {"Conv", "BatchNormalization", "MatMul", "Softmax", "LayerNormalization",
-            "Gemm"} <= ops
+            "Gemm", "ReduceMax"} <= ops
     assert ops & {"GRU", "LSTM"} and ops & {"MaxPool", "AveragePool"}
+    assert conv_ranks == {1, 2}
     assert is_random("random_12") and not is_random("random_x") and not is_random("resnet18")
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [3, 4, 5])  # one of each kind
 def test_random_network_compiles_to_what_ort_computes(seed):
     m = random_network(seed)
     feeds = models.sample_inputs(m)

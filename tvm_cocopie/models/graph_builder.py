@@ -106,6 +106,23 @@ def conv2d_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride:
     return np.ascontiguousarray(y, dtype=np.float32)
 
 
+def conv1d_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int,
+                     pad: int, groups: int, dilation: int = 1) -> np.ndarray:
+    """NCL grouped 1-D convolution in numpy (windows + one batched matmul per group)."""
+    n, _, _ = x.shape
+    cout, cpg, k = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
+    v = sliding_window_view(xp, dilation * (k - 1) + 1, axis=2)[:, :, ::stride, ::dilation]
+    lo = v.shape[2]
+    cols = v.reshape(n, groups, cpg, lo, k).transpose(1, 2, 4, 0, 3)
+    cols = cols.reshape(groups, cpg * k, n * lo)
+    y = np.matmul(w.reshape(groups, cout // groups, cpg * k), cols)
+    y = y.reshape(cout, n, lo).transpose(1, 0, 2)
+    if b is not None:
+        y = y + b[None, :, None]
+    return np.ascontiguousarray(y, dtype=np.float32)
+
+
 class GraphBuilder:
     """Accumulates an ONNX graph; every op method returns the name of its output.
 
@@ -261,6 +278,26 @@ class GraphBuilder:
                          strides=[stride, stride], pads=[pad] * 4,
                          dilations=[dilation, dilation], group=groups)
 
+    def conv1d(self, x: str, cout: int, k: int = 3, stride: int = 1, pad: int | None = None,
+               groups: int = 1, bias: bool = False, dilation: int = 1,
+               kind: str = "conv") -> str:
+        """1-D convolution (NCL, as PyTorch's ``nn.Conv1d`` exports), He-normal weights
+        ``[cout, cin/groups, k]``; ``pad`` defaults to "same" for stride 1."""
+        cin = self.channels(x)
+        if cin % groups or cout % groups:
+            raise ValueError(f"groups={groups} must divide cin={cin} and cout={cout}")
+        pad = dilation * (k - 1) // 2 if pad is None else pad
+        fan_in = cin // groups * k
+        w = self.he_normal((cout, cin // groups, k), fan_in)
+        inputs = [x, self.const(w, f"{kind}.weight")]
+        b = None
+        if bias:
+            b = self.fan_in_uniform((cout,), fan_in)
+            inputs.append(self.const(b, f"{kind}.bias"))
+        y = conv1d_reference(self.values[x], w, b, stride, pad, groups, dilation)
+        return self.node("Conv", inputs, y, kind=kind, kernel_shape=[k], strides=[stride],
+                         pads=[pad, pad], dilations=[dilation], group=groups)
+
     def batchnorm(self, x: str, eps: float = 1e-5, kind: str = "bn") -> str:
         """Inference BatchNormalization with statistics calibrated to its input."""
         v = self.values[x].astype(np.float64)
@@ -377,6 +414,12 @@ class GraphBuilder:
         return self.node("AveragePool", [x], y.astype(np.float32), kernel_shape=[k, k],
                          strides=[stride, stride], pads=[pad] * 4, count_include_pad=1)
 
+    def maxpool1d(self, x: str, k: int, stride: int) -> str:
+        """``MaxPool`` over the last axis of ``[N, C, L]`` (``nn.MaxPool1d``, no padding)."""
+        v = sliding_window_view(self.values[x], k, axis=2)[:, :, ::stride]
+        return self.node("MaxPool", [x], np.ascontiguousarray(v.max(axis=3)), kind="maxpool",
+                         kernel_shape=[k], strides=[stride])
+
     def global_avgpool(self, x: str) -> str:
         """Append ``GlobalAveragePool(x)``; the output's name."""
         y = self.values[x].mean(axis=(2, 3), keepdims=True)
@@ -386,6 +429,12 @@ class GraphBuilder:
         """``ReduceMean`` with ``axes`` as an attribute (opset 17), e.g. torch's ``x.mean([2, 3])``."""
         y = self.values[x].mean(axis=tuple(axes), keepdims=keepdims)
         return self.node("ReduceMean", [x], y.astype(np.float32), axes=list(axes),
+                         keepdims=int(keepdims))
+
+    def reduce_max(self, x: str, axes: Sequence[int], keepdims: bool = False) -> str:
+        """``ReduceMax`` with ``axes`` as an attribute (opset 17): a global max pool."""
+        y = self.values[x].max(axis=tuple(axes), keepdims=keepdims)
+        return self.node("ReduceMax", [x], y.astype(np.float32), axes=list(axes),
                          keepdims=int(keepdims))
 
     def upsample_nearest(self, x: str, factor: int = 2) -> str:

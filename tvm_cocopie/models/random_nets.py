@@ -8,17 +8,26 @@ vocabulary of the zoo's builder, with shapes and block types sampled independent
 any particular model, so that training data covers the space models live in rather
 than the benchmark's list. The same seed gives the same network (byte for byte).
 
-Two kinds, half each over seeds:
+Three kinds, a third each over seeds (``seed % 3``: 0 image, 1 sequence, 2 signal):
 
 * **image networks** (``[1, 3, H, W]``, H and W 32-224, not always square): a strided
   stem, then 3-8 blocks, each one of plain conv + BN + activation, a residual pair, an
   inverted residual (expansion, depthwise 3x3 / 5x5, projection, optional
   squeeze-excite), a grouped conv, a dilated conv, two branches concatenated, a pool,
-  an upsample; channels 8-512; a classifier head (global pool + FC) or a dense head
-  (1x1 conv over the map);
+  an upsample; channels 8-512; a classifier head (global pool + FC), a dense head
+  (1x1 conv over the map) or a text-line head (the map pooled over its height, read
+  column by column by a GRU / LSTM, a per-column vocabulary of up to 6000 classes, as
+  a CRNN's);
 * **sequence networks** (``[1, T, D]`` float features, T 1-256, D 32-768): 2-6 blocks of
   pre-norm attention, an MLP (GELU or ReLU), a plain linear, a GRU or LSTM (uni- or
-  bidirectional), closed by mean pooling + FC or a per-token linear.
+  bidirectional, hidden 32-256), a depthwise temporal conv, closed by mean pooling + FC
+  or a per-token linear;
+* **signal networks** (audio frames ``[1, T, F]``, T 16-400, F 13-80, or byte / token
+  ids ``[1, T]`` through an embedding, T 64-2048): 1-4 blocks of 1-D conv (k 3-9,
+  stride 1-2, grouped or not) + BN + activation, max pools, an optional layer norm
+  over channels, then a global max / mean pool + dense layers, or a GRU / LSTM
+  (stacked 1-2) with its final state or per-step scores (keyword spotters, voice
+  activity, file-type classifiers, CTC heads).
 
 Activations stay O(1) as in the zoo (He-normal weights, BN calibrated on the way).
 """
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from onnx import TensorProto
 
 from .graph_builder import GraphBuilder
 from .mobilenetv3 import squeeze_excite
@@ -40,6 +50,12 @@ CHANNELS = (8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120, 128, 160, 192, 256, 320,
 ACTIVATIONS = ("relu", "relu6", "hardswish", "silu", "sigmoid", "none")
 TOKENS = (1, 8, 16, 25, 32, 49, 64, 100, 128, 197, 256)
 WIDTHS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
+#: the kinds of network, by ``seed % 3``
+KINDS = ("image", "sequence", "signal")
+CELLS = ("GRU", "LSTM")
+HIDDEN = (32, 48, 64, 96, 128, 192, 256)
+#: per-step vocabularies of text-line heads (digits, Latin, a CJK character set)
+VOCABS = (11, 37, 97, 512, 2000, 6000)
 #: keep a network's size within what a collection can afford: a layer's
 #: multiply-adds and a map's elements past these make the sampler shrink its width
 MAX_LAYER_MACS = 4e8
@@ -52,12 +68,13 @@ def is_random(name: str) -> bool:
 
 
 def random_network(seed: int) -> onnx.ModelProto:
-    """The random network of ``seed``: an image network for even seeds, a sequence
-    network for odd ones (see the module docstring)."""
+    """The random network of ``seed``: :data:`KINDS` ``[seed % 3]`` (see the module
+    docstring)."""
     rng = np.random.default_rng([seed, 0x1A7])
     gb = GraphBuilder(f"{PREFIX}{seed}", seed)
-    kind = "image" if seed % 2 == 0 else "sequence"
-    blocks = _image_network(gb, rng) if kind == "image" else _sequence_network(gb, rng)
+    kind = KINDS[seed % len(KINDS)]
+    blocks = {"image": _image_network, "sequence": _sequence_network,
+              "signal": _signal_network}[kind](gb, rng)
     return gb.model(f"random {kind} network (seed {seed}): {', '.join(blocks)}")
 
 
@@ -173,10 +190,18 @@ def _image_network(gb: GraphBuilder, rng) -> list[str]:
                 cout = _fit_channels(max(8, cin // 2), cin, 3, hh * ww * 4)
                 x = _conv_act(gb, x, cout, 3, 1, act)
                 done.append(f"upsample conv {cout}")
-    if rng.random() < 0.7:
+    head = rng.random()
+    if head < 0.55:
         classes = int(_pick(rng, (10, 100, 1000)))
         x = gb.gemm(gb.flatten(gb.global_avgpool(x)), classes, kind="fc")
         done.append(f"classifier {classes}")
+    elif head < 0.8:
+        # a text line: the map pooled over its height, its columns read in order
+        cols = gb.transpose(gb.reduce_mean(x, [2]), (2, 0, 1))  # [W, 1, C]
+        y, hidden, cell, both = _recurrent_layer(gb, rng, cols)
+        vocab = int(_pick(rng, VOCABS))
+        x = gb.transpose(gb.linear(y, vocab, kind="head"), (1, 0, 2))  # [1, W, vocab]
+        done.append(f"text-line {cell.lower()} {hidden}{' bi' if both else ''} -> {vocab}")
     else:
         maps = int(_pick(rng, (1, 2, 4, 19)))
         x = gb.conv(x, maps, 1, 1, pad=0, bias=True, kind="head")
@@ -190,7 +215,8 @@ def _sequence_network(gb: GraphBuilder, rng) -> list[str]:
     x = gb.input("input", [1, t, d])
     done = [f"{t}x{d}"]
     for i in range(int(rng.integers(2, 7))):
-        block = _pick(rng, ("attention", "attention", "mlp", "mlp", "linear", "recurrent"))
+        block = _pick(rng, ("attention", "attention", "mlp", "mlp", "linear", "recurrent",
+                            "recurrent", "temporal_conv"))
         dim = int(gb.values[x].shape[-1])
         with gb.scope(f"block{i}"):
             if block == "attention":
@@ -208,13 +234,17 @@ def _sequence_network(gb: GraphBuilder, rng) -> list[str]:
                 width = int(_pick(rng, WIDTHS))
                 x = _activation(gb, gb.linear(x, width), _pick(rng, ("relu", "none", "sigmoid")))
                 done.append(f"linear {width}")
-            else:
-                cell = _pick(rng, ("GRU", "LSTM"))
-                hidden = int(_pick(rng, (32, 64, 96, 128, 256)))
-                both = bool(rng.random() < 0.5)
-                y, _ = recurrent(gb, gb.transpose(x, (1, 0, 2)), hidden, cell, both)
-                x = gb.transpose(merge_directions(gb, y), (1, 0, 2))
+            elif block == "recurrent":
+                y, hidden, cell, both = _recurrent_layer(gb, rng, gb.transpose(x, (1, 0, 2)))
+                x = gb.transpose(y, (1, 0, 2))
                 done.append(f"{cell.lower()} {hidden}{' bi' if both else ''}")
+            else:  # a Conformer's depthwise conv over time, pointwise around it
+                k = int(_pick(rng, (3, 5, 7, 15, 31)))
+                y = gb.transpose(gb.layernorm(x), (0, 2, 1))  # [1, D, T]
+                y = gb.batchnorm(gb.conv1d(y, dim, k, groups=dim))
+                y = gb.conv1d(_activation(gb, y, "silu"), dim, 1, bias=True, kind="pointwise")
+                x = gb.add(x, gb.transpose(y, (0, 2, 1)))
+                done.append(f"temporal dw{k}")
     if rng.random() < 0.5:
         classes = int(_pick(rng, (2, 10, 100, 1000)))
         x = gb.gemm(gb.reduce_mean(x, [1]), classes, kind="fc")
@@ -223,5 +253,70 @@ def _sequence_network(gb: GraphBuilder, rng) -> list[str]:
         width = int(_pick(rng, (16, 64, 512, 5000)))
         x = gb.linear(x, width, kind="head")
         done.append(f"per-token head {width}")
+    gb.output(x)
+    return done
+
+
+def _recurrent_layer(gb: GraphBuilder, rng, x: str) -> tuple[str, int, str, bool]:
+    """A GRU or LSTM over time-major ``x [T, N, I]``, uni- or bidirectional:
+    ``(output [T, N, D*hidden], hidden, cell, bidirectional)``."""
+    cell, hidden = _pick(rng, CELLS), int(_pick(rng, HIDDEN))
+    both = bool(rng.random() < 0.5)
+    y, _ = recurrent(gb, x, hidden, cell, both)
+    return merge_directions(gb, y), hidden, cell, both
+
+
+def _signal_network(gb: GraphBuilder, rng) -> list[str]:
+    if rng.random() < 0.6:  # audio frames
+        t, f = int(_pick(rng, (16, 49, 98, 100, 200, 400))), int(_pick(rng, (13, 40, 64, 80)))
+        x = gb.transpose(gb.input("input", [1, t, f]), (0, 2, 1))  # [1, F, T]
+        done = [f"frames {t}x{f}"]
+    else:  # bytes or tokens
+        t, vocab = int(_pick(rng, (64, 256, 512, 1024, 2048))), int(_pick(rng, (257, 1000)))
+        dim = int(_pick(rng, (16, 32, 64, 128)))
+        ids = gb.input("input", [1, t], TensorProto.INT64, high=vocab)
+        x = gb.transpose(gb.embedding(ids, vocab, dim, std=1.0), (0, 2, 1))  # [1, dim, T]
+        done = [f"ids {t} vocab {vocab} embed {dim}"]
+    for i in range(int(rng.integers(1, 5))):
+        cin, length = gb.channels(x), int(gb.values[x].shape[2])
+        with gb.scope(f"block{i}"):
+            k, act = int(_pick(rng, (3, 5, 7, 9))), _pick(rng, ACTIVATIONS[:5])
+            stride = 2 if length >= 32 and rng.random() < 0.4 else 1
+            cout = int(_pick(rng, [c for c in CHANNELS if 16 <= c <= 256 and c >= cin // 2]
+                              or [cin]))
+            groups = int(_pick(rng, [g for g in (1, 1, 2, 4, cin)
+                                     if cin % g == 0 and cout % g == 0]))
+            cout = _fit_channels(cout, cin, k, length // stride, groups)
+            if cout % groups:
+                groups = 1
+            x = _activation(gb, gb.batchnorm(gb.conv1d(x, cout, k, stride, groups=groups)), act)
+            done.append(f"conv1d {k}/{stride} g{groups} {cout} {act}")
+            if length // stride >= 16 and rng.random() < 0.3:
+                x = gb.maxpool1d(x, 2, 2)
+                done.append("maxpool1d")
+    if rng.random() < 0.3:
+        x = gb.transpose(gb.layernorm(gb.transpose(x, (0, 2, 1))), (0, 2, 1))
+        done.append("layer norm")
+    if rng.random() < 0.5:
+        pooled = gb.reduce_max(x, [2]) if rng.random() < 0.5 else gb.reduce_mean(x, [2])
+        width = int(_pick(rng, (64, 128, 256, 512)))
+        h = gb.relu(gb.gemm(pooled, width, kind="dense"))
+        classes = int(_pick(rng, (2, 12, 35, 214, 1000)))
+        x = gb.gemm(h, classes, kind="fc")
+        done.append(f"pooled dense {width} -> {classes}")
+    else:
+        seq = gb.transpose(x, (2, 0, 1))  # [T, 1, C]
+        for layer in range(int(rng.integers(1, 3))):
+            with gb.scope(f"rnn{layer}"):
+                seq, hidden, cell, both = _recurrent_layer(gb, rng, seq)
+                done.append(f"{cell.lower()} {hidden}{' bi' if both else ''}")
+        if rng.random() < 0.5:
+            classes = int(_pick(rng, (2, 12, 35)))
+            x = gb.gemm(gb.gather(seq, -1, axis=0), classes, kind="fc")  # the last step
+            done.append(f"last step -> {classes}")
+        else:
+            vocab = int(_pick(rng, VOCABS))
+            x = gb.transpose(gb.linear(seq, vocab, kind="head"), (1, 0, 2))  # [1, T, vocab]
+            done.append(f"per-step head {vocab}")
     gb.output(x)
     return done
