@@ -61,6 +61,9 @@ def parse_args(argv=None):
                    help="also measure this many random networks (models.random_nets; "
                         "default 48, --quick 6): training rows only, never held out")
     p.add_argument("--threads", type=int, default=min(2, len(os.sched_getaffinity(0))))
+    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                   help="leave-one-model-out folds trained side by side (one thread "
+                   "each; default: one per core)")
     p.add_argument("--remeasure", action="store_true", help="measure models already stored")
     p.add_argument("--resample", action="store_true",
                    help="sample models' design spaces again (e.g. with more samples per kernel)")
@@ -171,7 +174,7 @@ def main(argv=None) -> int:
     collect_s = time.perf_counter() - start
 
     result = leave_one_model_out(dataset, [n for n in names if n not in failed], progress=True,
-                                 family=family)
+                                 family=family, jobs=args.jobs)
     final = LatencyModel(target)
     validation = final.train(dataset.rows())
     final.calibrate(dataset.models(), {r.kernel: r.latency_us
@@ -187,7 +190,8 @@ def main(argv=None) -> int:
                    goals=GOALS, failed=failed, load_avg=list(os.getloadavg()),
                    settings={"quick": args.quick, "samples_per_kernel": per_kernel,
                              "kernels_per_model": per_model, "random_nets": len(randoms),
-                             "threads": args.threads})
+                             "threads": args.threads,
+                             "jobs": args.jobs})
     transfer = None
     if args.transfer:
         transfer = run_transfer(args, saved, str(target.attrs["mcpu"]))
@@ -269,7 +273,7 @@ def plot(folds: list, path: str) -> None:
                     label=f["model"])
     lo, hi = ax1.get_xlim()
     ax1.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-    ax1.set(xscale="log", yscale="log", xlabel="measured us (alone, caches flushed)",
+    ax1.set(xscale="log", yscale="log", xlabel="measured us (inside the model)",
             ylabel="predicted us (model held out)", title="kernels")
     ax1.legend(fontsize=6, ncol=2)
     done = [f for f in folds if "model_err_pct" in f]

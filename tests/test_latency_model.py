@@ -247,6 +247,13 @@ def test_leave_one_model_out_holds_the_model_out(tmp_path):
     # the scale (1.1) and the cost per call (4 us) are fit on the other models
     assert summary["model_median_err_pct"] < 10
     assert all(0.9 < f["scale"] < 1.3 for f in result["folds"])
+    # folds trained in two worker processes: the same folds, in the same order
+    parallel = leave_one_model_out(ds, rounds=200, jobs=2)
+    assert [f["model"] for f in parallel["folds"]] == ["m0", "m1", "m2", "m3"]
+    for a, b in zip(result["folds"], parallel["folds"]):
+        assert a["predicted_ms"] == pytest.approx(b["predicted_ms"], rel=1e-9)
+        assert [k["predicted_us"] for k in a["kernels"]] == pytest.approx(
+            [k["predicted_us"] for k in b["kernels"]], rel=1e-9)
 
 
 def test_target_key_is_canonical():

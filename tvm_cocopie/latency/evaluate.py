@@ -89,36 +89,81 @@ def evaluate_fold(model: LatencyModel, test_rows: list, test_model, train_models
 
 def leave_one_model_out(dataset: Dataset, sources: list[str] | None = None,
                         params: dict | None = None, rounds: int | None = None,
-                        progress: bool = False, family=None) -> dict:
+                        progress: bool = False, family=None, jobs: int = 1) -> dict:
     """``{"folds": [...], "summary": {...}}`` of leave-one-model-out over the models
     measured whole in ``dataset`` (or ``sources``). ``family(source) -> str``: models
     of one family (variants of one architecture) are held out together, so that a
-    model is never predicted from its own variants' kernels. Summary keys:
-    ``kernel_median_err_pct`` (over every held-out kernel), ``model_median_err_pct``,
-    ``model_max_err_pct``, ``rank_corr`` (median over ranked kernels), ``folds``,
-    ``rows``."""
+    model is never predicted from its own variants' kernels. ``jobs``: folds trained
+    side by side in that many worker processes (each trains with one thread; the rows
+    are sent to each worker once). Summary keys: ``kernel_median_err_pct`` (over every
+    held-out kernel), ``model_median_err_pct``, ``model_max_err_pct``, ``rank_corr``
+    (median over ranked kernels), ``folds``, ``rows``."""
     models = {m.source: m for m in dataset.models()}
     sources = [s for s in (sources or list(models)) if s in models]
     every = dataset.rows()
-    folds = []
-    iterator = sources
+    family = family or (lambda source: source)
+    family_of = {s: family(s) for s in {r.source for r in every} | set(models)}
+    state = (every, models, family_of, dataset.target, params, rounds)
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(sources, desc="leave one model out", unit="model")
-    family = family or (lambda source: source)
-    for held in iterator:
-        out = family(held)
-        train = [r for r in every if family(r.source) != out]
-        test = [r for r in every if r.source == held]
-        model = LatencyModel(dataset.target, params)
-        model.train(train, **({"rounds": rounds} if rounds else {}))
-        train_models = [m for s, m in models.items() if family(s) != out]
-        kernel_us = {r.kernel: r.latency_us for r in train if r.kind == "model"}
-        fold = evaluate_fold(model, test, models[held], train_models, kernel_us)
-        folds.append(fold)
-        log.info("held out %s: model error %s%%", held, fold.get("model_err_pct"))
+        bar = tqdm(total=len(sources), desc="leave one model out", unit="model")
+    by_source: dict = {}
+    if jobs <= 1 or len(sources) <= 1:
+        for held in sources:
+            by_source[held] = _fold(held, state)
+            _done(bar, held, by_source[held])
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from dataclasses import replace
+
+        slim = ([replace(r, func=None) for r in every],) + state[1:]
+        with ProcessPoolExecutor(min(jobs, len(sources)),
+                                 mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(slim,)) as pool:
+            futures = {pool.submit(_worker_fold, held): held for held in sources}
+            for future in as_completed(futures):
+                held = futures[future]
+                by_source[held] = future.result()
+                _done(bar, held, by_source[held])
+    if bar is not None:
+        bar.close()
+    folds = [by_source[s] for s in sources]
     return {"folds": folds, "summary": summarize(folds, len(every))}
+
+
+def _fold(held: str, state: tuple) -> dict:
+    """One leave-one-model-out fold: ``held`` (and its family) out of the training."""
+    every, models, family_of, target, params, rounds = state
+    out = family_of[held]
+    train = [r for r in every if family_of[r.source] != out]
+    test = [r for r in every if r.source == held]
+    model = LatencyModel(target, params)
+    model.train(train, **({"rounds": rounds} if rounds else {}))
+    train_models = [m for s, m in models.items() if family_of[s] != out]
+    kernel_us = {r.kernel: r.latency_us for r in train if r.kind == "model"}
+    return evaluate_fold(model, test, models[held], train_models, kernel_us)
+
+
+def _done(bar, held: str, fold: dict) -> None:
+    log.info("held out %s: model error %s%%", held, fold.get("model_err_pct"))
+    if bar is not None:
+        bar.set_postfix_str(held)
+        bar.update()
+
+
+_WORKER_STATE: tuple | None = None
+
+
+def _init_worker(state: tuple) -> None:
+    global _WORKER_STATE
+    _WORKER_STATE = state
+
+
+def _worker_fold(held: str) -> dict:
+    return _fold(held, _WORKER_STATE)
 
 
 def summarize(folds: list, rows: int) -> dict:
