@@ -155,7 +155,7 @@ def test_model_file_round_trip_and_refusals(tmp_path):
     rows = _synthetic_rows()
     model = LatencyModel(TARGET)
     model.train(rows)
-    model.scale, model.call_us = 0.9, 3.0
+    model.scale, model.call_slope = 0.9, 0.03
     path = model.save(tmp_path / "m.json")
     features = np.stack([r.features for r in rows[:7]])
     first = LatencyModel.load(TARGET, path).predict(features)
@@ -163,7 +163,7 @@ def test_model_file_round_trip_and_refusals(tmp_path):
     assert np.array_equal(first, second)  # deterministic for a fixed file
     assert np.allclose(first, model.predict(features), rtol=1e-6)
     loaded = LatencyModel.load(TARGET, path)
-    assert (loaded.scale, loaded.call_us) == (0.9, 3.0)
+    assert (loaded.scale, loaded.call_slope) == (0.9, 0.03)
 
     with pytest.raises(LatencyModelError, match="no latency model"):
         LatencyModel.load(TARGET, tmp_path / "missing.json")
@@ -237,16 +237,26 @@ def test_leave_one_model_out_holds_the_model_out(tmp_path):
         ds.put([Row(source, r.kind, r.kernel, r.name, r.features, r.latency_us, 2)
                 for r in group])
         total = 2 * sum(r.latency_us for r in group) / 1000.0
-        ds.put_model(ModelRow(source, total * 1.1 + 0.004 * len(group) * 2, 2 * len(group),
+        # models of 25 to 200 VM calls, their time the kernels' sum times a factor
+        # known by construction: 1.1 at 100 calls, growing as calls ** 0.05
+        calls = 25 * 2 ** int(source[1:])
+        ds.put_model(ModelRow(source, total * 1.1 * (calls / 100) ** 0.05, calls,
                               {r.kernel: 2 for r in group}))
     result = leave_one_model_out(ds, rounds=200)
     assert [f["model"] for f in result["folds"]] == ["m0", "m1", "m2", "m3"]
     summary = result["summary"]
     assert summary["kernels"] == len(rows)
     assert summary["kernel_median_err_pct"] < 25
-    # the scale (1.1) and the cost per call (4 us) are fit on the other models
+    # the factor is recovered from the other three models alone
+    for fold in result["folds"]:
+        assert fold["scale"] == pytest.approx(1.1, rel=1e-6)
+        assert fold["call_slope"] == pytest.approx(0.05, abs=1e-6)
     assert summary["model_median_err_pct"] < 10
-    assert all(0.9 < f["scale"] < 1.3 for f in result["folds"])
+    # a model whose calls are all alike gets the scale alone
+    one = LatencyModel(TARGET)
+    one.calibrate([ModelRow("a", 2.4, 50, {"k0": 1}), ModelRow("b", 4.8, 50, {"k0": 2})],
+                  {"k0": 2000.0})
+    assert (one.scale, one.call_slope) == (pytest.approx(1.2), 0.0)
     # folds trained in two worker processes: the same folds, in the same order
     parallel = leave_one_model_out(ds, rounds=200, jobs=2)
     assert [f["model"] for f in parallel["folds"]] == ["m0", "m1", "m2", "m3"]

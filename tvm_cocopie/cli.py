@@ -263,7 +263,8 @@ def prediction_table(report: dict) -> str:
             line += (f"{err:>+8.1f}%" if err is not None else f"{'-':>9}")
         lines.append(line)
     lines.append(f"predicted total {report['predicted_ms']:.3f} ms ({report['vm_calls']} kernel "
-                 f"calls; VM overhead {report['overhead_ms']:.3f} ms of it)")
+                 f"calls; {report['overhead_ms']:+.3f} ms of it the calibration's factor on the "
+                 "kernels' sum: VM calls and the quantile's bias)")
     if measured:
         lines.append(f"measured total {report['measured_ms']:.3f} ms: prediction off by "
                      f"{report['err_pct']:+.1f}%")

@@ -82,7 +82,8 @@ def evaluate_fold(model: LatencyModel, test_rows: list, test_model, train_models
         out.update(measured_ms=test_model.latency_ms, predicted_ms=pred.total_ms,
                    model_err_pct=float(relative_errors([pred.total_ms],
                                                        [test_model.latency_ms])[0]),
-                   kernel_sum_ms=measured_sum, scale=model.scale, call_us=model.call_us,
+                   kernel_sum_ms=measured_sum, scale=model.scale, call_slope=model.call_slope,
+                   factor=model.factor(test_model.vm_calls),
                    kernels_unknown=missing)
     return out
 
