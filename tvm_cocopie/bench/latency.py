@@ -3,7 +3,7 @@
 :func:`scheduled_kernels` gives a model's kernels as the cocopie pipeline schedules
 them (the ``schedule`` stage) with the calls one inference makes of each;
 :func:`measure_model` compiles the model, times the whole inference and every
-kernel inside it (:func:`kernel_times_in_model`), and stores kernel rows (kind
+kernel inside it in the same rounds (:func:`time_model_and_kernels`), and stores kernel rows (kind
 ``model``) and the model row in a :class:`~tvm_cocopie.latency.Dataset`.
 :func:`model_prediction` predicts a model from its scheduled kernels; with a measured
 model it is the ``--measure`` column of ``tvm-cocopie predict``.
@@ -86,41 +86,28 @@ def _warm_up(compiled, inputs: dict, runs: int | None) -> int:
     return runs or max(5, min(30, int(0.3 / max(once, 1e-6))))
 
 
-def time_model(compiled, inputs: dict, runs: int | None = None, rounds: int = 10,
-               pause_s: float = 0.2) -> float:
-    """Milliseconds of one inference of ``compiled`` on ``inputs``: the
-    :data:`QUANTILE` of ``rounds`` rounds of ``runs`` calls each (default: as many as
-    fill 0.3 s, 5 to 30), a pause between rounds (after two warm-up calls; no
-    instrument). The kernels are timed the same way: this host's speed drifts by 30%
-    and more over minutes (ResNet-18 11.6, 13.0 and 21 ms in three processes), and a
-    low quantile over a few seconds is what repeats."""
-    compiled.vm.set_instrument(None)
-    runs = _warm_up(compiled, inputs, runs)
-    times = []
-    for i in range(rounds):
-        if i:
-            time.sleep(pause_s)
-        for _ in range(runs):
-            start = time.perf_counter()
-            compiled(**inputs)
-            times.append(time.perf_counter() - start)
-    return 1e3 * _quantile(times)
+def time_model_and_kernels(compiled, inputs: dict, runs: int | None = None,
+                           rounds: int = 10, pause_s: float = 0.2, whole: bool = True,
+                           kernels: bool = True) -> tuple[float | None, dict[str, float]]:
+    """``(ms per inference, {kernel name: microseconds per call})`` of ``compiled`` on
+    ``inputs``, from ``rounds`` rounds that each time ``runs`` plain inferences (the
+    whole) and then ``runs`` inferences under the VM's instrument (the kernels), a
+    pause between rounds (after two warm-up calls); each statistic the
+    :data:`QUANTILE` over its calls (this host's speed drifts by 30% and more over
+    minutes: ResNet-18 11.6, 13.0 and 21 ms in three processes; a low quantile over a
+    few seconds is what repeats). ``whole`` / ``kernels``: either alone. Timed in
+    the same rounds, the whole and its kernels see the same stretch of this host's
+    drift (timed one after the other, a model's time over its kernels' sum spanned
+    0.92-1.27 over 28 models).
 
-
-def kernel_times_in_model(compiled, inputs: dict, rounds: int = 5, runs: int | None = None,
-                          pause_s: float = 0.2) -> dict[str, float]:
-    """``{kernel name: microseconds per call}`` of the kernels ``compiled`` runs, timed
-    inside the inference: the VM's instrument takes a clock reading as the last thing
-    before each kernel call and the first thing after it, and the VM's own builtins are
-    not counted. Per kernel the :data:`QUANTILE` over ``rounds`` rounds of ``runs``
-    inferences (as :func:`time_model`; default as many as fill 0.3 s, 5 to 30).
-
-    A kernel so timed finds what the model leaves it: its input just written by the
-    kernel before it (in cache if it fits), the pool's workers awake. Timed alone with the
-    caches flushed the same kernels summed 4.64 ms in MobileNetV3-Large's 3.24 ms
-    inference, and 48.7 ms in ResNeXt-50's 41.9; timed here 3.1-3.5 ms (Zen 4, 2
-    threads). The instrument's own cost (a Python call on each side, the arguments
-    wrapped) falls mostly outside the readings."""
+    The instrument takes a clock reading as the last thing before each kernel call and
+    the first thing after it; the VM's own builtins are not counted. A kernel so timed
+    finds what the model leaves it: its input just written by the kernel before it (in
+    cache if it fits), the pool's workers awake. Timed alone with the caches flushed
+    the same kernels summed 4.64 ms in MobileNetV3-Large's 3.24 ms inference, and 48.7
+    ms in ResNeXt-50's 41.9; timed here 3.1-3.5 ms (Zen 4, 2 threads). The
+    instrument's own cost (a Python call on each side, the arguments wrapped) falls
+    mostly outside the readings."""
     clock = time.perf_counter_ns
     start: dict = {}
     spent: dict = defaultdict(int)  # per kernel name in one inference: ns and calls
@@ -137,22 +124,32 @@ def kernel_times_in_model(compiled, inputs: dict, rounds: int = 5, runs: int | N
             spent[name] += clock() - start[name]
         return 0  # VMInstrumentReturnKind.NO_OP
 
+    compiled.vm.set_instrument(None)
     runs = _warm_up(compiled, inputs, runs)
+    totals: list = []
     per_run = defaultdict(list)
-    compiled.vm.set_instrument(instrument)
     try:
         for i in range(rounds):
             if i:
                 time.sleep(pause_s)
-            for _ in range(runs):
-                spent.clear()
-                calls.clear()
-                compiled(**inputs)
-                for name, ns in spent.items():
-                    per_run[name].append(ns / 1e3 / calls[name])
+            if whole:
+                for _ in range(runs):
+                    begin = time.perf_counter()
+                    compiled(**inputs)
+                    totals.append(time.perf_counter() - begin)
+            if kernels:
+                compiled.vm.set_instrument(instrument)
+                for _ in range(runs):
+                    spent.clear()
+                    calls.clear()
+                    compiled(**inputs)
+                    for name, ns in spent.items():
+                        per_run[name].append(ns / 1e3 / calls[name])
+                compiled.vm.set_instrument(None)
     finally:
         compiled.vm.set_instrument(None)
-    return {name: _quantile(us) for name, us in per_run.items()}
+    ms = 1e3 * _quantile(totals) if totals else None
+    return ms, {name: _quantile(us) for name, us in per_run.items()}
 
 
 def _measure(model, target, shapes, options, runs: int | None):
@@ -162,8 +159,7 @@ def _measure(model, target, shapes, options, runs: int | None):
     kernels = scheduled_kernels(model, target, shapes, options)
     compiled = _fixed_threads(model, target, shapes, options)
     inputs = random_inputs(compiled)
-    total_ms = time_model(compiled, inputs, runs)
-    in_model = kernel_times_in_model(compiled, inputs, runs=runs)
+    total_ms, in_model = time_model_and_kernels(compiled, inputs, runs)
     # lowering may turn a kernel into a view (a reshape) or fold it away: not counted
     present = [(kname, func, calls) for kname, func, calls in kernels if kname in in_model]
     us: dict = {}
@@ -179,8 +175,8 @@ def measure_model(name: str, model, dataset: Dataset, target=None, shapes=None,
                   runs: int | None = None, options: PipelineOptions | None = None
                   ) -> ModelRow:
     """Measure model ``name`` and store it in ``dataset`` as ``source`` ``name``:
-    the whole inference (:func:`time_model`) and every kernel it runs, timed inside it
-    (:func:`kernel_times_in_model`), as kernel rows (kind ``model``) and the model row.
+    the whole inference and every kernel it runs, timed inside it in the same rounds
+    (:func:`time_model_and_kernels`), as kernel rows (kind ``model``) and the model row.
     Returns the model row.
 
     Kernels were timed alone with 4 MiB of cache flushed before each call until
