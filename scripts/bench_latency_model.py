@@ -139,7 +139,8 @@ def main(argv=None) -> int:
     dataset_path = args.dataset or (cache_dir("latency-quick.sqlite") if args.quick else None)
     dataset = Dataset(target, dataset_path)
     carried = dataset.refeaturize(
-        lambda func, kind: kernel_features(func, target, standalone=kind != "model"))
+        lambda func, kind: kernel_features(func, target, standalone=kind != "model"),
+        progress=True)
     if carried:
         logging.getLogger("bench_latency_model").info(
             "%d stored kernels given this version's features", carried)

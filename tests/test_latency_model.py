@@ -75,6 +75,37 @@ def test_features_count_the_work():
     assert _feature(kernel_features(_add(64), TARGET, standalone=True), "standalone") == 1
 
 
+def _executed(func) -> float:
+    return 2 ** _feature(kernel_features(func, TARGET), "exec_flops_log2") - 1
+
+
+def test_executed_operations_hoist_fold_and_merge():
+    """``exec_flops`` counts what runs once compiled: a reduction all of it; a value
+    of an outer loop once per outer iteration (a squeeze-excite's sigmoid per channel,
+    not per pixel); a repeated subexpression once; a selection among constants by an
+    unrolled loop not at all. ``flops`` counts every operation at every iteration."""
+    assert _executed(_matmul(16, 16, 16)) == pytest.approx(2 * 16**3, rel=1e-6)
+    c, h, w = 8, 16, 32
+    x = te.placeholder((c, h, w), name="x")
+    s = te.placeholder((c,), name="s")
+    se = te.create_prim_func([x, s, te.compute(
+        (c, h, w), lambda i, j, k: x[i, j, k] * te.sigmoid(s[i] + 1.0), name="excite")])
+    assert 2 ** _feature(kernel_features(se, TARGET), "flops_log2") - 1 == pytest.approx(
+        3 * c * h * w, rel=1e-6)
+    assert _executed(se) == pytest.approx(c * h * w + 2 * c, rel=1e-6)
+    a = te.placeholder((256,), name="a")
+    square = te.create_prim_func([a, te.compute(
+        (256,), lambda i: (a[i] + 1.0) * (a[i] + 1.0), name="square")])
+    assert _executed(square) == pytest.approx(2 * 256, rel=1e-6)  # the sum once, the product
+    b = te.placeholder((64, 4), name="b")
+    picked = te.create_prim_func([b, te.compute(
+        (64, 4), lambda i, j: b[i, j] * tvm.tirx.Select(j == 0, tvm.tirx.const(1.0),
+                                                         tvm.tirx.const(-0.5)), name="pick")])
+    sch = tvm.s_tir.Schedule(picked)
+    sch.unroll(sch.get_loops(sch.get_sblock("pick"))[1])
+    assert _executed(sch.mod["main"]) == pytest.approx(64 * 4, rel=1e-6)  # the products
+
+
 def test_symbolic_kernel_needs_dims():
     n = tvm.tirx.Var("n", "int64")
     a = te.placeholder((n,), name="a")

@@ -55,7 +55,7 @@ def test_crashing_and_hanging_candidates_are_dropped_and_reported(tmp_path, help
     recs = [_record(src, "good#1"),
             _record(src, "segfault#1", annotated_matmul_trace(src, CRASH)),
             _record(src, "hang#1", annotated_matmul_trace(src, HANG))]
-    measurer = search.Measurer(_target(), build_timeout=20, f_build=crashing_build)
+    measurer = search.Measurer(_target(), build_timeout=10, f_build=crashing_build)
     kernel = kernel_class.Kernel("k", matmul_relu(48, 96, 32), 1)
     rep = search.transfer_tune(None, recs, _target(), tmp_path, mode="pool", measurer=measurer,
                                kernels=[kernel])

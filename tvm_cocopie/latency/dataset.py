@@ -149,11 +149,12 @@ class Dataset:
                   np.asarray(r.features, np.float32).tobytes(), float(r.latency_us),
                   int(r.calls), time.time(), _pack(r.func)) for r in rows])
 
-    def refeaturize(self, featurize) -> int:
+    def refeaturize(self, featurize, progress: bool = False, chunk: int = 200) -> int:
         """Compute this feature schema's rows from the kernels stored under other
         schemas (measurements outlive a change of features): ``featurize(func, row
         kind)`` gives the new vector. Models measured whole are carried over too.
-        Returns the rows added."""
+        Rows are written ``chunk`` at a time (an interrupted run keeps them and goes on
+        where it stopped); ``progress``: a progress bar. Returns the rows added."""
         with self._connect() as conn:
             old = conn.execute(
                 "SELECT source, kind, kernel, name, latency_us, calls, func FROM kernels "
@@ -163,20 +164,35 @@ class Dataset:
                 "SELECT source, latency_ms, vm_calls, kernels FROM models "
                 "WHERE target=? AND features_schema!=?", (self.target, self.schema)).fetchall()
         have = {(r.source, r.kind, r.kernel) for r in self.rows()}
-        rows = []
-        for source, kind, kernel, name, us, calls, blob in old:
+        todo = [o for o in old if tuple(o[:3]) not in have]
+        bar = None
+        if progress and todo:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), desc="features", unit="kernel")
+        rows, added = [], 0
+        for source, kind, kernel, name, us, calls, blob in todo:
             if (source, kind, kernel) in have:
                 continue
             func = _unpack(blob)
             rows.append(Row(source, kind, kernel, name, featurize(func, kind), us, calls, func))
             have.add((source, kind, kernel))
+            if len(rows) >= chunk:
+                self.put(rows)
+                added += len(rows)
+                rows = []
+            if bar is not None:
+                bar.update()
         self.put(rows)
+        added += len(rows)
+        if bar is not None:
+            bar.close()
         known = {m.source for m in self.models()}
         for source, ms_, calls, kernels in models:
             if source not in known:
                 self.put_model(ModelRow(source, ms_, calls, json.loads(kernels)))
                 known.add(source)
-        return len(rows)
+        return added
 
     def put_model(self, row: ModelRow) -> None:
         """Store a measured model."""

@@ -14,7 +14,11 @@ named by :data:`FEATURE_NAMES`:
   storage scope, the loop structure after tiling (parallel extent, vector width,
   unrolled body, serial iterations around the innermost block, depth, how evenly the
   parallel iterations fill the cores, the work and bytes of one parallel task), the
-  arithmetic intensity;
+  arithmetic intensity; and the operations that execute once compiled
+  (:class:`_ExecutedOps`: hoisted out of the loops they do not depend on, repeated
+  subexpressions once, constants folded), which the loop nest's count overstates up to
+  100x (EfficientNet's squeeze-excite kernels: 54 million operations written, half a
+  million run; a Winograd transform's constant matrices picked by ``select``);
 * the kernel's class (:func:`class_features`): counts of the operator families its
   blocks compute (convolution, depthwise, Winograd, matmul, pooling, reductions, ...),
   read from block names and the ``cocopie.*`` annotations our rules leave;
@@ -36,6 +40,7 @@ import re
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import CocopieError
@@ -43,7 +48,8 @@ from ..metaschedule import tune_context
 from ..target import cpu_info, parse_target
 
 #: Bumped whenever the features change: a model trained on other features is refused.
-FEATURE_VERSION = 2  # 2: the dominant store's row; parallel balance, work per task
+FEATURE_VERSION = 3  # 2: the dominant store's row; parallel balance, work per task;
+# 3: the operations that execute (hoisted, common subexpressions once, constants folded)
 
 #: Values of the ``standalone`` feature
 IN_MODEL, STANDALONE = 0.0, 1.0
@@ -76,6 +82,7 @@ _LOOP_NAMES = (
     "vector_lanes", "unrolled_log2", "serial_inner_log2", "loop_depth", "loops",
     "blocks", "params", "reduction_blocks", "stores", "if_branches",
     "parallel_balance", "flops_per_task_log2", "bytes_per_task_log2",
+    "exec_flops_log2", "exec_intensity_log2",
 )
 _MACHINE_NAMES = ("cores", "f32_lanes")
 
@@ -158,6 +165,70 @@ def _float_ops(expr) -> int:
     return count
 
 
+class _ExecutedOps:
+    """The floating-point operations of one store's value that execute once compiled:
+    each distinct subexpression counted once (LLVM merges the copies an inlined
+    activation repeats: a fast sigmoid spells its clamped input out 20 times), at the
+    iterations of the loops it depends on (a value that does not change over an inner
+    serial loop is computed outside it, as an squeeze-excite's sigmoid per channel over
+    a whole map), a subexpression of constants and unrolled loop variables only not
+    at all (folded: a Winograd transform's matrix entries picked by ``select``).
+
+    ``stack``: the enclosing loops ``(kind, extent)``, outermost first; ``deps``:
+    ``{loop or block variable: positions in stack it depends on}``."""
+
+    def __init__(self, stack: list, deps: dict):
+        self.stack, self.deps = stack, deps
+        self.seen: dict = {}
+        self.total = 0.0
+
+    def iterations(self, positions: frozenset, loads: bool) -> float:
+        unrolled = int(tvm.tirx.ForKind.UNROLLED)
+        vectorized = int(tvm.tirx.ForKind.VECTORIZED)
+        if not loads and all(self.stack[p][0] == unrolled for p in positions):
+            return 0.0
+        serial = [p for p in positions if self.stack[p][0] != vectorized]
+        deepest = max(serial, default=-1)
+        n = 1.0
+        for p, (kind, extent) in enumerate(self.stack):
+            if p <= deepest or (kind == vectorized and p in positions):
+                n *= extent
+        return n
+
+    def visit(self, node) -> tuple[frozenset, bool]:
+        """``(loop positions node depends on, whether it loads)``; adds its ops."""
+        key = None
+        if isinstance(node, tvm.ir.expr.Expr) and not isinstance(
+                node, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            key = tvm_ffi.structural_hash(node)
+            if key in self.seen:
+                return self.seen[key]
+        kind = type(node).__name__
+        if isinstance(node, tvm.tirx.Var):
+            found = (self.deps.get(node, frozenset()), False)
+        else:
+            positions: set = set()
+            loads = kind in ("BufferLoad", "TensorLoad")
+            children = list(node.indices) if loads else []
+            for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+                child = getattr(node, name, None)
+                if isinstance(child, tvm.ir.expr.Expr):
+                    children.append(child)
+            args = getattr(node, "args", None)
+            if args is not None and not loads:
+                children.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
+            for child in children:
+                p, c = self.visit(child)
+                positions |= p
+                loads = loads or c
+            found = (frozenset(positions), loads)
+            if kind in _FLOAT_OPS and _dtype(node).startswith("float"):
+                self.total += self.iterations(*found)
+        if key is not None:
+            self.seen[key] = found
+        return found
+
+
 def _dtype(expr) -> str:
     """The dtype of a TIR expression (TVM 0.27 keeps it as the expression's ``ty``)."""
     ty = getattr(expr, "ty", None)
@@ -192,6 +263,15 @@ class _Walk:
         self.scopes: dict[str, int] = {}
         self.names: list[str] = []
         self.loop_vars: dict = {}  # enclosing loop variable -> extent
+        self.exec_flops = 0.0
+        self.deps: dict = {}  # loop / block variable -> positions of the loops it follows
+
+    def _depends(self, expr) -> frozenset:
+        """The loop positions ``expr`` (a block variable's binding) depends on."""
+        out: set = set()
+        for var in tvm.tirx.analysis.undefined_vars(expr, []):
+            out |= self.deps.get(var, frozenset())
+        return frozenset(out)
 
     def visit(self, stmt, stack: list) -> None:
         kind = type(stmt).__name__
@@ -200,12 +280,15 @@ class _Walk:
                           self.loop_vars)
             self.loops += 1
             self.loop_vars[stmt.loop_var] = max(1, extent)
+            self.deps[stmt.loop_var] = frozenset([len(stack)])
             self.visit(stmt.body, [*stack, (int(stmt.kind), extent)])
             del self.loop_vars[stmt.loop_var]
         elif kind == "SeqStmt":
             for s in stmt.seq:
                 self.visit(s, stack)
         elif kind == "SBlockRealize":
+            for iv, value in zip(stmt.block.iter_vars, stmt.iter_values):
+                self.deps[iv.var] = self._depends(value)
             self.visit(stmt.block, stack)
         elif kind == "SBlock":
             self.blocks += 1
@@ -227,6 +310,9 @@ class _Walk:
                 iters *= extent
             ops = _float_ops(stmt.value)
             self.flops += ops * iters
+            executed = _ExecutedOps(stack, self.deps)
+            executed.visit(stmt.value)
+            self.exec_flops += executed.total
             self.ops_per_iter = max(self.ops_per_iter, ops)
             self.iterations += iters
             self.depth = max(self.depth, len(stack))
@@ -287,7 +373,8 @@ def loop_features(func: tvm.tirx.PrimFunc, dims: dict | None = None, cores: int 
     cores = max(1, int(cores or 1))
     par = max(1, walk.parallel)
     values += [par / (math.ceil(par / cores) * cores), _log2(walk.flops / par),
-               _log2(io / par)]
+               _log2(io / par), _log2(walk.exec_flops),
+               math.log2((walk.exec_flops + 1.0) / (io + 1.0))]
     return values, walk.names
 
 

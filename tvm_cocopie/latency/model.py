@@ -115,14 +115,14 @@ GHZ, BYTES_PER_US, CALL_US = 2.0, 10e3, 1.0
 
 
 def roofline_us(x: np.ndarray) -> np.ndarray:
-    """A crude roofline per feature row: the larger of the arithmetic at the vector
-    FMA peak of the target's cores and the parameter bytes at a memory bandwidth, plus
+    """A crude roofline per feature row: the larger of the arithmetic (the operations
+    that execute, ``exec_flops``) at the vector FMA peak of the target's cores and the parameter bytes at a memory bandwidth, plus
     a call. The trees learn the logarithm of the measured time over this estimate (an
     efficiency that stays within a few octaves whatever the size), not the time itself:
     trees cannot extrapolate, and a kernel twice as large as any seen still gets twice
     the estimate."""
     x = np.atleast_2d(x)
-    flops = np.exp2(x[:, _INDEX["flops_log2"]]) - 1.0
+    flops = np.exp2(x[:, _INDEX["exec_flops_log2"]]) - 1.0
     io = np.exp2(x[:, _INDEX["io_bytes_log2"]]) - 1.0
     peak = np.maximum(1.0, x[:, _INDEX["cores"]] * x[:, _INDEX["f32_lanes"]] * 2.0 * GHZ * 1e3)
     return np.maximum(flops / peak, io / BYTES_PER_US) + CALL_US
