@@ -147,21 +147,33 @@ def _int(expr, dims: dict, what: str, loops: dict | None = None) -> int:
 _FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "FloorDiv", "Max", "Min", "Call", "Select"}
 
 
+_LOADS = ("BufferLoad", "TensorLoad")  # TVM 0.27 names a buffer load TensorLoad
+
+
+def _operands(node) -> list:
+    """The subexpressions of a TIR expression: a load's indices, an operation's
+    operands, a call's arguments."""
+    if type(node).__name__ in _LOADS:
+        return list(node.indices)
+    out = []
+    for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+        child = getattr(node, name, None)
+        if isinstance(child, tvm.ir.expr.Expr):
+            out.append(child)
+    args = getattr(node, "args", None)
+    if args is not None:
+        out.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
+    return out
+
+
 def _float_ops(expr) -> int:
     """Floating-point operations in ``expr`` (a store's value)."""
     count, stack = 0, [expr]
     while stack:
         node = stack.pop()
-        kind = type(node).__name__
-        if kind in _FLOAT_OPS and _dtype(node).startswith("float"):
+        if type(node).__name__ in _FLOAT_OPS and _dtype(node).startswith("float"):
             count += 1
-        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
-            child = getattr(node, name, None)
-            if isinstance(child, tvm.ir.expr.Expr):
-                stack.append(child)
-        args = getattr(node, "args", None)
-        if args is not None and kind != "BufferLoad":
-            stack.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
+        stack.extend(_operands(node))
     return count
 
 
@@ -208,16 +220,8 @@ class _ExecutedOps:
             found = (self.deps.get(node, frozenset()), False)
         else:
             positions: set = set()
-            loads = kind in ("BufferLoad", "TensorLoad")
-            children = list(node.indices) if loads else []
-            for name in ("a", "b", "value", "condition", "true_value", "false_value"):
-                child = getattr(node, name, None)
-                if isinstance(child, tvm.ir.expr.Expr):
-                    children.append(child)
-            args = getattr(node, "args", None)
-            if args is not None and not loads:
-                children.extend(a for a in args if isinstance(a, tvm.ir.expr.Expr))
-            for child in children:
+            loads = kind in _LOADS
+            for child in _operands(node):
                 p, c = self.visit(child)
                 positions |= p
                 loads = loads or c

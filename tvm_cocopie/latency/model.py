@@ -116,8 +116,8 @@ GHZ, BYTES_PER_US, CALL_US = 2.0, 10e3, 1.0
 
 def roofline_us(x: np.ndarray) -> np.ndarray:
     """A crude roofline per feature row: the larger of the arithmetic (the operations
-    that execute, ``exec_flops``) at the vector FMA peak of the target's cores and the parameter bytes at a memory bandwidth, plus
-    a call. The trees learn the logarithm of the measured time over this estimate (an
+    that execute, ``exec_flops``) at the vector FMA peak of the target's cores and the
+    parameter bytes at a memory bandwidth, plus a call. The trees learn the logarithm of the measured time over this estimate (an
     efficiency that stays within a few octaves whatever the size), not the time itself:
     trees cannot extrapolate, and a kernel twice as large as any seen still gets twice
     the estimate."""
