@@ -114,8 +114,9 @@ def parse_args(argv=None):
                         "--prescreen-keep fastest predicted of each kernel are measured; the "
                         "pair reports both searches' time and kernel sums side by side")
     p.add_argument("--prescreen-keep", type=int, default=1)
-    p.add_argument("--mcpu", default=LLVM["mcpu"],
-                   help="the target's CPU (a latency model is trained for one)")
+    p.add_argument("--mcpu", default=None,
+                   help="the target's CPU (default: this host's, as tvm_cocopie.target."
+                        "host_target finds it; a latency model is trained for one)")
     p.add_argument("--repeat", type=int, default=None, help="timed rounds per variant")
     p.add_argument("--work", default="bench_transfer_work", help="logs and per-pair results")
     p.add_argument("--no-ansor", action="store_true", help="skip the Ansor ResNet-50 log part")
@@ -199,7 +200,8 @@ def ms_time_to_match(log_dir: Path, report: dict, target_seconds: float) -> floa
     return None
 
 
-def run_pair(target: str, source: str, args, trials: int, source_trials: int) -> dict:
+def run_pair(target: str, source: str, args, trials: int, source_trials: int,
+             prescreen_first: bool = False) -> dict:
     from tvm_cocopie.bench.compare import compare_builds
     from tvm_cocopie.models import sample_inputs
     from tvm_cocopie.pipeline import PipelineOptions
@@ -220,22 +222,36 @@ def run_pair(target: str, source: str, args, trials: int, source_trials: int) ->
     records, summary = readers.read_logs(src_dir, LLVM)  # its MetaSchedule work dir only
     records = readers.best_per_workload(records)
     print(f"transfer-tuning {target} from {source} ({len(records)} tuned kernels)", flush=True)
-    report = search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True,
-                                  max_candidates=args.max_candidates, second_pass=args.second_pass)
-    rep = report.as_dict()
-    tt_secs = report.seconds
-    screened = None
-    if args.prescreen:
+
+    def plain():
+        return search.transfer_tune(model, records, LLVM, pair_dir, mode="pool", progress=True,
+                                    max_candidates=args.max_candidates,
+                                    second_pass=args.second_pass)
+
+    def prescreened():
         from tvm_cocopie.latency import LatencyModel
 
         screen_dir = pair_dir.with_name(pair_dir.name + f"_pre{args.prescreen_keep}")
         print(f"transfer-tuning {target} from {source} with the latency model's pre-screen",
               flush=True)
-        screened = search.transfer_tune(
+        begin = time.perf_counter()
+        latency_model = LatencyModel.load(LLVM, args.prescreen)
+        load_seconds[0] = time.perf_counter() - begin  # charged to the pre-screened search
+        return search.transfer_tune(
             model, records, LLVM, screen_dir, mode="pool", progress=True,
             max_candidates=args.max_candidates, second_pass=args.second_pass,
-            prescreen=LatencyModel.load(LLVM, args.prescreen),
-            prescreen_keep=args.prescreen_keep)
+            prescreen=latency_model, prescreen_keep=args.prescreen_keep)
+
+    screened, load_seconds = None, [0.0]
+    # with a pre-screen the two searches run in alternating order over the pairs: the
+    # one run second finds the builder's and runner's pools and the OS caches warm
+    if args.prescreen and prescreen_first:
+        screened = prescreened()
+    report = plain()
+    if args.prescreen and not prescreen_first:
+        screened = prescreened()
+    rep = report.as_dict()
+    tt_secs = report.seconds
     same_dir, same_n = truncated_database(full_dir, tt_secs, pair_dir / "ms_same_time")
     import onnx
 
@@ -292,9 +308,10 @@ def run_pair(target: str, source: str, args, trials: int, source_trials: int) ->
         # the same search with the latency model's pre-screen: its time against the
         # plain search's, its kernel sum's speedup against the plain one's (side by side)
         result["prescreen"] = {
-            "keep": args.prescreen_keep, "seconds": screened.seconds,
+            "keep": args.prescreen_keep, "seconds": screened.seconds + load_seconds[0],
+            "model_load_seconds": load_seconds[0], "ran_first": prescreen_first,
             "prescreened": screened.prescreened,
-            "time_saved_pct": 100 * (1 - screened.seconds / tt_secs),
+            "time_saved_pct": 100 * (1 - (screened.seconds + load_seconds[0]) / tt_secs),
             "kernel_sum_speedup_over_default": ksum["default"] / ksum["prescreened"],
             "speedup_vs_plain_pct": 100 * ksum["transfer"] / ksum["prescreened"] - 100,
         }
@@ -364,7 +381,10 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     from tvm_cocopie.bench import timing as bm
 
-    LLVM["mcpu"] = args.mcpu  # every step of this run builds for the one target
+    from tvm_cocopie.target import host_target
+
+    # every step of this run builds for the one target
+    LLVM["mcpu"] = args.mcpu or str(host_target().attrs["mcpu"])
 
     trials = args.trials_per_kernel or (2 if args.quick else 16)
     source_trials = args.source_trials_per_kernel or trials
@@ -374,7 +394,7 @@ def main(argv=None) -> int:
              else QUICK_PAIRS if args.quick else PAIRS)
     results_dir = Path(args.work) / "results"
     records = []
-    for target, source in pairs:
+    for index, (target, source) in enumerate(pairs):
         path = (results_dir / f"{target}_from_{source}_{args.image_size}_t{trials}{src_tag}_{args.space}"
                               f"_c{args.max_candidates}{pass_suffix(args)}"
                               f"{f'_pre{args.prescreen_keep}' if args.prescreen else ''}.json")
@@ -383,7 +403,8 @@ def main(argv=None) -> int:
             print(f"{target} from {source}: done earlier ({path})")
             continue
         start = time.perf_counter()
-        rec = run_pair(target, source, args, trials, source_trials)
+        rec = run_pair(target, source, args, trials, source_trials,
+                       prescreen_first=index % 2 == 1)
         rec["bench_seconds"] = time.perf_counter() - start
         bm.write_json_atomic(path, rec)
         records.append(rec)
