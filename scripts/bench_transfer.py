@@ -380,7 +380,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     from tvm_cocopie.bench import timing as bm
-
     from tvm_cocopie.target import host_target
 
     # every step of this run builds for the one target

@@ -302,3 +302,43 @@ def test_target_key_is_canonical():
     assert target_key(target_key(TARGET)) == target_key(TARGET)
     assert target_key(TARGET) == target_key(dict(reversed(list(TARGET.items()))))
     assert len(feature_schema()) == 16
+
+
+def test_model_context_carries_what_the_whole_model_reads():
+    """The same kernels run 1.6x slower in models that read more than 64 MiB per
+    inference (weights no longer cached between inferences: ResNet-34 against
+    ResNet-18 on the Xeon host): trained on such models, the trees take the slowdown
+    from the model context, which predict_model computes from the model's kernels."""
+    from tvm_cocopie.latency.model import model_context, row_context
+
+    base = _synthetic_rows()[:30]
+    big = kernel_features(_add(1 << 20), TARGET)  # 8 MiB read per call
+    rows = []
+    for i in range(12):
+        heavy = i % 2 == 1
+        calls = 4 + i  # 32-120 MiB of padding reads in the heavy models
+        source = f"m{i}"
+        for r in base[i % 3::3]:
+            slow = 1.6 if heavy else 1.0
+            rows.append(Row(source, "model", r.kernel, r.name, r.features, r.latency_us * slow))
+        if heavy:
+            rows.append(Row(source, "model", "pad", "pad", big, 900.0, calls))
+    context = row_context(rows)
+    assert np.all(np.isfinite(context))
+    m1 = [r for r in rows if r.source == "m1"]
+    assert context[[r.source for r in rows].index("m1")] == pytest.approx(
+        model_context([r.features for r in m1], [r.calls for r in m1]))
+    assert model_context([big], [8]) == pytest.approx(np.log2(1 + 8 * 2 * 4 * (1 << 20)),
+                                                      rel=1e-4)
+    model = LatencyModel(TARGET)
+    model.train(rows, validation=0)
+    kernels = [r.features for r in base[::3]]
+    light = model.predict(kernels, model_context(kernels, [1] * len(kernels)))
+    heavy = model.predict(kernels, model_context([*kernels, big], [1] * len(kernels) + [10]))
+    assert 1.35 < float(np.median(heavy / light)) < 1.85
+    # predict_model reads the context off the model's own kernels
+    items = [(f"k{i}", 1, f) for i, f in enumerate(kernels)] + [("pad", 10, big)]
+    whole = model.predict_model(items, len(items))
+    assert np.allclose([u for _, _, u in whole.kernels[:-1]], heavy, rtol=1e-5)
+    # samples timed alone have no context
+    assert np.isnan(row_context([Row("s", "sample", "k:0", "k", big, 1.0)])).all()

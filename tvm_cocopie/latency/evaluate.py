@@ -19,7 +19,7 @@ from collections import defaultdict
 import numpy as np
 
 from .dataset import Dataset
-from .model import LatencyModel, relative_errors
+from .model import LatencyModel, model_context, relative_errors
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ def evaluate_fold(model: LatencyModel, test_rows: list, test_model, train_models
     in_model = [r for r in test_rows if r.kind == "model"]
     out: dict = {"model": test_model.source if test_model else None}
     if in_model:
-        pred = model.predict([r.features for r in in_model])
+        features = [r.features for r in in_model]
+        pred = model.predict(features, model_context(features, [r.calls for r in in_model]))
         errs = relative_errors(pred, [r.latency_us for r in in_model])
         out["kernels"] = [{"kernel": r.name, "calls": r.calls, "measured_us": r.latency_us,
                            "predicted_us": float(p), "err_pct": float(e)}

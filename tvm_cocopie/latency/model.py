@@ -15,6 +15,11 @@ kernel* (the group's mean subtracted), so that every split is spent on what tell
 schedule of a kernel from another, not on the kernel's size; transfer-tuning's
 pre-screen and the evaluation's rank correlation order candidates by it.
 
+Beside a kernel's own features the trees read the context of the model it runs in
+(:data:`CONTEXT_NAMES`, :func:`model_context`: the bytes one inference reads), missing
+for kernels timed alone: the same kernel runs slower inside a model whose weights do
+not stay cached between inferences.
+
 A whole model's latency is the sum of its kernels' predicted times, each times the
 calls one inference makes, times a factor that grows with the VM calls of one
 inference: ``ms = scale * (vm_calls / 100) ** call_slope * sum(calls * us) / 1000``.
@@ -57,7 +62,23 @@ from .features import FEATURE_NAMES, feature_schema
 log = logging.getLogger(__name__)
 
 FORMAT = "tvm_cocopie.latency_model"
-FORMAT_VERSION = 3  # 2: the ranking head; 3: the calibration by VM calls
+FORMAT_VERSION = 4  # 2: the ranking head; 3: the calibration by VM calls; 4: the model
+# context column
+
+#: What the trees read beside a kernel's own features (:data:`FEATURE_NAMES`): the
+#: context of the whole model a kernel runs in, the same for each of its kernels.
+#: ``model_read_bytes_log2``: the bytes that one inference's kernel calls read through
+#: their parameters (weights and activations, each call counted), log2. A kernel's time
+#: inside a model depends on what stays in cache between its calls: the same 19 kernels
+#: (same structural hashes) ran 4-136% slower inside ResNet-34 than inside ResNet-18
+#: (Winograd 3x3 at 256 channels 563 -> 870 us, the classifier's matmul 75 -> 176 us;
+#: reproduced in one process, three alternating rounds: ResNet-18 8.6-8.7 ms, ResNet-34
+#: 21.7-22.1 ms, 2.5x at 2x the arithmetic), where the larger model's weights no longer
+#: stay cached from one inference to the next. A kernel timed alone (a design-space
+#: sample, a fusion candidate) has no such context: the column is missing (NaN), which
+#: the trees route on their own.
+CONTEXT_NAMES = ("model_read_bytes_log2",)
+INPUT_NAMES = (*FEATURE_NAMES, *CONTEXT_NAMES)
 
 #: XGBoost parameters: deep trees, strong shrinkage, row and column subsampling (a few
 #: thousand rows of 520 features; leave-one-family-out over 28 models against depth 7,
@@ -154,6 +175,38 @@ def _matrix(rows) -> np.ndarray:
                      for r in rows])
 
 
+def _read_bytes(x: np.ndarray) -> np.ndarray:
+    return np.exp2(x[:, _INDEX["input_bytes_log2"]].astype(float)) - 1.0
+
+
+def model_context(features, calls) -> float:
+    """The :data:`CONTEXT_NAMES` value of one inference whose kernels have ``features``
+    (rows) and are called ``calls`` times each."""
+    read = _read_bytes(_matrix(features))
+    return float(np.log2(1.0 + float(np.dot(read, np.asarray(calls, float)))))
+
+
+def row_context(rows) -> np.ndarray:
+    """The context column of dataset ``rows``: for a kernel measured inside a model
+    (kind ``model``) its model's (:func:`model_context` over the rows of that source and
+    kind), NaN for every other row."""
+    read: dict = {}
+    for r, b in zip(rows, _read_bytes(_matrix(rows))):
+        if r.kind == "model":
+            read[r.source] = read.get(r.source, 0.0) + b * r.calls
+    return np.array([math.log2(1.0 + read[r.source]) if r.kind == "model" else math.nan
+                     for r in rows])
+
+
+def _inputs(features, context=None) -> np.ndarray:
+    """The trees' input: ``features`` (rows) and the context column (a value for every
+    row, one for all, or ``None``: missing)."""
+    x = np.atleast_2d(np.asarray(features, np.float32))
+    col = np.full(len(x), math.nan) if context is None else np.broadcast_to(
+        np.asarray(context, float), (len(x),))
+    return np.column_stack([x, col.astype(np.float32)])
+
+
 def relative_errors(predicted, measured) -> np.ndarray:
     """``|predicted - measured| / measured`` per item, in percent."""
     predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
@@ -191,7 +244,7 @@ class LatencyModel:
             raise LatencyModelError(f"{len(rows)} measured kernels are too few to train a "
                                     "latency model: collect more (scripts/bench_latency_model.py)")
         xgb = self._xgb()
-        x = _matrix(rows)
+        x = _inputs(_matrix(rows), row_context(rows))
         y = np.log(np.array([r.latency_us for r in rows])) - np.log(roofline_us(x))
         kinds = {**KIND_WEIGHTS, **(kind_weights or {})}
         w = np.array([kinds.get(r.kind, 1.0) for r in rows])
@@ -202,9 +255,9 @@ class LatencyModel:
         if n_val and len(rows) - n_val >= 4:
             val, fit = order[:n_val], order[n_val:]
             dfit = xgb.DMatrix(x[fit], label=y[fit], weight=w[fit],
-                               feature_names=list(FEATURE_NAMES))
+                               feature_names=list(INPUT_NAMES))
             dval = xgb.DMatrix(x[val], label=y[val], weight=w[val],
-                               feature_names=list(FEATURE_NAMES))
+                               feature_names=list(INPUT_NAMES))
             booster = xgb.train(self.params, dfit, rounds, evals=[(dval, "val")],
                                 early_stopping_rounds=50, verbose_eval=False)
             best_rounds = int(booster.best_iteration) + 1
@@ -213,7 +266,7 @@ class LatencyModel:
             self.validation = {"median_err_pct": float(np.median(errors)),
                                "p90_err_pct": float(np.percentile(errors, 90)),
                                "rows": int(n_val)}
-        dall = xgb.DMatrix(x, label=y, weight=w, feature_names=list(FEATURE_NAMES))
+        dall = xgb.DMatrix(x, label=y, weight=w, feature_names=list(INPUT_NAMES))
         self.booster = xgb.train(self.params, dall, best_rounds)
         self.rows = len(rows)
         self.validation["rounds"] = best_rounds
@@ -230,7 +283,7 @@ class LatencyModel:
             return base
         xgb = self._xgb()
         idx, y = _relative_targets(rows, groups)
-        data = xgb.DMatrix(x[idx], label=y, feature_names=list(FEATURE_NAMES))
+        data = xgb.DMatrix(x[idx], label=y, feature_names=list(INPUT_NAMES))
         return xgb.train(self.params, data, rounds, xgb_model=base)
 
     def update(self, rows: list[Row], rounds: int = UPDATE_ROUNDS) -> dict:
@@ -238,15 +291,16 @@ class LatencyModel:
         model, keeping its trees; returns the error on ``rows`` before and after."""
         self._require()
         xgb = self._xgb()
-        x, y = _matrix(rows), np.array([r.latency_us for r in rows])
-        before = float(np.median(relative_errors(self.predict(x), y)))
+        x = _inputs(_matrix(rows), row_context(rows))
+        y = np.array([r.latency_us for r in rows])
+        before = float(np.median(relative_errors(self._predict(x), y)))
         dnew = xgb.DMatrix(x, label=np.log(y) - np.log(roofline_us(x)),
-                           feature_names=list(FEATURE_NAMES))
+                           feature_names=list(INPUT_NAMES))
         self.booster = xgb.train({**self.params, "eta": self.params["eta"] / 2}, dnew,
                                  rounds, xgb_model=self.booster)
         self.rank_booster = self._train_rank(rows, x, self.rank_booster, UPDATE_ROUNDS)
         self.rows += len(rows)
-        after = float(np.median(relative_errors(self.predict(x), y)))
+        after = float(np.median(relative_errors(self._predict(x), y)))
         log.info("latency model updated with %d kernels: median error %.1f%% -> %.1f%%",
                  len(rows), before, after)
         return {"before_median_err_pct": before, "after_median_err_pct": after}
@@ -288,27 +342,34 @@ class LatencyModel:
                                     "saved one (scripts/bench_latency_model.py trains and "
                                     "saves one for this machine)")
 
-    def _features(self, features):
-        """``(rows of features as float32, their DMatrix)``, the width checked."""
+    def _features(self, features, context=None) -> np.ndarray:
+        """The trees' input rows for ``features`` (their width checked) and ``context``."""
         self._require()
         x = np.atleast_2d(np.asarray(features, np.float32))
         if x.shape[1] != len(FEATURE_NAMES):
             raise LatencyModelError(f"{x.shape[1]} features given, the model reads "
                                     f"{len(FEATURE_NAMES)}")
-        return x, self._xgb().DMatrix(x, feature_names=list(FEATURE_NAMES))
+        return _inputs(x, context)
 
-    def predict(self, features) -> np.ndarray:
-        """Microseconds per call for each feature vector (rows of ``features``)."""
-        x, data = self._features(features)
-        return np.exp(self.booster.predict(data)) * roofline_us(x)
+    def _dmatrix(self, x: np.ndarray):
+        return self._xgb().DMatrix(x, feature_names=list(INPUT_NAMES))
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        return np.exp(self.booster.predict(self._dmatrix(x))) * roofline_us(x)
+
+    def predict(self, features, context=None) -> np.ndarray:
+        """Microseconds per call for each feature vector (rows of ``features``).
+        ``context``: the :func:`model_context` of the model the kernels run in (one
+        value, or one per row); ``None`` for kernels timed alone."""
+        return self._predict(self._features(features, context))
 
     def rank(self, features) -> np.ndarray:
-        """Scores of schedules of one kernel (rows of ``features``): lower is faster.
-        Only their order means anything: the ranking head's relative log time, or
-        the log of :meth:`predict` for a model trained without sample groups."""
+        """Scores of schedules of one kernel (rows of ``features``), timed alone: lower
+        is faster. Only their order means anything: the ranking head's relative log
+        time, or the log of :meth:`predict` for a model trained without sample groups."""
         if self.rank_booster is None:
             return np.log(self.predict(features))
-        return self.rank_booster.predict(self._features(features)[1])
+        return self.rank_booster.predict(self._dmatrix(self._features(features)))
 
     def predict_model(self, kernels: list, vm_calls: int) -> ModelPrediction:
         """A whole model from its kernels (``(name, calls, features)`` each) and the VM
@@ -316,7 +377,8 @@ class LatencyModel:
         sum (negative where it takes away)."""
         if not kernels:
             return ModelPrediction(0.0, [], int(vm_calls), 0.0)
-        us = self.predict([f for _, _, f in kernels])
+        features = [f for _, _, f in kernels]
+        us = self.predict(features, model_context(features, [c for _, c, _ in kernels]))
         per = [(name, int(calls), float(u)) for (name, calls, _), u in zip(kernels, us)]
         summed = sum(c * u for _, c, u in per) / 1000.0
         total = self.factor(vm_calls) * summed
@@ -336,6 +398,7 @@ class LatencyModel:
         write_json_atomic(path, {
             "format": FORMAT, "format_version": FORMAT_VERSION, "target": self.target,
             "features_schema": self.schema, "features": len(FEATURE_NAMES),
+            "context": list(CONTEXT_NAMES),
             "xgboost": xgb.__version__, "rows": self.rows, "validation": self.validation,
             "calibration": {"scale": self.scale, "call_slope": self.call_slope},
             "params": self.params,
