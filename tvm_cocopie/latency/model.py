@@ -190,12 +190,13 @@ def row_context(rows) -> np.ndarray:
     """The context column of dataset ``rows``: for a kernel measured inside a model
     (kind ``model``) its model's (:func:`model_context` over the rows of that source and
     kind), NaN for every other row."""
-    read: dict = {}
-    for r, b in zip(rows, _read_bytes(_matrix(rows))):
+    by_source: dict = {}
+    for r in rows:
         if r.kind == "model":
-            read[r.source] = read.get(r.source, 0.0) + b * r.calls
-    return np.array([math.log2(1.0 + read[r.source]) if r.kind == "model" else math.nan
-                     for r in rows])
+            by_source.setdefault(r.source, []).append(r)
+    context = {source: model_context([r.features for r in group], [r.calls for r in group])
+               for source, group in by_source.items()}
+    return np.array([context[r.source] if r.kind == "model" else math.nan for r in rows])
 
 
 def _inputs(features, context=None) -> np.ndarray:
@@ -254,10 +255,8 @@ class LatencyModel:
         best_rounds = rounds
         if n_val and len(rows) - n_val >= 4:
             val, fit = order[:n_val], order[n_val:]
-            dfit = xgb.DMatrix(x[fit], label=y[fit], weight=w[fit],
-                               feature_names=list(INPUT_NAMES))
-            dval = xgb.DMatrix(x[val], label=y[val], weight=w[val],
-                               feature_names=list(INPUT_NAMES))
+            dfit = self._dmatrix(x[fit], label=y[fit], weight=w[fit])
+            dval = self._dmatrix(x[val], label=y[val], weight=w[val])
             booster = xgb.train(self.params, dfit, rounds, evals=[(dval, "val")],
                                 early_stopping_rounds=50, verbose_eval=False)
             best_rounds = int(booster.best_iteration) + 1
@@ -266,7 +265,7 @@ class LatencyModel:
             self.validation = {"median_err_pct": float(np.median(errors)),
                                "p90_err_pct": float(np.percentile(errors, 90)),
                                "rows": int(n_val)}
-        dall = xgb.DMatrix(x, label=y, weight=w, feature_names=list(INPUT_NAMES))
+        dall = self._dmatrix(x, label=y, weight=w)
         self.booster = xgb.train(self.params, dall, best_rounds)
         self.rows = len(rows)
         self.validation["rounds"] = best_rounds
@@ -283,8 +282,7 @@ class LatencyModel:
             return base
         xgb = self._xgb()
         idx, y = _relative_targets(rows, groups)
-        data = xgb.DMatrix(x[idx], label=y, feature_names=list(INPUT_NAMES))
-        return xgb.train(self.params, data, rounds, xgb_model=base)
+        return xgb.train(self.params, self._dmatrix(x[idx], label=y), rounds, xgb_model=base)
 
     def update(self, rows: list[Row], rounds: int = UPDATE_ROUNDS) -> dict:
         """Add ``rounds`` trees fitted to ``rows`` (new measurements) to the trained
@@ -294,8 +292,7 @@ class LatencyModel:
         x = _inputs(_matrix(rows), row_context(rows))
         y = np.array([r.latency_us for r in rows])
         before = float(np.median(relative_errors(self._predict(x), y)))
-        dnew = xgb.DMatrix(x, label=np.log(y) - np.log(roofline_us(x)),
-                           feature_names=list(INPUT_NAMES))
+        dnew = self._dmatrix(x, label=np.log(y) - np.log(roofline_us(x)))
         self.booster = xgb.train({**self.params, "eta": self.params["eta"] / 2}, dnew,
                                  rounds, xgb_model=self.booster)
         self.rank_booster = self._train_rank(rows, x, self.rank_booster, UPDATE_ROUNDS)
@@ -351,8 +348,9 @@ class LatencyModel:
                                     f"{len(FEATURE_NAMES)}")
         return _inputs(x, context)
 
-    def _dmatrix(self, x: np.ndarray):
-        return self._xgb().DMatrix(x, feature_names=list(INPUT_NAMES))
+    def _dmatrix(self, x: np.ndarray, **labels):
+        """The trees' input rows ``x`` as an XGBoost matrix (``labels``: label, weight)."""
+        return self._xgb().DMatrix(x, feature_names=list(INPUT_NAMES), **labels)
 
     def _predict(self, x: np.ndarray) -> np.ndarray:
         return np.exp(self.booster.predict(self._dmatrix(x))) * roofline_us(x)
