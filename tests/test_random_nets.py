@@ -10,7 +10,14 @@ import pytest
 
 from tvm_cocopie import models
 from tvm_cocopie.api import compile_model
-from tvm_cocopie.models.random_nets import KINDS, is_random, random_network
+from tvm_cocopie.errors import CocopieError
+from tvm_cocopie.models.random_nets import (
+    KINDS,
+    is_random,
+    network_by_name,
+    network_name,
+    random_network,
+)
 
 
 def test_same_seed_same_network_and_seeds_vary():
@@ -35,11 +42,30 @@ def test_same_seed_same_network_and_seeds_vary():
     assert ops & {"GRU", "LSTM"} and ops & {"MaxPool", "AveragePool"}
     assert conv_ranks == {1, 2}
     assert is_random("random_12") and not is_random("random_x") and not is_random("resnet18")
+    assert is_random("random_deep_3") and not is_random("random_deep_")
 
 
-@pytest.mark.parametrize("seed", [3, 4, 5])  # one of each kind
-def test_random_network_compiles_to_what_ort_computes(seed):
-    m = random_network(seed)
+def test_deep_networks_are_deeper_and_leave_the_shallow_ones_alone():
+    shallow_nodes, deep_nodes = [], []
+    for seed in range(6):
+        shallow, deep = random_network(seed), random_network(seed, deep=True)
+        onnx.checker.check_model(deep)
+        assert deep.doc_string.startswith(f"random deep {KINDS[seed % len(KINDS)]} network")
+        assert deep.graph.name == network_name(seed, deep=True) == f"random_deep_{seed}"
+        assert network_by_name(f"random_deep_{seed}").SerializeToString() == \
+            deep.SerializeToString()
+        assert network_by_name(f"random_{seed}").SerializeToString() == \
+            shallow.SerializeToString()
+        shallow_nodes.append(len(shallow.graph.node))
+        deep_nodes.append(len(deep.graph.node))
+    assert np.median(deep_nodes) > 2 * np.median(shallow_nodes)
+    with pytest.raises(CocopieError, match="random_deep_<seed>"):
+        network_by_name("random_deep_x")
+
+
+@pytest.mark.parametrize("seed,deep", [(3, False), (4, False), (5, False), (5, True)])
+def test_random_network_compiles_to_what_ort_computes(seed, deep):  # one of each kind
+    m = random_network(seed, deep=deep)
     feeds = models.sample_inputs(m)
     compiled = compile_model(m, adaptive_threads=False)
     out = compiled(**feeds)

@@ -30,6 +30,13 @@ Three kinds, a third each over seeds (``seed % 3``: 0 image, 1 sequence, 2 signa
   activity, file-type classifiers, CTC heads).
 
 Activations stay O(1) as in the zoo (He-normal weights, BN calibrated on the way).
+
+**Deep networks** (``random_deep_<seed>``, :func:`random_network` with ``deep=True``):
+the same three kinds with about three times the blocks (image 10-24, sequence 8-16,
+signal 4-10), drawn from a stream of their own (``random_<seed>`` is unchanged). Shallow
+networks read at most ~60 MiB per inference, where ResNets, VGG and the detectors read
+100-700 MiB and their weights no longer stay cached between inferences: the latency
+model learns what that costs a kernel (its model context) only from networks that deep.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ..errors import CocopieError
 from .graph_builder import GraphBuilder
 from .mobilenetv3 import squeeze_excite
 from .recurrent import merge_directions, recurrent
@@ -45,6 +53,11 @@ from .vit import self_attention
 
 #: the prefix of a random network's name: ``random_<seed>``
 PREFIX = "random_"
+#: the prefix of a deep random network's name: ``random_deep_<seed>``
+DEEP_PREFIX = "random_deep_"
+#: blocks per kind, ``(low, high)`` with high exclusive: shallow and deep networks
+BLOCKS = {"image": ((3, 9), (10, 25)), "sequence": ((2, 7), (8, 17)),
+          "signal": ((1, 5), (4, 11))}
 IMAGE_SIZES = (32, 48, 56, 64, 96, 112, 128, 160, 192, 224)
 CHANNELS = (8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 120, 128, 160, 192, 256, 320, 384, 512)
 ACTIVATIONS = ("relu", "relu6", "hardswish", "silu", "sigmoid", "none")
@@ -62,20 +75,45 @@ MAX_LAYER_MACS = 4e8
 MAX_MAP_ELEMENTS = 2.5e6
 
 
+def _parse(name: str) -> tuple[int, bool] | None:
+    """``(seed, deep)`` of a random network's name, ``None`` for any other name."""
+    for prefix, deep in ((DEEP_PREFIX, True), (PREFIX, False)):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return int(name[len(prefix):]), deep
+    return None
+
+
 def is_random(name: str) -> bool:
-    """Whether ``name`` names a random network (``random_<seed>``)."""
-    return name.startswith(PREFIX) and name[len(PREFIX):].isdigit()
+    """Whether ``name`` names a random network (``random_<seed>``,
+    ``random_deep_<seed>``)."""
+    return _parse(name) is not None
 
 
-def random_network(seed: int) -> onnx.ModelProto:
-    """The random network of ``seed``: :data:`KINDS` ``[seed % 3]`` (see the module
-    docstring)."""
-    rng = np.random.default_rng([seed, 0x1A7])
-    gb = GraphBuilder(f"{PREFIX}{seed}", seed)
+def network_name(seed: int, deep: bool = False) -> str:
+    """The name of the random network of ``seed`` (deep or not)."""
+    return f"{DEEP_PREFIX if deep else PREFIX}{seed}"
+
+
+def network_by_name(name: str) -> onnx.ModelProto:
+    """The random network ``name`` names (:func:`is_random`)."""
+    parsed = _parse(name)
+    if parsed is None:
+        raise CocopieError(f"{name!r} names no random network: random_<seed> or "
+                           "random_deep_<seed>, seed a non-negative integer")
+    return random_network(*parsed)
+
+
+def random_network(seed: int, deep: bool = False) -> onnx.ModelProto:
+    """The random network of ``seed``: :data:`KINDS` ``[seed % 3]``, with about three
+    times the blocks if ``deep`` (see the module docstring)."""
+    rng = np.random.default_rng([seed, 0x1A7, 0xDEE] if deep else [seed, 0x1A7])
+    gb = GraphBuilder(network_name(seed, deep), seed)
     kind = KINDS[seed % len(KINDS)]
+    span = BLOCKS[kind][1 if deep else 0]
     blocks = {"image": _image_network, "sequence": _sequence_network,
-              "signal": _signal_network}[kind](gb, rng)
-    return gb.model(f"random {kind} network (seed {seed}): {', '.join(blocks)}")
+              "signal": _signal_network}[kind](gb, rng, span)
+    depth = "deep " if deep else ""
+    return gb.model(f"random {depth}{kind} network (seed {seed}): {', '.join(blocks)}")
 
 
 def _pick(rng, options):
@@ -112,7 +150,7 @@ def _conv_act(gb: GraphBuilder, x: str, cout: int, k: int, stride: int, act: str
     return _activation(gb, y, act)
 
 
-def _image_network(gb: GraphBuilder, rng) -> list[str]:
+def _image_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
     h = int(_pick(rng, IMAGE_SIZES))
     w = h if rng.random() < 0.7 else int(_pick(rng, IMAGE_SIZES))
     x = gb.input("input", [1, 3, h, w])
@@ -120,7 +158,7 @@ def _image_network(gb: GraphBuilder, rng) -> list[str]:
     c = int(_pick(rng, CHANNELS[:8]))
     done = [f"{h}x{w}", f"stem {stem_k}x{stem_k}/{stem_s} {c}"]
     x = _conv_act(gb, x, c, stem_k, stem_s, _pick(rng, ACTIVATIONS[:4]))
-    for i in range(int(rng.integers(3, 9))):
+    for i in range(int(rng.integers(*span))):
         cin = gb.channels(x)
         hh, ww = (int(d) for d in gb.values[x].shape[2:])
         act = _pick(rng, ACTIVATIONS)
@@ -210,11 +248,11 @@ def _image_network(gb: GraphBuilder, rng) -> list[str]:
     return done
 
 
-def _sequence_network(gb: GraphBuilder, rng) -> list[str]:
+def _sequence_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
     t, d = int(_pick(rng, TOKENS)), int(_pick(rng, WIDTHS))
     x = gb.input("input", [1, t, d])
     done = [f"{t}x{d}"]
-    for i in range(int(rng.integers(2, 7))):
+    for i in range(int(rng.integers(*span))):
         block = _pick(rng, ("attention", "attention", "mlp", "mlp", "linear", "recurrent",
                             "recurrent", "temporal_conv"))
         dim = int(gb.values[x].shape[-1])
@@ -266,7 +304,7 @@ def _recurrent_layer(gb: GraphBuilder, rng, x: str) -> tuple[str, int, str, bool
     return merge_directions(gb, y), hidden, cell, both
 
 
-def _signal_network(gb: GraphBuilder, rng) -> list[str]:
+def _signal_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
     if rng.random() < 0.6:  # audio frames
         t, f = int(_pick(rng, (16, 49, 98, 100, 200, 400))), int(_pick(rng, (13, 40, 64, 80)))
         x = gb.transpose(gb.input("input", [1, t, f]), (0, 2, 1))  # [1, F, T]
@@ -277,7 +315,7 @@ def _signal_network(gb: GraphBuilder, rng) -> list[str]:
         ids = gb.input("input", [1, t], TensorProto.INT64, high=vocab)
         x = gb.transpose(gb.embedding(ids, vocab, dim, std=1.0), (0, 2, 1))  # [1, dim, T]
         done = [f"ids {t} vocab {vocab} embed {dim}"]
-    for i in range(int(rng.integers(1, 5))):
+    for i in range(int(rng.integers(*span))):
         cin, length = gb.channels(x), int(gb.values[x].shape[2])
         with gb.scope(f"block{i}"):
             k, act = int(_pick(rng, (3, 5, 7, 9))), _pick(rng, ACTIVATIONS[:5])
