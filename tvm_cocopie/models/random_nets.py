@@ -33,10 +33,13 @@ Activations stay O(1) as in the zoo (He-normal weights, BN calibrated on the way
 
 **Deep networks** (``random_deep_<seed>``, :func:`random_network` with ``deep=True``):
 the same three kinds with about three times the blocks (image 10-24, sequence 8-16,
-signal 4-10), drawn from a stream of their own (``random_<seed>`` is unchanged). Shallow
+signal 4-10), drawn from a stream of their own (``random_<seed>`` is unchanged); deep
+image networks start at 96-224 px, stride more often and never narrow (channels grow
+as the map shrinks, as a ResNet's do), deep sequence networks are 128-768 wide. Shallow
 networks read at most ~60 MiB per inference, where ResNets, VGG and the detectors read
 100-700 MiB and their weights no longer stay cached between inferences: the latency
-model learns what that costs a kernel (its model context) only from networks that deep.
+model learns what that costs a kernel (its model context) only from networks that
+large.
 """
 
 from __future__ import annotations
@@ -109,9 +112,8 @@ def random_network(seed: int, deep: bool = False) -> onnx.ModelProto:
     rng = np.random.default_rng([seed, 0x1A7, 0xDEE] if deep else [seed, 0x1A7])
     gb = GraphBuilder(network_name(seed, deep), seed)
     kind = KINDS[seed % len(KINDS)]
-    span = BLOCKS[kind][1 if deep else 0]
     blocks = {"image": _image_network, "sequence": _sequence_network,
-              "signal": _signal_network}[kind](gb, rng, span)
+              "signal": _signal_network}[kind](gb, rng, deep)
     depth = "deep " if deep else ""
     return gb.model(f"random {depth}{kind} network (seed {seed}): {', '.join(blocks)}")
 
@@ -150,23 +152,25 @@ def _conv_act(gb: GraphBuilder, x: str, cout: int, k: int, stride: int, act: str
     return _activation(gb, y, act)
 
 
-def _image_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
-    h = int(_pick(rng, IMAGE_SIZES))
-    w = h if rng.random() < 0.7 else int(_pick(rng, IMAGE_SIZES))
+def _image_network(gb: GraphBuilder, rng, deep: bool) -> list[str]:
+    sizes = IMAGE_SIZES[4:] if deep else IMAGE_SIZES
+    h = int(_pick(rng, sizes))
+    w = h if rng.random() < 0.7 else int(_pick(rng, sizes))
     x = gb.input("input", [1, 3, h, w])
     stem_k, stem_s = int(_pick(rng, (3, 3, 5, 7))), int(_pick(rng, (1, 2, 2)))
     c = int(_pick(rng, CHANNELS[:8]))
     done = [f"{h}x{w}", f"stem {stem_k}x{stem_k}/{stem_s} {c}"]
     x = _conv_act(gb, x, c, stem_k, stem_s, _pick(rng, ACTIVATIONS[:4]))
-    for i in range(int(rng.integers(*span))):
+    for i in range(int(rng.integers(*BLOCKS["image"][deep]))):
         cin = gb.channels(x)
         hh, ww = (int(d) for d in gb.values[x].shape[2:])
         act = _pick(rng, ACTIVATIONS)
         block = _pick(rng, ("plain", "plain", "residual", "inverted", "inverted", "grouped",
                             "dilated", "branches", "pool", "upsample"))
-        stride = 2 if min(hh, ww) >= 8 and rng.random() < 0.35 else 1
+        stride = 2 if min(hh, ww) >= 8 and rng.random() < (0.45 if deep else 0.35) else 1
         hw_out = (hh // stride) * (ww // stride)
-        cout = int(_pick(rng, [ch for ch in CHANNELS if cin // 2 <= ch <= 4 * cin] or [cin]))
+        low = cin if deep else cin // 2  # deep: channels grow as the map shrinks
+        cout = int(_pick(rng, [ch for ch in CHANNELS if low <= ch <= 4 * cin] or [cin]))
         with gb.scope(f"block{i}"):
             if block == "plain":
                 k = int(_pick(rng, (1, 3, 3, 5)))
@@ -248,11 +252,11 @@ def _image_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
     return done
 
 
-def _sequence_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
-    t, d = int(_pick(rng, TOKENS)), int(_pick(rng, WIDTHS))
+def _sequence_network(gb: GraphBuilder, rng, deep: bool) -> list[str]:
+    t, d = int(_pick(rng, TOKENS)), int(_pick(rng, WIDTHS[4:] if deep else WIDTHS))
     x = gb.input("input", [1, t, d])
     done = [f"{t}x{d}"]
-    for i in range(int(rng.integers(*span))):
+    for i in range(int(rng.integers(*BLOCKS["sequence"][deep]))):
         block = _pick(rng, ("attention", "attention", "mlp", "mlp", "linear", "recurrent",
                             "recurrent", "temporal_conv"))
         dim = int(gb.values[x].shape[-1])
@@ -304,7 +308,7 @@ def _recurrent_layer(gb: GraphBuilder, rng, x: str) -> tuple[str, int, str, bool
     return merge_directions(gb, y), hidden, cell, both
 
 
-def _signal_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
+def _signal_network(gb: GraphBuilder, rng, deep: bool) -> list[str]:
     if rng.random() < 0.6:  # audio frames
         t, f = int(_pick(rng, (16, 49, 98, 100, 200, 400))), int(_pick(rng, (13, 40, 64, 80)))
         x = gb.transpose(gb.input("input", [1, t, f]), (0, 2, 1))  # [1, F, T]
@@ -315,7 +319,7 @@ def _signal_network(gb: GraphBuilder, rng, span: tuple) -> list[str]:
         ids = gb.input("input", [1, t], TensorProto.INT64, high=vocab)
         x = gb.transpose(gb.embedding(ids, vocab, dim, std=1.0), (0, 2, 1))  # [1, dim, T]
         done = [f"ids {t} vocab {vocab} embed {dim}"]
-    for i in range(int(rng.integers(*span))):
+    for i in range(int(rng.integers(*BLOCKS["signal"][deep]))):
         cin, length = gb.channels(x), int(gb.values[x].shape[2])
         with gb.scope(f"block{i}"):
             k, act = int(_pick(rng, (3, 5, 7, 9))), _pick(rng, ACTIVATIONS[:5])
