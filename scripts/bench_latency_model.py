@@ -12,7 +12,8 @@ times its candidates. The same for ``--random-nets`` random networks
 sequence and signal, so the training data covers the space real models live in and
 not only the benchmark's list) and ``--deep-nets`` deep ones (about three times the
 blocks: they read as much per inference as the ResNets do): training rows only,
-never held out. Then, for each model in turn, trains an XGBoost model on every
+never held out; random networks an earlier run stored beyond these counts train
+nothing (so ``--deep-nets 0`` over a full dataset is the ablation). Then, for each model in turn, trains an XGBoost model on every
 other model's rows (the model under test contributes none) and predicts its kernels,
 its whole latency and the ranking of its kernels' sampled schedules. Finally trains
 on everything and saves the model file ``tvm-cocopie predict`` loads (``--model-file``;
@@ -64,10 +65,12 @@ def parse_args(argv=None):
     p.add_argument("--kernels-per-model", type=int, default=None)
     p.add_argument("--random-nets", type=int, default=None,
                    help="also measure this many random networks (models.random_nets; "
-                        "default 48, --quick 6): training rows only, never held out")
+                        "default 48, --quick 6): training rows only, never held out; "
+                        "stored ones beyond the count train nothing")
     p.add_argument("--deep-nets", type=int, default=None,
                    help=f"also measure this many deep random networks (about three times "
-                        f"the blocks; default {DEEP_NETS}, --quick 0): training rows only")
+                        f"the blocks; default {DEEP_NETS}, --quick 0): training rows only, "
+                        "stored ones beyond the count train nothing")
     p.add_argument("--threads", type=int, default=min(2, len(os.sched_getaffinity(0))))
     p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                    help="leave-one-model-out folds trained side by side (one thread "
@@ -136,7 +139,7 @@ def main(argv=None) -> int:
 
     names = (args.models.split(",") if args.models
              else list(QUICK_MODELS) if args.quick else list(FULL_MODELS))
-    from tvm_cocopie.models.random_nets import network_name
+    from tvm_cocopie.models.random_nets import is_random, network_name
 
     randoms = [network_name(i) for i in range(args.random_nets if args.random_nets is not None
                                               else 6 if args.quick else 48)]
@@ -184,12 +187,18 @@ def main(argv=None) -> int:
             dataset.put(rows_from_records(recs, target, source))
     collect_s = time.perf_counter() - start
 
+    # random networks stored by an earlier run but not asked for now train nothing, so
+    # --random-nets / --deep-nets say what the model learns from (an ablation re-measures
+    # nothing)
+    unused = {s for s in {r.source for r in dataset.rows()} | {m.source for m in dataset.models()}
+              if is_random(s) and s not in randoms}
     result = leave_one_model_out(dataset, [n for n in names if n not in failed], progress=True,
-                                 family=family, jobs=args.jobs)
+                                 family=family, jobs=args.jobs, exclude_sources=unused)
     final = LatencyModel(target)
-    validation = final.train(dataset.rows())
-    final.calibrate(dataset.models(), {r.kernel: r.latency_us
-                                       for r in dataset.rows(kinds=("model",))})
+    validation = final.train(dataset.rows(exclude_sources=unused))
+    final.calibrate([m for m in dataset.models() if m.source not in unused],
+                    {r.kernel: r.latency_us
+                     for r in dataset.rows(kinds=("model",), exclude_sources=unused)})
     # a quick run's model (four models) must not replace the full one predict loads
     model_file = args.model_file or (cache_dir("latency-quick-model.json") if args.quick
                                      else None)
@@ -202,6 +211,7 @@ def main(argv=None) -> int:
                    settings={"quick": args.quick, "samples_per_kernel": per_kernel,
                              "kernels_per_model": per_model, "random_nets": len(randoms),
                              "deep_nets": sum(n.startswith("random_deep_") for n in randoms),
+                             "stored_random_nets_unused": len(unused),
                              "threads": args.threads,
                              "jobs": args.jobs})
     transfer = None

@@ -295,6 +295,20 @@ def test_leave_one_model_out_holds_the_model_out(tmp_path):
         assert a["predicted_ms"] == pytest.approx(b["predicted_ms"], rel=1e-9)
         assert [k["predicted_us"] for k in a["kernels"]] == pytest.approx(
             [k["predicted_us"] for k in b["kernels"]], rel=1e-9)
+    # a stored source excluded trains and tests nothing: as if it had never been put
+    without = leave_one_model_out(ds, rounds=200, exclude_sources={"m3"})
+    never = Dataset(TARGET, tmp_path / "never.sqlite")
+    never.put([r for r in ds.rows() if r.source != "m3"])
+    for m in ds.models():
+        if m.source != "m3":
+            never.put_model(m)
+    alone = leave_one_model_out(never, rounds=200)
+    assert [f["model"] for f in without["folds"]] == ["m0", "m1", "m2"]
+    assert without["summary"]["rows"] == len(rows) - len(groups["m3"])
+    for a, b in zip(without["folds"], alone["folds"]):
+        assert a["predicted_ms"] == pytest.approx(b["predicted_ms"], rel=1e-9)
+    assert without["folds"][0]["predicted_ms"] != pytest.approx(
+        result["folds"][0]["predicted_ms"], rel=1e-9)
 
 
 def test_target_key_is_canonical():

@@ -155,6 +155,26 @@ def test_schedule_stage_leaves_the_kernel_as_written():
     tvm.ir.assert_structural_equal(kernels[0].body, func.body)
 
 
+def test_rules_and_design_spaces_leave_a_scheduled_kernel_alone(caplog):
+    """Transfer-tuning's design spaces and the latency model's sampler ask every rule
+    directly (not through dlight's ApplyDefaultSchedule, which skips scheduled
+    functions): a kernel written already scheduled takes none, with no warning."""
+    from tvm_cocopie.schedules import default_rules
+    from tvm_cocopie.transfer_tuning.sampler import sample_schedules
+    from tvm_cocopie.transfer_tuning.space import design_spaces
+
+    func = rk.recurrent_loop(rk.LoopSpec("gru", 4, 1, 16, (False,)))
+    mod = tvm.IRModule({"main": func})
+    with caplog.at_level("WARNING"):
+        assert all(rule.apply(func, host_target(), True) is None
+                   for rule in default_rules(host_target()))
+        spaces = design_spaces(mod, host_target())
+        assert sample_schedules(mod, host_target(), 4) == []
+    assert len(spaces) == 1
+    tvm.ir.assert_structural_equal(spaces[0].mod["main"].body, func.body)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
 @pytest.mark.slow
 def test_crnn_runs_far_fewer_kernels(monkeypatch):
     """The zoo CRNN (two bidirectional LSTM layers, T=16 at 64 px): one kernel per layer

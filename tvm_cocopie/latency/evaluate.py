@@ -91,18 +91,21 @@ def evaluate_fold(model: LatencyModel, test_rows: list, test_model, train_models
 
 def leave_one_model_out(dataset: Dataset, sources: list[str] | None = None,
                         params: dict | None = None, rounds: int | None = None,
-                        progress: bool = False, family=None, jobs: int = 1) -> dict:
+                        progress: bool = False, family=None, jobs: int = 1,
+                        exclude_sources=()) -> dict:
     """``{"folds": [...], "summary": {...}}`` of leave-one-model-out over the models
     measured whole in ``dataset`` (or ``sources``). ``family(source) -> str``: models
     of one family (variants of one architecture) are held out together, so that a
     model is never predicted from its own variants' kernels. ``jobs``: folds trained
     side by side in that many worker processes (each trains with one thread; the rows
-    are sent to each worker once). Summary keys: ``kernel_median_err_pct`` (over every
+    are sent to each worker once). ``exclude_sources``: stored sources left out of every
+    fold's training (and of the models held out), as if never collected. Summary keys: ``kernel_median_err_pct`` (over every
     held-out kernel), ``model_median_err_pct``, ``model_max_err_pct``, ``rank_corr``
     (median over ranked kernels), ``folds``, ``rows``."""
-    models = {m.source: m for m in dataset.models()}
+    exclude_sources = set(exclude_sources)
+    models = {m.source: m for m in dataset.models() if m.source not in exclude_sources}
     sources = [s for s in (sources or list(models)) if s in models]
-    every = dataset.rows()
+    every = dataset.rows(exclude_sources=exclude_sources)
     family = family or (lambda source: source)
     family_of = {s: family(s) for s in {r.source for r in every} | set(models)}
     state = (every, models, family_of, dataset.target, params, rounds)

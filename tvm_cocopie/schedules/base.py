@@ -50,6 +50,10 @@ class CpuRule(dlight.ScheduleRule):
         ``tunable``), or ``None`` when the rule does not apply or fails (logged)."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
+        if func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False)):
+            # a kernel written already scheduled (recurrent loops, pattern convs): as
+            # dlight's ApplyDefaultSchedule, nothing to do (it has no blocks to take)
+            return None
         sch = s_tir.Schedule(func)
         try:
             result = self.schedule(sch, cpu_info(target), tunable)
