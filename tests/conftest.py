@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -65,6 +68,42 @@ def ort_run(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
 
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, inputs)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+#: whether ONNX Runtime's uint8 x int8 products are exact on this host: with VNNI
+#: (vpdpbusd) they are; on x86 without it (AVX2, AVX-512 before VNNI) ORT multiplies in
+#: vpmaddubsw, whose int16 pair sums saturate (ORT's documented saturation issue: a conv
+#: of this suite's models differed by up to 165 steps on an AVX2 EPYC), so ORT is no
+#: per-layer reference there and the agreement checks only hold where it is one
+ORT_INT8_EXACT = (platform.machine() not in ("x86_64", "AMD64")
+                  or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & _cpu_flags()))
+
+
+def ort_agrees(agreement: dict, max_steps: int = 1, max_differ: float | None = None) -> bool:
+    """Whether an ONNX Runtime agreement (``max_steps``, ``differ``) is within bounds;
+    always on hosts where ORT's int8 products saturate (:data:`ORT_INT8_EXACT`)."""
+    if not ORT_INT8_EXACT:
+        return True
+    return agreement["max_steps"] <= max_steps and (
+        max_differ is None or agreement["differ"] < max_differ)
+
+
+def avx2_defect(reason: str):
+    """A strict xfail on 8-lane x86 hosts (AVX2) for a known defect not yet fixed there
+    (the test was written and passes on AVX-512): it fails loudly once fixed."""
+    from tvm_cocopie.target import cpu_info, host_target
+
+    lanes = cpu_info(host_target()).f32_lanes
+    return pytest.mark.xfail(lanes == 8, reason=f"known on AVX2 hosts: {reason}", strict=True)
 
 
 def assert_close(actual, reference, rel_tol=REL_TOL):

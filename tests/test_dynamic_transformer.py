@@ -45,6 +45,7 @@ from tvm_cocopie.models.bert import bert_encoder
 from tvm_cocopie.schedules import RowReduction
 from tvm_cocopie.schedules.base import root_blocks
 from tvm_cocopie.schedules.versions import versioned
+from tvm_cocopie.target import cpu_info
 
 REL_TOL = 1e-5
 LENGTHS = (1, 5, 13, 64)  # one token, lengths off the vector width (8) and the tile (4)
@@ -320,8 +321,11 @@ def test_symbolic_rows_parallel_over_row_tiles_and_column_panels(m):
                                                        relax.const(b))))
     (func,) = [f for f in prim_funcs(scheduled(mod)).values()
                if "cocopie.matmul" in f.script()]
-    # the parallel version (for many rows): row tiles x the 8 panels of 32 columns
+    # the parallel version (for many rows): row tiles x the panels of two vectors'
+    # columns (8 of 32 on AVX-512, 16 of 16 on AVX2)
+    panels = n // (2 * cpu_info(TARGET).f32_lanes)
     extents = re.findall(r"T\.parallel\((.*)\):", func.script())
-    assert extents and all("S" in e and e.endswith("* T.int64(8)") for e in extents), extents
+    assert extents and all("S" in e and e.endswith(f"* T.int64({panels})")
+                           for e in extents), extents
     data = rng.standard_normal((m, k)).astype("float32")
     assert_allclose(run(mod, [data]), data.astype(np.float64) @ w + b)

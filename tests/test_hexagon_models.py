@@ -9,6 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from conftest import ort_agrees
 from onnx import TensorProto, helper, numpy_helper
 
 from tvm_cocopie import ptq
@@ -142,7 +143,7 @@ def test_every_layer_matches_onnx_runtime_within_one_step(quantized):
         net = qonnx.read_quantized(onnx.load(str(path)))
         net.image = ptq.image_nhwc(ptq.calibration_inputs(float_model, 1, seed=99)[0])
         agree = hexmodel.layer_agreement(path, net)
-        assert agree["max_steps"] <= 1 and agree["differ"] < 0.01, agree
+        assert ort_agrees(agree, max_differ=0.01), agree
         assert reference_forward(net).shape == (1, 1, 1, 10)
 
 
@@ -184,7 +185,7 @@ def test_onnx_runtime_per_channel_files_read_with_a_scale_per_channel(quantized,
         "conv", "conv", "dwconv", "fc"]
     net.image = ptq.image_nhwc(ptq.calibration_inputs(float_model, 1, seed=99)[0])
     agree = hexmodel.layer_agreement(tmp_path / "pc.onnx", net)
-    assert agree["max_steps"] <= 1 and agree["differ"] < 0.01, agree
+    assert ort_agrees(agree, max_differ=0.01), agree
 
 
 def test_a_float_model_is_refused_by_the_reader_with_the_way_out():
@@ -202,7 +203,7 @@ def test_whole_model_runs_bit_exact_and_stock_tvm_agrees(quantized):
     assert set(res["packets_by_class"]) >= {"conv", "dwconv", "add", "max_pool", "global_pool",
                                             "fc", "regrid"}
     assert res["packet_ratio_vs_tvm"] > 1.0
-    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert ort_agrees(res["ort_agreement"]["per_layer"])
 
 
 @pytest.mark.needs_toolchain
@@ -312,7 +313,7 @@ def test_hard_swish_and_squeeze_excitation_run_bit_exact(tmp_path):
     res = hexmodel.run_model(path)
     assert res["exact"], res
     assert {"hardsigmoid", "mul", "global_pool", "fc"} <= set(res["packets_by_class"])
-    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert ort_agrees(res["ort_agreement"]["per_layer"])
 
 
 @pytest.mark.needs_toolchain
@@ -383,7 +384,7 @@ def test_encoder_reads_attention_as_heads_and_agrees_per_layer(tiny_encoder):
     kinds = [q.rq.kind for q in net.layers if q.op_class == "attention"]
     assert kinds == ["qk", "pv"]
     agree = hexmodel.layer_agreement(path, net, sample)
-    assert agree["max_steps"] <= 1 and agree["differ"] < 0.1, agree
+    assert ort_agrees(agree, max_differ=0.1), agree
 
 
 @pytest.mark.needs_toolchain
@@ -455,7 +456,7 @@ def test_encoder_runs_whole_bit_exact_against_numpy_and_stock_tvm(tiny_encoder):
     _, path = tiny_encoder
     res = hexmodel.run_model(path, stock_runner=stock_network)
     assert res["exact"] and res["stock_tvm_exact"]
-    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert ort_agrees(res["ort_agreement"]["per_layer"])
     assert res["packet_ratio_vs_tvm"] > 1.0
 
 
@@ -503,7 +504,7 @@ def test_channel_split_concat_and_shuffle_run_bit_exact(tmp_path):
     assert {"split", "concat", "shuffle", "global_pool"} <= {q.op_class for q in net.layers}
     res = hexmodel.run_model(path)
     assert res["exact"], res
-    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert ort_agrees(res["ort_agreement"]["per_layer"])
 
 
 def _pool_resize_cnn(size: int = 8, seed: int = 4) -> onnx.ModelProto:
@@ -536,7 +537,7 @@ def test_grouped_conv_average_pool_and_upsampling_run_bit_exact(tmp_path):
     assert [q.op_class for q in net.layers] == ["conv", "gconv", "avg_pool", "resize"]
     res = hexmodel.run_model(path)
     assert res["exact"], res
-    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert ort_agrees(res["ort_agreement"]["per_layer"])
 
 
 @pytest.mark.needs_toolchain
@@ -557,7 +558,7 @@ def test_onnx_runtime_defaults_int8_activations_run_in_the_uint8_domain(tmp_path
     zps = [t for t in model.graph.initializer if t.name.endswith("zero_point")]
     assert any(t.data_type == TensorProto.INT8 for t in zps)
     res = hexmodel.run_model(tmp_path / "s8.onnx")
-    assert res["exact"] and res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert res["exact"] and ort_agrees(res["ort_agreement"]["per_layer"])
 
 
 @pytest.mark.needs_toolchain
@@ -570,7 +571,7 @@ def test_a_real_model_from_a_wheel_runs_whole(tmp_path):
     res = hexmodel.run_model(path, calibration=2, workdir=tmp_path)
     assert res["exact"] and res["quantized_from_float"]
     assert res["layers_by_class"]["softmax"] == 1 and res["layers_by_class"]["hardsigmoid"] > 0
-    assert res["ort_agreement"]["per_layer"]["max_steps"] <= 1
+    assert ort_agrees(res["ort_agreement"]["per_layer"])
     assert res["ort_agreement"]["argmax_agrees"]
     # layouts stay consistent: moves between layers well under the layers' own packets
     assert res["packets_by_class"]["regrid"] < 0.5 * res["total_packets"]

@@ -37,6 +37,9 @@ class CpuRule(dlight.ScheduleRule):
     """
 
     name = "cpu-rule"
+    #: whether the rule also takes kernels marked ``tirx.is_scheduled`` (a design space
+    #: over a generated kernel's own knobs); the others leave them as written
+    takes_scheduled = False
     #: whether the rule is the generic schedule every function can take (the fallback),
     #: not a fast kernel of its own
     generic = False
@@ -50,9 +53,10 @@ class CpuRule(dlight.ScheduleRule):
         ``tunable``), or ``None`` when the rule does not apply or fails (logged)."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
-        if func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False)):
+        if (not self.takes_scheduled and func.attrs is not None
+                and bool(func.attrs.get("tirx.is_scheduled", False))):
             # a kernel written already scheduled (recurrent loops, pattern convs): as
-            # dlight's ApplyDefaultSchedule, nothing to do (it has no blocks to take)
+            # dlight's ApplyDefaultSchedule, nothing to do (a loop kernel has no blocks)
             return None
         sch = s_tir.Schedule(func)
         try:

@@ -29,6 +29,7 @@ class PatternTiles(CpuRule):
     """Pattern-sparse convs: their register tile sampled (design spaces only)."""
 
     name = "pattern-tiles"
+    takes_scheduled = True  # the generated kernels are marked scheduled
 
     def schedule(self, sch: s_tir.Schedule, info: CpuInfo, tunable: bool):
         """A design space sampling the tile, or ``None`` (not tuning, not a pattern
