@@ -15,8 +15,9 @@ blocks: they read as much per inference as the ResNets do; none by default, see
 :data:`DEEP_NETS`): training rows only, never held out; random networks an earlier
 run stored beyond these counts train nothing (so ``--deep-nets 0`` over a dataset
 that holds them is the ablation). Then, for each model in turn, trains an XGBoost
-model on every other model's rows (the model under test contributes none) and predicts its kernels,
-its whole latency and the ranking of its kernels' sampled schedules. Finally trains
+model on every other model's rows (the model under test contributes none) and
+predicts its kernels, its whole latency and the ranking of its kernels' sampled
+schedules. Finally trains
 on everything and saves the model file ``tvm-cocopie predict`` loads (``--model-file``;
 default next to the dataset).
 
@@ -194,15 +195,16 @@ def main(argv=None) -> int:
     # random networks stored by an earlier run but not asked for now train nothing, so
     # --random-nets / --deep-nets say what the model learns from (an ablation re-measures
     # nothing)
-    unused = {s for s in {r.source for r in dataset.rows()} | {m.source for m in dataset.models()}
+    every, measured = dataset.rows(), dataset.models()
+    unused = {s for s in {r.source for r in every} | {m.source for m in measured}
               if is_random(s) and s not in randoms}
     result = leave_one_model_out(dataset, [n for n in names if n not in failed], progress=True,
                                  family=family, jobs=args.jobs, exclude_sources=unused)
+    kept = [r for r in every if r.source not in unused]
     final = LatencyModel(target)
-    validation = final.train(dataset.rows(exclude_sources=unused))
-    final.calibrate([m for m in dataset.models() if m.source not in unused],
-                    {r.kernel: r.latency_us
-                     for r in dataset.rows(kinds=("model",), exclude_sources=unused)})
+    validation = final.train(kept)
+    final.calibrate([m for m in measured if m.source not in unused],
+                    {r.kernel: r.latency_us for r in kept if r.kind == "model"})
     # a quick run's model (four models) must not replace the full one predict loads
     model_file = args.model_file or (cache_dir("latency-quick-model.json") if args.quick
                                      else None)

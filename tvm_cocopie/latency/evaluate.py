@@ -99,9 +99,10 @@ def leave_one_model_out(dataset: Dataset, sources: list[str] | None = None,
     model is never predicted from its own variants' kernels. ``jobs``: folds trained
     side by side in that many worker processes (each trains with one thread; the rows
     are sent to each worker once). ``exclude_sources``: stored sources left out of every
-    fold's training (and of the models held out), as if never collected. Summary keys: ``kernel_median_err_pct`` (over every
-    held-out kernel), ``model_median_err_pct``, ``model_max_err_pct``, ``rank_corr``
-    (median over ranked kernels), ``folds``, ``rows``."""
+    fold's training (and of the models held out), as if never collected. Summary keys:
+    ``kernel_median_err_pct`` (over every held-out kernel), ``model_median_err_pct``,
+    ``model_max_err_pct``, ``rank_corr`` (median over ranked kernels), ``folds``,
+    ``rows``."""
     exclude_sources = set(exclude_sources)
     models = {m.source: m for m in dataset.models() if m.source not in exclude_sources}
     sources = [s for s in (sources or list(models)) if s in models]
