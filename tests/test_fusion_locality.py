@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import avx2_defect, make_model, ort_run
+from conftest import LAYER_NORM_PROLOGUE_ON_AVX2, make_model, ort_run
 from onnx import TensorProto, helper
 from tvm import te, topi
 
@@ -223,13 +223,9 @@ def _pre_norm_linear_model(rows=37, width=64, out=96):
                       initializers=inits, opset=17)
 
 
-_LN_ON_AVX2 = avx2_defect(
-    "the matmul rule's layer-norm row prologue over whole 8-lane rows fails to vectorize "
-    "(a reduction iter under the vectorized loop), so the fusion is dropped (numbers right)")
-
-
-@pytest.mark.parametrize("rows, width", [pytest.param(37, 64, marks=_LN_ON_AVX2),
-                                         pytest.param(64, 64, marks=_LN_ON_AVX2), (40, 120)])
+@pytest.mark.parametrize("rows, width", [
+    pytest.param(37, 64, marks=LAYER_NORM_PROLOGUE_ON_AVX2),
+    pytest.param(64, 64, marks=LAYER_NORM_PROLOGUE_ON_AVX2), (40, 120)])
 def test_a_layer_norm_before_a_matmul_is_its_row_pass_and_the_normalized_rows_stay_local(
         tmp_path, monkeypatch, rows, width):
     """Fused (the decision forced), a layer norm feeding a matmul's rows is scheduled by

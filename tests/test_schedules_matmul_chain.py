@@ -11,7 +11,12 @@ import math
 import numpy as np
 import pytest
 import tvm
-from conftest import allocated_elements, avx2_defect, make_model, ort_run
+from conftest import (
+    LAYER_NORM_PROLOGUE_ON_AVX2,
+    allocated_elements,
+    make_model,
+    ort_run,
+)
 from onnx import TensorProto, helper
 
 import tvm_cocopie
@@ -129,13 +134,8 @@ def _output_params(func) -> int:
     return sum(param_buffer(func, p).name in written for p in func.params)
 
 
-_LN_ON_AVX2 = avx2_defect(
-    "the matmul rule's layer-norm row prologue over whole 8-lane rows fails to vectorize "
-    "(a reduction iter under the vectorized loop), so the layer norm stays apart")
-
-
-@pytest.mark.parametrize("rows", [pytest.param(37, marks=_LN_ON_AVX2),
-                                  pytest.param(197, marks=_LN_ON_AVX2)])
+@pytest.mark.parametrize("rows", [pytest.param(37, marks=LAYER_NORM_PROLOGUE_ON_AVX2),
+                                  pytest.param(197, marks=LAYER_NORM_PROLOGUE_ON_AVX2)])
 def test_a_projection_and_its_head_fused_write_both_results_and_match_onnx_runtime(
         tmp_path, monkeypatch, rows):
     """Fused (forced, two matmuls a block at most), the projection + residual and the
@@ -160,8 +160,8 @@ def test_a_projection_and_its_head_fused_write_both_results_and_match_onnx_runti
     _assert_matches_onnx_runtime(model, opts, rows)
 
 
-@pytest.mark.parametrize("rows, width, hidden", [pytest.param(197, 64, 128, marks=_LN_ON_AVX2),
-                                                 (40, 120, 240)])
+@pytest.mark.parametrize("rows, width, hidden", [
+    pytest.param(197, 64, 128, marks=LAYER_NORM_PROLOGUE_ON_AVX2), (40, 120, 240)])
 def test_a_whole_layer_is_one_chain_of_three_matmuls(tmp_path, monkeypatch, rows, width,
                                                      hidden):
     """Three matmuls a block allowed: projection, layer norm and MLP join into one
